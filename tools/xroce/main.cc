@@ -1,0 +1,40 @@
+// xroce: the command-line front of the software RoCEv2 NIC.
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+void register_version(CLI::App& app) {
+  auto* cmd = app.add_subcommand("version", "Print the xroce version");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "Print as JSON");
+  cmd->callback([json] {
+    if (*json) {
+      fmt::print("{}\n", nlohmann::json{{"version", kVersion}}.dump());
+    } else {
+      fmt::print("xroce {}\n", kVersion);
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xroce: a software RoCEv2 NIC in user space"};
+  app.require_subcommand(1);
+  xroce::cli::ExitStatus status;
+  register_version(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return status.code;
+}
