@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "wire/byteorder.h"
 #include "wire/headers.h"
@@ -40,6 +41,7 @@ struct FrameAddress {
   std::uint32_t flow_label = 0;         // IPv6 only, 20 bits
   std::uint16_t udp_src_port = 0xC000;  // per-QP entropy (PROTOCOL.md §4.6)
   std::uint16_t ipv4_id = 0;            // IPv4 identification
+  bool ipv4_dont_fragment = true;       // IPv4 DF flag; rxe always sets it
   bool operator==(const FrameAddress&) const = default;
 };
 
@@ -52,7 +54,8 @@ enum class FrameError : std::uint8_t {
   kBadIpHeader,     // IPv4 with options, bad version, bad header checksum, or fragments
   kNotUdp,          // IP protocol / next header is not UDP
   kNotRoce,         // UDP destination port is not 4791
-  kBadUdpLength,    // UDP length disagrees with the IP length or is too short
+  kBadUdpLength,    // UDP length disagrees with the IP length, is too short, is over 65535,
+                    // or leaves payload bytes on an opcode that carries none
   kBadUdpChecksum,  // a non-zero UDP checksum that does not verify
   kBadHeaders,      // the transport headers did not decode (see HeaderError)
   kBadPad,          // PadCnt larger than the payload
@@ -69,6 +72,9 @@ struct DecodedFrame {
   Bytes payload;                // without pad
   std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (PROTOCOL.md §1.9)
   bool icrc_ok = false;
+  std::uint16_t ipv4_checksum = 0;  // as on the wire (verified); 0 for IPv6
+  std::uint16_t udp_checksum = 0;   // as on the wire; 0 = not used, else verified
+  std::uint16_t udp_length = 0;     // UDP header to ICRC inclusive
 };
 
 // Bytes a frame with these headers and this payload takes on the wire (without FCS).
@@ -84,5 +90,12 @@ Result<std::size_t, FrameError> encode_frame(const FrameAddress& addr, const Tra
 // frame whose ICRC does not verify still decodes, with icrc_ok = false: the caller counts and
 // drops it.
 Result<DecodedFrame, FrameError> decode_frame(Bytes frame);
+
+// decode_frame for tools that report bad frames: fills `out` as far as decoding got (addresses,
+// header_error, ...) and returns the error, or nullopt when the frame decoded completely.
+std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& out);
+
+std::string to_string(const IpAddr& ip);  // dotted quad for IPv4-mapped, RFC 5952 for IPv6
+const char* to_string(Ecn ecn);           // "Not-ECT", "ECT(1)", "ECT(0)", "CE"
 
 }  // namespace xroce::wire
