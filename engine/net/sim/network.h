@@ -248,7 +248,7 @@ class Network {
   NodeId port_peer(PortId port) const;  // the node at the far end of the wire
   const PortConfig& port_config(PortId port) const;
 
-  const PortStats& stats(PortId port) const;
+  PortStats stats(PortId port) const;  // a copy: paused_ns includes an ongoing pause
   const SwitchStats& switch_stats(NodeId sw) const;
   std::uint64_t queue_bytes(PortId port) const;  // waiting now (not the frame on the wire)
   std::size_t queue_frames(PortId port) const;
@@ -264,6 +264,9 @@ class Network {
   std::unique_ptr<Impl> impl_;
   TimeNs now_ = 0;
 };
+
+// The RED marking probability above for a queue of `depth_bytes` (what the CP applies).
+double ecn_marking_probability(const EcnConfig& ecn, std::uint64_t depth_bytes);
 
 // Percentiles of a set of samples (nearest rank); all zero for no samples.
 QueueDepthSummary summarize_depths(std::vector<std::uint64_t> depths);
