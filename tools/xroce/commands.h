@@ -10,4 +10,6 @@ struct ExitStatus {
   int code = 0;
 };
 
+void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
+
 }  // namespace xroce::cli

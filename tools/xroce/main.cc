@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   xroce::cli::ExitStatus status;
   register_version(app);
+  xroce::cli::register_wire(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
