@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace xroce::cc {
 namespace {
 
@@ -222,6 +224,33 @@ TEST(ReactionPointConnectx, MinRateFloor) {
   EXPECT_EQ(rp.rate_mbps(), 30'000);  // 50048.8 * (1 - 0.951/2) = ~26250 < 30000: floor
 }
 
+TEST(ReactionPointConnectx, RecoversToTheLineAndReleasesTheLimiter) {
+  const DcqcnParams p = DcqcnParams::connectx();
+  ReactionPoint rp(p, 100'000);
+  rp.on_cnp(0);  // Rc = 50048.828125, Rt = 100000
+  // Timer only (no bytes sent): every event is additive (T_cnt >= F = 1, B_cnt = 0 < F) with Rt
+  // capped at the line, so each halves the gap 100000 - 50048.828125 = 49951.171875.
+  // After 15 events (4500 µs) the gap is 49951.171875 / 2^15 = 1.524... > 1 Mb/s.
+  rp.on_timer(us(4500));
+  EXPECT_EQ(rp.rate_mbps(), 100'000 - 49951.171875 / 32768);
+  EXPECT_EQ(rp.target_rate_mbps(), 100'000);
+  EXPECT_EQ(rp.stage(), RpStage::kAdditiveIncrease);
+  // Event 16: gap 0.76 < kReleaseSlackMbps: released at exactly the line rate.
+  rp.on_timer(us(4800));
+  EXPECT_EQ(rp.rate_mbps(), 100'000);
+  EXPECT_FALSE(rp.limited());
+  EXPECT_FALSE(rp.next_deadline().has_value());
+  // The next CNP cuts from the line with the alpha that kept decaying (4800 periods of 1 µs):
+  // it is not a first CNP again. alpha = 1023/1024 * (1019/1024)^4800 ~ 6e-11, so the cut
+  // is tiny: Rc = 100000 * (1 - alpha/2).
+  rp.on_cnp(us(4800));
+  const double a = 1023.0 / 1024 * std::pow(kCxDecay, 4800);
+  EXPECT_NEAR(rp.alpha(), a, a * 1e-9);
+  EXPECT_NEAR(rp.rate_mbps(), 100'000 * (1 - a / 2), 1e-9);
+  EXPECT_LT(rp.rate_mbps(), 100'000);
+  EXPECT_TRUE(rp.limited());
+}
+
 // ---------------------------------------------------------------- paper profile
 
 TEST(ReactionPointPaper, FirstCnpHalvesTheRate) {
@@ -275,6 +304,26 @@ TEST(ReactionPointPaper, FastRecoveryThenAdditiveIncreaseAndAlphaDecay) {
   // alpha decayed at 115, 170, 225, 280, 335, 390 µs: 0.9961090087890625 * (1020/1024)^6.
   EXPECT_DOUBLE_EQ(rp.alpha(), 0.9961090087890625 * pow_n(kPaperDecay, 6));
   EXPECT_EQ(rp.counters().rate_cuts, 2u);
+}
+
+TEST(ReactionPointPaper, AlphaDecaysEveryKAfterTheLastCnp) {
+  const DcqcnParams p = DcqcnParams::paper();  // K = dce_tcp_rtt = 55 µs, d = 255/256
+  ReactionPoint rp(p, 40'000);
+  rp.on_cnp(0);  // alpha = 1
+  rp.on_timer(us(54.999));
+  EXPECT_EQ(rp.alpha(), 1.0);
+  rp.on_timer(us(55));
+  EXPECT_EQ(rp.alpha(), 0.99609375);  // 255/256
+  rp.on_timer(us(110));
+  EXPECT_EQ(rp.alpha(), 0.99609375 * 0.99609375);  // (255/256)^2 = 0.9922027587890625
+  rp.on_cnp(us(120));
+  // Raise: a = (255/256)^2 * 255/256 + 1/256; the decay timer restarts: next at 175, not 165.
+  const double raised = 0.9922027587890625 * 0.99609375 + 0.00390625;
+  EXPECT_EQ(rp.alpha(), raised);
+  rp.on_timer(us(174.999));
+  EXPECT_EQ(rp.alpha(), raised);
+  rp.on_timer(us(175));
+  EXPECT_EQ(rp.alpha(), raised * 0.99609375);
 }
 
 TEST(ReactionPointPaper, EveryCnpCutsAndAlphaStaysAtOne) {
