@@ -1,0 +1,88 @@
+// AfXdpPort: the Port interface over one AF_XDP socket, bound to one queue of an interface
+// that XdpSteering has attached the steering program to (one socket per queue: a worker owns
+// one queue, ARCHITECTURE.md decision 7).
+//
+// UMEM layout: umem_frames chunks of kChunkBytes; the first half is the receive pool (it lives
+// in the fill ring, the rx ring and the caller's hands between receive() and release()), the
+// second half the transmit pool (free list -> tx ring -> completion ring -> free list).
+//
+// Mode: zero-copy is tried first (only where the program runs in driver mode), then copy;
+// generic (SKB) XDP uses copy. Frames longer than a chunk (a 4096-byte RoCE MTU frame on a
+// 9000-byte link) use multi-buffer AF_XDP (XDP_USE_SG, kernel 6.6+): several descriptors with
+// XDP_PKT_CONTD. receive() hands a single-buffer frame out as a view of its UMEM chunk (no
+// copy) and joins a multi-buffer frame into a reassembly buffer (one copy; such frames are
+// the 4 KiB-payload case, where one copy is small beside the rest of the work).
+#pragma once
+
+#include <xdp/xsk.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "net/port.h"
+#include "net/xdp_steering.h"
+
+namespace xroce::net {
+
+struct AfXdpPortConfig {
+  std::string ifname;
+  std::uint32_t queue_id = 0;
+  std::uint32_t umem_frames = 4096;  // power of two; half receive, half transmit
+  bool allow_zero_copy = true;
+  std::size_t max_frame_bytes = 9000 + 14;
+};
+
+class AfXdpPort final : public Port {
+ public:
+  static constexpr std::uint32_t kChunkBytes = 4096;
+
+  static Result<std::unique_ptr<AfXdpPort>, PortError> open(const AfXdpPortConfig& config,
+                                                            std::shared_ptr<XdpSteering> steering);
+  ~AfXdpPort() override;
+
+  Result<std::size_t, PortError> receive(std::span<RxFrame> frames) override;
+  void release(std::span<const RxFrame> frames) override;
+  Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) override;
+  Result<std::size_t, PortError> flush() override;
+  int wait_fd() const override;
+  PortStats stats() const override;
+  PortMode mode() const override { return mode_; }
+  std::size_t max_frame_bytes() const override { return max_frame_bytes_; }
+  bool multi_buffer() const { return multi_buffer_; }
+
+ private:
+  AfXdpPort(const AfXdpPortConfig& config, std::shared_ptr<XdpSteering> steering);
+  Result<int, PortError> create_socket();
+  Result<int, PortError> try_bind(std::uint16_t bind_flags);
+  void destroy_socket();
+  void fill(std::span<const std::uint64_t> addrs);
+  void reclaim_completions();
+  void wake_tx();
+  bool take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out);
+  std::uint32_t rx_frames() const { return config_.umem_frames / 2; }
+
+  AfXdpPortConfig config_;
+  std::shared_ptr<XdpSteering> steering_;
+  PortMode mode_ = PortMode::kAfXdpCopy;
+  bool multi_buffer_ = false;
+  std::size_t max_frame_bytes_ = 0;
+
+  std::uint8_t* umem_area_ = nullptr;
+  std::size_t umem_bytes_ = 0;
+  xsk_umem* umem_ = nullptr;
+  xsk_socket* xsk_ = nullptr;
+  xsk_ring_prod fill_{};
+  xsk_ring_cons comp_{};
+  xsk_ring_cons rx_{};
+  xsk_ring_prod tx_{};
+
+  std::vector<std::uint64_t> tx_free_;  // chunk addresses ready for transmit
+  std::vector<std::uint64_t> pending_fill_;
+  std::vector<std::vector<std::uint8_t>> reassembly_;
+  std::vector<std::uint32_t> reassembly_free_;
+  PortStats stats_;
+};
+
+}  // namespace xroce::net

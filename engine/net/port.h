@@ -1,0 +1,100 @@
+// Ports move whole Ethernet frames (PROTOCOL.md §1) between the engine and a network: AF_XDP
+// (afxdp_port.h), a UDP socket on io_uring (udp_port.h), or the simulator (sim/). All present
+// the same frames, so the transport and the ICRC do not know which one carries them
+// (ARCHITECTURE.md decision 8). A port does not parse frames beyond what it must to deliver
+// them; it never depends on the wire codec.
+//
+// Threading contract: a port belongs to one worker thread. Every member function must be
+// called from that thread; the port takes no locks.
+//
+// Buffer contract (zero-copy friendly):
+//  - receive() hands out RxFrames whose bytes live in memory the port owns (a UMEM chunk, a
+//    receive buffer). They stay valid, untouched by the port, until the caller gives them
+//    back with release(). A caller that holds frames too long starves the port of buffers;
+//    receive() then returns fewer frames and the NIC or kernel counts drops.
+//  - transmit() reads the caller's bytes during the call only; the caller may reuse them as
+//    soon as it returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "wire/result.h"
+
+namespace xroce::net {
+
+using wire::Err;
+using wire::Result;
+
+// An operating failure (ARCHITECTURE/STYLE rule 7): what failed, with the errno behind it.
+struct PortError {
+  std::string what;
+  int errno_value = 0;
+  std::string message() const;
+};
+
+// One received frame: a view of port-owned memory plus the port's handle for it.
+struct RxFrame {
+  std::span<const std::uint8_t> bytes;
+  std::uint64_t handle = 0;  // opaque to the caller; identifies the buffer for release()
+};
+
+// One frame to transmit: the caller's bytes, read during transmit() only.
+using TxFrame = std::span<const std::uint8_t>;
+
+enum class PortMode : std::uint8_t {
+  kAfXdpZeroCopy,  // AF_XDP, driver XDP, XDP_ZEROCOPY
+  kAfXdpCopy,      // AF_XDP, driver XDP, XDP_COPY
+  kAfXdpSkb,       // AF_XDP, generic (SKB) XDP, XDP_COPY
+  kUdpSocket,      // UDP socket on io_uring: no XDP, no privileges
+};
+const char* to_string(PortMode m);
+
+struct PortStats {
+  std::uint64_t rx_packets = 0;
+  std::uint64_t rx_bytes = 0;
+  std::uint64_t rx_drops = 0;  // frames lost on receive (rings full, truncated, no buffer)
+  std::uint64_t tx_packets = 0;
+  std::uint64_t tx_bytes = 0;
+  std::uint64_t tx_drops = 0;     // frames the port accepted but could not send
+  std::uint64_t tx_rejected = 0;  // frames transmit() refused (malformed, too large)
+  std::uint64_t tx_pending = 0;   // buffers handed to the kernel and not yet completed
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+  Port() = default;
+  Port(const Port&) = delete;
+  Port& operator=(const Port&) = delete;
+
+  // Fills up to frames.size() entries with received frames and returns how many; 0 when
+  // nothing is waiting. Never blocks.
+  virtual Result<std::size_t, PortError> receive(std::span<RxFrame> frames) = 0;
+
+  // Gives received frames' buffers back to the port.
+  virtual void release(std::span<const RxFrame> frames) = 0;
+
+  // Queues frames for sending and returns how many were taken, in order; fewer than
+  // frames.size() means the transmit ring is full now (back-pressure, not loss): retry the
+  // rest later. Malformed frames are counted in tx_rejected and skipped (taken).
+  virtual Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) = 0;
+
+  // Pushes anything queued by transmit() that still waits for a kernel wakeup, and reclaims
+  // finished transmit buffers. Cheap when there is nothing to do.
+  virtual Result<std::size_t, PortError> flush() = 0;
+
+  // A file descriptor that polls readable when receive() may return frames: a worker adds it
+  // to its io_uring (or poll) set before sleeping. Valid for the port's lifetime.
+  virtual int wait_fd() const = 0;
+
+  virtual PortStats stats() const = 0;
+  virtual PortMode mode() const = 0;
+
+  // Largest frame (Ethernet header to ICRC) this port carries.
+  virtual std::size_t max_frame_bytes() const = 0;
+};
+
+}  // namespace xroce::net

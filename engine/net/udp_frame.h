@@ -1,0 +1,68 @@
+// The Ethernet/IP/UDP envelope of a RoCEv2 frame (PROTOCOL.md §1.2-1.5), as far as a port
+// needs it: the UDP port strips it on send and synthesizes it on receive, the benchmark and
+// the integration tests wrap payloads in it. This is deliberately not the wire codec
+// (wire/frame.h): it does not look past the UDP header and knows nothing of the transport.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace xroce::net {
+
+using Mac = std::array<std::uint8_t, 6>;
+// IPv6, or IPv4 in the IPv4-mapped form ::ffff:a.b.c.d (as RoCE v2 GIDs write it).
+using Ip16 = std::array<std::uint8_t, 16>;
+
+inline constexpr std::size_t kEthHeaderBytes = 14;
+inline constexpr std::size_t kVlanTagBytes = 4;
+inline constexpr std::size_t kIpv4HeaderBytes = 20;
+inline constexpr std::size_t kIpv6HeaderBytes = 40;
+inline constexpr std::size_t kUdpHeaderBytes = 8;
+inline constexpr std::uint16_t kRoceUdpPort = 4791;  // IANA "RoCEv2"
+// The most header bytes a port ever puts in front of a UDP payload (no VLAN tag: a UDP
+// socket cannot send or report one).
+inline constexpr std::size_t kMaxEnvelopeBytes =
+    kEthHeaderBytes + kIpv6HeaderBytes + kUdpHeaderBytes;
+
+bool is_v4_mapped(const Ip16& a);
+Ip16 v4_mapped(std::uint32_t host_order);
+
+struct UdpEnvelope {
+  Mac dst_mac{};
+  Mac src_mac{};
+  std::optional<std::uint16_t> vlan_tci;
+  Ip16 src_ip{};
+  Ip16 dst_ip{};                   // both v4-mapped or both v6
+  std::uint8_t traffic_class = 0;  // IPv4 TOS / IPv6 traffic class (DSCP << 2 | ECN)
+  std::uint8_t hop_limit = 64;     // IPv4 TTL / IPv6 hop limit
+  std::uint32_t flow_label = 0;    // IPv6 only
+  std::uint16_t ipv4_id = 0;
+  bool ipv4_dont_fragment = true;
+  std::uint16_t src_port = 0;
+  std::uint16_t dst_port = kRoceUdpPort;
+  std::uint16_t udp_checksum = 0;  // 0: none (RoCEv2 sends 0, PROTOCOL.md §1.5)
+};
+
+// Bytes the envelope takes in front of the UDP payload.
+std::size_t envelope_bytes(const UdpEnvelope& env);
+
+// Writes the envelope for a payload of payload_len bytes into the envelope_bytes(env) bytes
+// before `payload_begin` (so a receive path can build it in headroom without copying the
+// payload). The IPv4 header checksum is computed.
+void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);
+
+struct ParsedUdpFrame {
+  UdpEnvelope env;
+  std::span<const std::uint8_t> payload;  // the UDP payload, by the UDP length
+};
+
+// Parses Ethernet (+ up to two VLAN tags), IPv4 (no options, no fragments) or IPv6 (UDP next),
+// and UDP, with bounds checks; nullopt when the frame is not that or the lengths disagree.
+std::optional<ParsedUdpFrame> parse_udp_frame(std::span<const std::uint8_t> frame);
+
+std::uint16_t ipv4_header_checksum(const std::uint8_t* header20);
+
+}  // namespace xroce::net

@@ -1,0 +1,86 @@
+// UdpPort: the Port interface over an ordinary UDP socket bound to port 4791, batched with
+// io_uring, for hosts where XDP cannot be attached (no CAP_NET_ADMIN or CAP_BPF).
+//
+// The transport sees the same Ethernet frames as with AF_XDP. On receive the port synthesizes
+// Ethernet/IP/UDP headers in the buffer's headroom from the socket's view of the datagram:
+// source address and port (msg_name), destination address (IP_PKTINFO/IPV6_PKTINFO), TOS or
+// traffic class with the ECN bits (IP_RECVTOS/IPV6_RECVTCLASS) and TTL or hop limit. What a
+// socket cannot observe is filled with fixed values: MAC addresses from the config, IPv4
+// ID 0 with DF set, IPv6 flow label 0, UDP checksum 0, no VLAN tag. None of these is covered
+// by the ICRC (PROTOCOL.md §1.9), so the transport's checks are unchanged.
+//
+// On send the port strips the headers and sends the UDP payload to the frame's destination
+// address, with the frame's TOS/traffic class and TTL/hop limit as ancillary data, from the
+// frame's UDP source port (a small table of sockets bound to those ports; the 4791 socket
+// when a port cannot be bound). The kernel chooses MACs, IPv4 ID and the UDP checksum.
+//
+// Threading: as for every port, one owning thread. io_uring cancels a thread's requests when
+// the thread exits, so the receives are armed by the first receive() call: open the port
+// anywhere, but receive on the thread that will keep receiving.
+#pragma once
+
+#include <liburing.h>
+#include <netinet/in.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "net/port.h"
+#include "net/udp_frame.h"
+
+namespace xroce::net {
+
+struct UdpPortConfig {
+  std::uint16_t udp_port = kRoceUdpPort;
+  std::string bind_device;  // optional SO_BINDTODEVICE
+  Mac local_mac{};          // written as the destination MAC of received frames
+  Mac peer_mac{};           // written as the source MAC of received frames
+  std::uint32_t rx_slots = 256;
+  std::size_t max_frame_bytes = 9000 + kEthHeaderBytes;
+  std::uint32_t max_source_port_sockets = 64;
+};
+
+class UdpPort final : public Port {
+ public:
+  static Result<std::unique_ptr<UdpPort>, PortError> open(const UdpPortConfig& config);
+  ~UdpPort() override;
+
+  Result<std::size_t, PortError> receive(std::span<RxFrame> frames) override;
+  void release(std::span<const RxFrame> frames) override;
+  Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) override;
+  Result<std::size_t, PortError> flush() override { return std::size_t{0}; }
+  int wait_fd() const override { return rx_ring_.ring_fd; }
+  PortStats stats() const override { return stats_; }
+  PortMode mode() const override { return PortMode::kUdpSocket; }
+  std::size_t max_frame_bytes() const override { return config_.max_frame_bytes; }
+
+ private:
+  struct RxSlot;
+  struct TxSlot;
+  explicit UdpPort(const UdpPortConfig& config);
+  Result<int, PortError> setup();
+  Result<int, PortError> arm_all_on_owner_thread();
+  void arm(std::uint32_t slot);
+  std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
+  int socket_for_source_port(std::uint16_t port);
+  bool prepare_send(const TxFrame& frame, TxSlot& slot, std::uint16_t& src_port);
+
+  UdpPortConfig config_;
+  int fd_ = -1;
+  ino_t netns_ = 0;  // the namespace the port was opened in
+  io_uring rx_ring_{};
+  io_uring tx_ring_{};
+  bool rx_ring_ok_ = false;
+  bool tx_ring_ok_ = false;
+  bool armed_ = false;
+  std::vector<RxSlot> rx_;
+  std::vector<TxSlot> tx_;
+  std::unordered_map<std::uint16_t, int> source_port_fds_;
+  PortStats stats_;
+};
+
+}  // namespace xroce::net
