@@ -251,6 +251,19 @@ TEST(ReactionPointConnectx, RecoversToTheLineAndReleasesTheLimiter) {
   EXPECT_TRUE(rp.limited());
 }
 
+TEST(ReactionPointConnectx, ProfileChangeAtRunTimeAppliesFromTheNextEvent) {
+  DcqcnParams device = DcqcnParams::connectx();
+  ReactionPoint rp(device, 100'000);
+  rp.on_cnp(0);                            // armed: timer at 300 µs (connectx T)
+  device = DcqcnParams::paper();           // `xroce cc profile NAME paper`
+  EXPECT_EQ(rp.next_deadline(), us(300));  // the armed period runs out at its old length
+  rp.on_timer(us(300));
+  // Paper F = 5: T_cnt 1 < 5 is fast recovery now, Rc = (100000 + 50048.828125)/2.
+  EXPECT_EQ(rp.stage(), RpStage::kFastRecovery);
+  EXPECT_EQ(rp.rate_mbps(), 75024.4140625);
+  EXPECT_EQ(rp.next_deadline(), us(300 + 55));  // paper T from here on
+}
+
 // ---------------------------------------------------------------- paper profile
 
 TEST(ReactionPointPaper, FirstCnpHalvesTheRate) {
