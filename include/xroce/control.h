@@ -1,0 +1,161 @@
+// The control protocol between xroced and its clients (the provider, the xroce CLI).
+//
+// Transport: a Unix SOCK_SEQPACKET socket per daemon (one daemon per network namespace), at the
+// path the daemon writes into $SYSFS_PATH/class/infiniband/<dev>/xroce_control (and at
+// run_dir/control.sock). One request is one datagram: a Header followed by the request body;
+// the reply is one datagram: a Header (same op and seq, status = 0 or a positive errno) followed
+// by the reply body when status is 0. Bodies are the fixed-size structs below, in host byte
+// order (both ends run on the same host). The daemon identifies the peer with SO_PEERCRED; a
+// connection opened with Op::hello is one verbs context, and every object it creates belongs to
+// it: other connections cannot name it, and it is released when the connection closes (the
+// process exiting or being killed included).
+//
+// Op::hello carries one file descriptor (SCM_RIGHTS): the daemon's end of the context's event
+// socket, on which the daemon sends ibv_get_async_event records (struct AsyncEvent).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace xroce::control {
+
+inline constexpr uint32_t kMagic = 0x58524345;  // "XRCE"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
+inline constexpr std::size_t kNameBytes = 64;    // ibdev names, like IBV_SYSFS_NAME_MAX
+inline constexpr std::size_t kIfNameBytes = 16;  // IFNAMSIZ
+// File in the device's sysfs-shaped directory naming the control socket.
+inline constexpr const char* kControlPathFile = "xroce_control";
+
+enum class Op : uint16_t {
+  hello = 1,     // HelloRequest (+ fd) -> HelloReply
+  query_device,  // -> DeviceAttr
+  query_port,    // PortRequest -> PortAttr
+  alloc_pd,      // -> HandleReply
+  dealloc_pd,    // HandleRequest -> (empty)
+  reg_mr,        // RegMrRequest -> RegMrReply
+  dereg_mr,      // HandleRequest -> (empty)
+  link_add,      // LinkAddRequest -> (empty); root only
+  link_del,      // LinkDelRequest -> (empty); root only
+  link_show,     // -> TextReply (JSON array of devices)
+};
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  Op op{};
+  uint32_t seq = 0;
+  int32_t status = 0;  // replies: 0 or a positive errno, as verbs return them
+};
+
+struct HelloRequest {
+  char ibdev[kNameBytes];
+};
+
+struct HelloReply {
+  uint32_t device_index;
+};
+
+struct DeviceAttr {
+  char fw_ver[kNameBytes];
+  uint64_t node_guid;  // network byte order, as ibv_device_attr holds it
+  uint64_t sys_image_guid;
+  uint64_t max_mr_size;
+  uint64_t page_size_cap;
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  uint32_t hw_ver;
+  uint32_t max_qp;
+  uint32_t max_qp_wr;
+  uint32_t device_cap_flags;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_qp_init_rd_atom;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_ah;
+  uint32_t atomic_cap;  // ibv_atomic_cap
+  uint16_t max_pkeys;
+  uint8_t phys_port_cnt;
+  uint8_t reserved = 0;
+};
+
+struct PortRequest {
+  uint32_t port_num;
+};
+
+struct PortAttr {
+  uint32_t state;       // ibv_port_state
+  uint32_t max_mtu;     // ibv_mtu
+  uint32_t active_mtu;  // ibv_mtu
+  uint32_t gid_tbl_len;
+  uint32_t port_cap_flags;
+  uint32_t max_msg_sz;
+  uint16_t pkey_tbl_len;
+  uint8_t active_width;  // IB encoding: 1 = 1X, 2 = 4X, 4 = 8X, 8 = 12X, 16 = 2X
+  uint8_t active_speed;  // IB encoding: 1 SDR, 2 DDR, 4 QDR, 8 FDR10, 16 FDR, 32 EDR, 64 HDR
+  uint8_t phys_state;    // 5 = LinkUp, 3 = Disabled
+  uint8_t link_layer;    // ibv link layer: 2 = Ethernet
+  uint8_t reserved[2] = {};
+};
+
+struct HandleRequest {
+  uint32_t handle;
+};
+
+struct HandleReply {
+  uint32_t handle;
+};
+
+struct RegMrRequest {
+  uint32_t pd_handle;
+  uint32_t access;  // ibv_access_flags
+  uint64_t addr;    // in the caller's address space
+  uint64_t length;
+  uint64_t iova;
+};
+
+struct RegMrReply {
+  uint32_t mr_handle;
+  uint32_t lkey;
+  uint32_t rkey;
+};
+
+enum class PortKind : uint8_t { afxdp = 0, udp = 1 };
+
+struct LinkAddRequest {
+  char name[kNameBytes];
+  char netdev[kIfNameBytes];
+  PortKind port = PortKind::afxdp;
+  uint32_t queues = 0;  // 0: one per core
+};
+
+struct LinkDelRequest {
+  char name[kNameBytes];
+};
+
+// Replies carrying text: the length, then that many bytes (not NUL-terminated).
+struct TextReply {
+  uint32_t length;
+};
+
+// What the daemon writes on a context's event socket, laid out as the kernel's
+// struct ib_uverbs_async_event_desc, because libibverbs' ibv_get_async_event() reads exactly that
+// from context->async_fd.
+struct AsyncEvent {
+  uint64_t element;     // the object's user pointer, or the port number
+  uint32_t event_type;  // ibv_event_type
+  uint32_t reserved = 0;
+};
+
+static_assert(sizeof(AsyncEvent) == 16);
+static_assert(sizeof(Header) == 16);
+static_assert(std::is_trivially_copyable_v<DeviceAttr> && std::is_trivially_copyable_v<PortAttr>);
+
+}  // namespace xroce::control
