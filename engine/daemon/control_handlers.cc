@@ -1,0 +1,278 @@
+// The request handlers of ControlServer: one per control::Op.
+#include <net/if.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/control_server.h"
+
+namespace xroce::daemon {
+
+namespace {
+
+template <typename T>
+bool parse(const std::string& body, T& out) {
+  if (body.size() < sizeof(T)) return false;
+  std::memcpy(&out, body.data(), sizeof(T));
+  return true;
+}
+
+template <typename T>
+std::string bytes_of(const T& value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+std::string bounded(const char* text, std::size_t capacity) {
+  return std::string(text, strnlen(text, capacity));
+}
+
+bool valid_device_name(const std::string& name) {
+  if (name.empty() || name.size() >= control::kNameBytes) return false;
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// A real device pins the pages it registers and fails with EFAULT when they are not mapped;
+// xroce reaches them later through the process, so it checks that [addr, addr+length) lies in
+// the process's mappings, writable where the access flags ask for writes.
+bool range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  uint64_t covered_to = addr;
+  const uint64_t end = addr + length;
+  std::string line;
+  while (std::getline(maps, line) && covered_to < end) {
+    std::istringstream in(line);
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+    char dash = 0;
+    std::string perms;
+    in >> std::hex >> lo >> dash >> hi >> perms;
+    if (hi <= covered_to || lo > covered_to) continue;
+    if (perms.size() < 2 || perms[0] != 'r' || (need_write && perms[1] != 'w')) return false;
+    covered_to = hi;
+  }
+  return covered_to >= end;
+}
+
+const char* port_kind_name(control::PortKind kind) {
+  return kind == control::PortKind::udp ? "udp" : "afxdp";
+}
+
+}  // namespace
+
+ControlServer::Reply ControlServer::hello(Client& client, const std::string& body, int passed_fd) {
+  control::HelloRequest request{};
+  if (!parse(body, request) || passed_fd < 0 || !client.device.empty()) {
+    if (passed_fd >= 0) close(passed_fd);
+    return {EINVAL, {}};
+  }
+  const std::string name = bounded(request.ibdev, sizeof(request.ibdev));
+  if (devices_.count(name) == 0) {
+    close(passed_fd);
+    return {ENODEV, {}};
+  }
+  client.device = name;
+  client.event_fd = passed_fd;
+  control::HelloReply reply{
+      static_cast<uint32_t>(std::distance(devices_.begin(), devices_.find(name)))};
+  return {0, bytes_of(reply)};
+}
+
+ControlServer::Reply ControlServer::query_device(const Client& client) {
+  const device::Device* dev = device_of(client);
+  if (dev == nullptr) return {ENODEV, {}};
+  control::DeviceAttr attr{};
+  std::strncpy(attr.fw_ver, "0.1.0", sizeof(attr.fw_ver) - 1);
+  attr.node_guid = htobe64(dev->node_guid());
+  attr.sys_image_guid = attr.node_guid;
+  attr.max_mr_size = dev->limits().max_mr_size;
+  attr.page_size_cap = 0xfffff000;
+  attr.vendor_id = 0xffffff;  // no IEEE OUI of our own; rxe reports the same
+  attr.vendor_part_id = 0;
+  attr.hw_ver = 0;
+  attr.max_qp = 0x10000;
+  attr.max_qp_wr = 0x4000;
+  attr.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  attr.max_sge = 32;
+  attr.max_cq = 0x4000;
+  attr.max_cqe = (1 << 15) - 1;
+  attr.max_mr = dev->limits().max_mr;
+  attr.max_pd = dev->limits().max_pd;
+  attr.max_qp_rd_atom = 128;
+  attr.max_qp_init_rd_atom = 128;
+  attr.max_srq = 0x4000;
+  attr.max_srq_wr = 0x4000;
+  attr.max_srq_sge = 27;
+  attr.max_ah = 0x8000;
+  attr.atomic_cap = IBV_ATOMIC_HCA;
+  attr.max_pkeys = 1;
+  attr.phys_port_cnt = 1;
+  return {0, bytes_of(attr)};
+}
+
+ControlServer::Reply ControlServer::query_port(const Client& client, const std::string& body) {
+  const device::Device* dev = device_of(client);
+  control::PortRequest request{};
+  if (dev == nullptr) return {ENODEV, {}};
+  if (!parse(body, request) || request.port_num != 1) return {EINVAL, {}};
+  const auto& netdev = dev->netdev();
+  const auto rate = device::link_rate_for(netdev.speed_mbps);
+  control::PortAttr attr{};
+  attr.state = device::port_state(netdev);
+  attr.max_mtu = device::kIbMtu4096;
+  attr.active_mtu = device::active_ib_mtu(netdev.mtu);
+  attr.gid_tbl_len = static_cast<uint32_t>(dev->gids().size());
+  attr.port_cap_flags = IBV_PORT_CM_SUP;
+  attr.max_msg_sz = 1u << 31;
+  attr.pkey_tbl_len = 1;
+  attr.active_width = rate.width;
+  attr.active_speed = rate.speed;
+  attr.phys_state = device::phys_state(netdev);
+  attr.link_layer = IBV_LINK_LAYER_ETHERNET;
+  return {0, bytes_of(attr)};
+}
+
+ControlServer::Reply ControlServer::alloc_pd(const Client& client) {
+  device::Device* dev = device_of(client);
+  if (dev == nullptr) return {ENODEV, {}};
+  auto pd = dev->alloc_pd(client.id);
+  if (!pd) return {pd.error(), {}};
+  return {0, bytes_of(control::HandleReply{*pd})};
+}
+
+ControlServer::Reply ControlServer::dealloc_pd(const Client& client, const std::string& body) {
+  device::Device* dev = device_of(client);
+  control::HandleRequest request{};
+  if (dev == nullptr) return {ENODEV, {}};
+  if (!parse(body, request)) return {EINVAL, {}};
+  return {dev->dealloc_pd(client.id, request.handle), {}};
+}
+
+ControlServer::Reply ControlServer::reg_mr(const Client& client, const std::string& body) {
+  device::Device* dev = device_of(client);
+  control::RegMrRequest request{};
+  if (dev == nullptr) return {ENODEV, {}};
+  if (!parse(body, request)) return {EINVAL, {}};
+  const bool writes = (request.access & (device::kAccessLocalWrite | device::kAccessRemoteWrite |
+                                         device::kAccessRemoteAtomic)) != 0;
+  if (request.length != 0 && request.addr + request.length > request.addr &&
+      !range_is_mapped(client.pid, request.addr, request.length, writes)) {
+    return {EFAULT, {}};
+  }
+  auto keys =
+      dev->reg_mr(client.id, device::MrRequest{request.pd_handle, request.addr, request.length,
+                                               request.iova, request.access, client.pid});
+  if (!keys) return {keys.error(), {}};
+  return {0, bytes_of(control::RegMrReply{keys->handle, keys->lkey, keys->rkey})};
+}
+
+ControlServer::Reply ControlServer::dereg_mr(const Client& client, const std::string& body) {
+  device::Device* dev = device_of(client);
+  control::HandleRequest request{};
+  if (dev == nullptr) return {ENODEV, {}};
+  if (!parse(body, request)) return {EINVAL, {}};
+  return {dev->dereg_mr(client.id, request.handle), {}};
+}
+
+ControlServer::Reply ControlServer::link_add(const Client& client, const std::string& body) {
+  control::LinkAddRequest request{};
+  if (client.uid != 0) return {EPERM, {}};
+  if (!parse(body, request)) return {EINVAL, {}};
+  const std::string name = bounded(request.name, sizeof(request.name));
+  const std::string netdev_name = bounded(request.netdev, sizeof(request.netdev));
+  if (!valid_device_name(name)) return {EINVAL, {}};
+  if (devices_.count(name) != 0) return {EEXIST, {}};
+  for (const auto& [other, served] : devices_) {
+    if (served.model->netdev().name == netdev_name) return {EBUSY, {}};
+  }
+  auto state = read_netdev(netdev_name);
+  if (!state) return {state.error(), {}};
+
+  ServedDevice served;
+  served.model = std::make_unique<device::Device>(name, *state, static_cast<uint32_t>(getpid()));
+  served.model->update_addresses(read_addresses(netdev_name));
+  served.port = request.port;
+  served.queues = request.queues;
+  served.uverbs = create_device_node();
+  if (served.uverbs.empty()) return {errno != 0 ? errno : EIO, {}};
+  if (int err = tree_.write_device(*served.model, served.uverbs, paths_.control_socket)) {
+    tree_.remove_device(name, served.uverbs);
+    remove_device_node(served.uverbs);
+    return {err, {}};
+  }
+  devices_.emplace(name, std::move(served));
+  served_any_ = true;
+  return {0, {}};
+}
+
+ControlServer::Reply ControlServer::link_del(const Client& client, const std::string& body) {
+  control::LinkDelRequest request{};
+  if (client.uid != 0) return {EPERM, {}};
+  if (!parse(body, request)) return {EINVAL, {}};
+  const std::string name = bounded(request.name, sizeof(request.name));
+  auto it = devices_.find(name);
+  if (it == devices_.end()) return {ENODEV, {}};
+  send_event(name, 0, IBV_EVENT_DEVICE_FATAL);
+  for (auto& [fd, c] : clients_) {
+    if (c.device != name) continue;
+    // The device is gone: its contexts keep their connections (so their verbs fail with
+    // ENODEV rather than hang) but own nothing any more.
+    it->second.model->release_client(c.id);
+    c.device.clear();
+  }
+  tree_.remove_device(name, it->second.uverbs);
+  remove_device_node(it->second.uverbs);
+  devices_.erase(it);
+  return {0, {}};
+}
+
+ControlServer::Reply ControlServer::link_show() {
+  nlohmann::json out = nlohmann::json::array();
+  int index = 0;
+  for (const auto& [name, served] : devices_) {
+    const auto& dev = *served.model;
+    const auto& netdev = dev.netdev();
+    nlohmann::json gids = nlohmann::json::array();
+    for (std::size_t i = 0; i < dev.gids().size(); ++i) {
+      if (device::is_zero(dev.gids().at(i))) continue;
+      gids.push_back(
+          {{"index", i}, {"gid", device::gid_display_text(dev.gids().at(i))}, {"type", "RoCE v2"}});
+    }
+    int contexts = 0;
+    for (const auto& [fd, c] : clients_)
+      contexts += c.device == name ? 1 : 0;
+    const bool active = device::port_state(netdev) == device::kPortActive;
+    out.push_back({{"ifindex", index++},
+                   {"ifname", name},
+                   {"port", 1},
+                   {"state", active ? "ACTIVE" : "DOWN"},
+                   {"physical_state", active ? "LINK_UP" : "DISABLED"},
+                   {"netdev", netdev.name},
+                   {"netdev_index", netdev.ifindex},
+                   {"uverbs", served.uverbs},
+                   {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
+                   {"port_kind", port_kind_name(served.port)},
+                   {"queues", served.queues},
+                   // Packet I/O is not attached yet: the device model and discovery work,
+                   // the data path does not.
+                   {"datapath", "none"},
+                   {"contexts", contexts},
+                   {"pds", dev.pd_count()},
+                   {"mrs", dev.memory_regions().size()},
+                   {"gids", gids}});
+  }
+  const std::string text = out.dump();
+  control::TextReply head{static_cast<uint32_t>(text.size())};
+  return {0, bytes_of(head) + text};
+}
+
+}  // namespace xroce::daemon

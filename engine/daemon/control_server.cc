@@ -1,0 +1,277 @@
+#include "daemon/control_server.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+namespace xroce::daemon {
+
+namespace {
+
+void add_to_epoll(int epoll_fd, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+// Receives one datagram and at most one passed descriptor.
+ssize_t receive_message(int fd, std::vector<char>& buf, int& passed_fd) {
+  passed_fd = -1;
+  iovec iov{buf.data(), buf.size()};
+  alignas(cmsghdr) char control_buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control_buf;
+  msg.msg_controllen = sizeof(control_buf);
+  ssize_t n;
+  do {
+    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(&passed_fd, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+ControlServer::ControlServer(RunPaths paths) : paths_(std::move(paths)), tree_(paths_.sysfs_root) {}
+
+ControlServer::~ControlServer() {
+  shutdown();
+}
+
+int ControlServer::start() {
+  std::error_code ec;
+  std::filesystem::create_directories(paths_.dir, ec);
+  if (ec) return ec.value();
+  lock_fd_ = open(paths_.lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return errno;
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) return errno == EWOULDBLOCK ? EEXIST : errno;
+  owns_run_dir_ = true;
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(lock_fd_, 0) != 0 || write(lock_fd_, pid.data(), pid.size()) < 0) return errno;
+
+  tree_.clear_stale();
+  unlink(paths_.control_socket.c_str());
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return errno;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (paths_.control_socket.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;
+  std::strcpy(addr.sun_path, paths_.control_socket.c_str());
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return errno;
+  // Any local user may open a device, as with /dev/infiniband/uverbs*; link add/del check root.
+  chmod(paths_.control_socket.c_str(), 0666);
+  if (listen(listen_fd_, 64) != 0) return errno;
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (signal_fd_ < 0 || epoll_fd_ < 0) return errno;
+  add_to_epoll(epoll_fd_, listen_fd_);
+  add_to_epoll(epoll_fd_, signal_fd_);
+  if (netlink_.fd() >= 0) add_to_epoll(epoll_fd_, netlink_.fd());
+  return 0;
+}
+
+int ControlServer::run() {
+  epoll_event events[32];
+  while (!stop_) {
+    const int n = epoll_wait(epoll_fd_, events, 32, -1);
+    if (n < 0 && errno != EINTR) return 1;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        accept_client();
+      } else if (fd == signal_fd_) {
+        stop_ = true;
+      } else if (fd == netlink_.fd()) {
+        if (netlink_.drain()) refresh_netdevs();
+      } else if (clients_.count(fd) != 0) {
+        serve_client(fd);
+      }
+    }
+    if (served_any_ && devices_.empty()) stop_ = true;
+  }
+  shutdown();
+  return 0;
+}
+
+void ControlServer::accept_client() {
+  for (;;) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      close(fd);
+      continue;
+    }
+    Client client;
+    client.id = next_client_++;
+    client.pid = cred.pid;
+    client.uid = cred.uid;
+    clients_.emplace(fd, client);
+    add_to_epoll(epoll_fd_, fd);
+  }
+}
+
+void ControlServer::serve_client(int fd) {
+  std::vector<char> buf(control::kMaxMessageBytes);
+  int passed_fd = -1;
+  const ssize_t n = receive_message(fd, buf, passed_fd);
+  if (n <= 0) {
+    if (passed_fd >= 0) close(passed_fd);
+    drop_client(fd);
+    return;
+  }
+  control::Header header;
+  if (static_cast<std::size_t>(n) < sizeof(header)) {
+    drop_client(fd);
+    return;
+  }
+  std::memcpy(&header, buf.data(), sizeof(header));
+  Reply reply;
+  if (header.magic != control::kMagic || header.version != control::kVersion) {
+    reply.status = EPROTO;
+  } else {
+    const std::string body(buf.data() + sizeof(header),
+                           static_cast<std::size_t>(n) - sizeof(header));
+    reply = dispatch(fd, clients_.at(fd), header.op, body, passed_fd);
+  }
+  header.status = reply.status;
+  std::string out(reinterpret_cast<const char*>(&header), sizeof(header));
+  if (reply.status == 0) out += reply.body;
+  send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void ControlServer::drop_client(int fd) {
+  auto it = clients_.find(fd);
+  if (it != clients_.end()) {
+    if (auto* dev = device_of(it->second)) dev->release_client(it->second.id);
+    if (it->second.event_fd >= 0) close(it->second.event_fd);
+    clients_.erase(it);
+  }
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+}
+
+device::Device* ControlServer::device_of(const Client& client) {
+  auto it = devices_.find(client.device);
+  return it == devices_.end() ? nullptr : it->second.model.get();
+}
+
+ControlServer::Reply ControlServer::dispatch(int fd, Client& client, control::Op op,
+                                             const std::string& body, int passed_fd) {
+  (void)fd;
+  if (op == control::Op::hello) return hello(client, body, passed_fd);
+  if (passed_fd >= 0) close(passed_fd);
+  switch (op) {
+    case control::Op::query_device:
+      return query_device(client);
+    case control::Op::query_port:
+      return query_port(client, body);
+    case control::Op::alloc_pd:
+      return alloc_pd(client);
+    case control::Op::dealloc_pd:
+      return dealloc_pd(client, body);
+    case control::Op::reg_mr:
+      return reg_mr(client, body);
+    case control::Op::dereg_mr:
+      return dereg_mr(client, body);
+    case control::Op::link_add:
+      return link_add(client, body);
+    case control::Op::link_del:
+      return link_del(client, body);
+    case control::Op::link_show:
+      return link_show();
+    default:
+      return {EOPNOTSUPP, {}};
+  }
+}
+
+void ControlServer::refresh_netdevs() {
+  for (auto& [name, served] : devices_) {
+    auto& dev = *served.model;
+    const uint32_t old_state = device::port_state(dev.netdev());
+    auto state = read_netdev(dev.netdev().name);
+    device::NetdevState now = dev.netdev();
+    if (state) {
+      now = *state;
+    } else {
+      now.up = now.running = false;  // the netdev is gone
+    }
+    const bool port_changed = dev.update_netdev(now);
+    const bool gids_changed =
+        dev.update_addresses(state ? read_addresses(now.name) : std::vector<device::IpAddress>{});
+    if (!port_changed && !gids_changed) continue;
+    tree_.write_port(dev);
+    const uint32_t new_state = device::port_state(now);
+    if (new_state != old_state) {
+      send_event(name, 1,
+                 new_state == device::kPortActive ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+    }
+    if (gids_changed) send_event(name, 1, IBV_EVENT_GID_CHANGE);
+  }
+}
+
+void ControlServer::send_event(const std::string& device, uint64_t element, uint32_t event_type) {
+  control::AsyncEvent event{element, event_type};
+  for (const auto& [fd, client] : clients_) {
+    if (client.device == device && client.event_fd >= 0) {
+      send(client.event_fd, &event, sizeof(event), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  }
+}
+
+void ControlServer::shutdown() {
+  // Clients learn that the device is gone (IBV_EVENT_DEVICE_FATAL), then see their
+  // connections close: every later verb fails instead of waiting.
+  for (const auto& [name, served] : devices_)
+    send_event(name, 0, IBV_EVENT_DEVICE_FATAL);
+  while (!clients_.empty())
+    drop_client(clients_.begin()->first);
+  for (const auto& [name, served] : devices_) {
+    tree_.remove_device(name, served.uverbs);
+    remove_device_node(served.uverbs);
+  }
+  devices_.clear();
+  for (int* fd : {&listen_fd_, &signal_fd_, &epoll_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  if (owns_run_dir_) {
+    owns_run_dir_ = false;
+    std::error_code ec;
+    std::filesystem::remove_all(paths_.sysfs_root, ec);
+    unlink(paths_.control_socket.c_str());
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+}  // namespace xroce::daemon

@@ -1,0 +1,90 @@
+// xroced's control plane: the devices it serves, the control socket, and the events that keep
+// the device model in step with the netdevs (ARCHITECTURE.md decisions 1 and 2).
+//
+// Threading: one thread runs run(); every member is touched only from it. The packet workers
+// (engine/net, engine/transport) are not attached yet; a device records its port kind and
+// queue count so that `xroce link show` can say what was asked for.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "daemon/netdev.h"
+#include "daemon/run_dir.h"
+#include "daemon/sysfs_tree.h"
+#include "device/device.h"
+#include "xroce/control.h"
+
+namespace xroce::daemon {
+
+class ControlServer {
+ public:
+  explicit ControlServer(RunPaths paths);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Takes the namespace's lock (EEXIST if another daemon holds it), clears what a dead daemon
+  // left, and listens. 0 or errno.
+  int start();
+  // Serves until SIGTERM/SIGINT or until the last device is deleted. Returns the exit status.
+  int run();
+
+ private:
+  struct ServedDevice {
+    std::unique_ptr<device::Device> model;
+    std::string uverbs;
+    control::PortKind port = control::PortKind::afxdp;
+    uint32_t queues = 0;
+  };
+  struct Client {
+    device::ClientId id = 0;
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::string device;  // after hello
+    int event_fd = -1;   // the context's async event socket (daemon end)
+  };
+  struct Reply {
+    int32_t status = 0;
+    std::string body;
+  };
+
+  void accept_client();
+  void serve_client(int fd);
+  void drop_client(int fd);
+  Reply dispatch(int fd, Client& client, control::Op op, const std::string& body, int passed_fd);
+  Reply hello(Client& client, const std::string& body, int passed_fd);
+  Reply query_device(const Client& client);
+  Reply query_port(const Client& client, const std::string& body);
+  Reply alloc_pd(const Client& client);
+  Reply dealloc_pd(const Client& client, const std::string& body);
+  Reply reg_mr(const Client& client, const std::string& body);
+  Reply dereg_mr(const Client& client, const std::string& body);
+  Reply link_add(const Client& client, const std::string& body);
+  Reply link_del(const Client& client, const std::string& body);
+  Reply link_show();
+  void refresh_netdevs();
+  void send_event(const std::string& device, uint64_t element, uint32_t event_type);
+  void shutdown();
+  device::Device* device_of(const Client& client);
+
+  RunPaths paths_;
+  SysfsTree tree_;
+  NetlinkWatcher netlink_;
+  int lock_fd_ = -1;
+  bool owns_run_dir_ = false;  // we hold the lock: the run directory is ours to clean
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int signal_fd_ = -1;
+  bool stop_ = false;
+  bool served_any_ = false;
+  device::ClientId next_client_ = 1;
+  std::map<std::string, ServedDevice> devices_;
+  std::map<int, Client> clients_;  // by connection fd
+};
+
+}  // namespace xroce::daemon

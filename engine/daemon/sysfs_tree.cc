@@ -1,0 +1,148 @@
+#include "daemon/sysfs_tree.h"
+
+#include "xroce/control.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+namespace xroce::daemon {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The character device behind every uverbs node we make: /dev/null's number, which libibverbs
+// accepts (it checks only that the node is a character device with this number).
+constexpr unsigned kNodeMajor = 1;
+constexpr unsigned kNodeMinor = 3;
+constexpr int kMaxNodes = 1024;
+
+int write_file(const fs::path& path, const std::string& text) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) return ec.value();
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << '\n';
+    if (!out) return EIO;
+  }
+  fs::rename(tmp, path, ec);
+  return ec ? ec.value() : 0;
+}
+
+}  // namespace
+
+std::string SysfsTree::ibdev_dir(const std::string& ibdev) const {
+  return root_ + "/class/infiniband/" + ibdev;
+}
+
+void SysfsTree::clear_stale() {
+  std::error_code ec;
+  const fs::path verbs_dir = fs::path(root_) / "class/infiniband_verbs";
+  for (const auto& entry : fs::directory_iterator(verbs_dir, ec)) {
+    if (entry.is_directory()) remove_device_node(entry.path().filename().string());
+  }
+  fs::remove_all(root_, ec);
+}
+
+int SysfsTree::write_device(const device::Device& device, const std::string& uverbs_name,
+                            const std::string& control_socket) {
+  const std::string verbs = root_ + "/class/infiniband_verbs";
+  const std::string abi = std::to_string(kUverbsAbiVersion);
+  const std::string ibdev = ibdev_dir(device.name());
+  const std::string guid = device::guid_sysfs_text(device.node_guid());
+  const std::pair<std::string, std::string> files[] = {
+      {verbs + "/abi_version", abi},  {ibdev + "/node_type", "1: CA"},
+      {ibdev + "/node_guid", guid},   {ibdev + "/sys_image_guid", guid},
+      {ibdev + "/fw_ver", "0.1.0"},   {ibdev + "/node_desc", "xroce " + device.netdev().name},
+      {ibdev + "/hca_type", "xroce"}, {ibdev + "/" + control::kControlPathFile, control_socket},
+  };
+  for (const auto& [path, text] : files) {
+    if (int err = write_file(path, text)) return err;
+  }
+  if (int err = write_port(device)) return err;
+  // The infiniband_verbs entry last: libibverbs finds the device through it, and everything it
+  // then reads must already be there.
+  const std::string uverbs = verbs + "/" + uverbs_name;
+  const std::pair<std::string, std::string> uverbs_files[] = {
+      {uverbs + "/abi_version", abi},
+      {uverbs + "/dev", std::to_string(kNodeMajor) + ":" + std::to_string(kNodeMinor)},
+      {uverbs + "/ibdev", device.name()},
+  };
+  for (const auto& [path, text] : uverbs_files) {
+    if (int err = write_file(path, text)) return err;
+  }
+  return 0;
+}
+
+int SysfsTree::write_port(const device::Device& device) {
+  const std::string port = ibdev_dir(device.name()) + "/ports/1";
+  const auto& netdev = device.netdev();
+  const std::pair<std::string, std::string> files[] = {
+      {port + "/state", device::port_state_sysfs_text(device::port_state(netdev))},
+      {port + "/phys_state", device::phys_state_sysfs_text(device::phys_state(netdev))},
+      {port + "/rate", device::rate_sysfs_text(device::link_rate_for(netdev.speed_mbps))},
+      {port + "/link_layer", "Ethernet"},
+      {port + "/lid", "0x0"},
+      {port + "/sm_lid", "0x0"},
+      {port + "/lid_mask_count", "0"},
+      {port + "/sm_sl", "0"},
+      {port + "/cap_mask", "0x00010000"},
+      {port + "/pkeys/0", "0xffff"},
+  };
+  for (const auto& [path, text] : files) {
+    if (int err = write_file(path, text)) return err;
+  }
+  // Every slot has all three files: libibverbs' GID table fallback reads each of them for
+  // every index below gid_tbl_len, empty slots included.
+  const auto& gids = device.gids();
+  for (std::size_t i = 0; i < gids.size(); ++i) {
+    const std::string n = std::to_string(i);
+    if (int err = write_file(port + "/gids/" + n, device::gid_sysfs_text(gids.at(i)))) return err;
+    if (int err = write_file(port + "/gid_attrs/types/" + n, "RoCE v2")) return err;
+    if (int err = write_file(port + "/gid_attrs/ndevs/" + n, netdev.name)) return err;
+  }
+  return 0;
+}
+
+void SysfsTree::remove_device(const std::string& ibdev, const std::string& uverbs_name) {
+  std::error_code ec;
+  fs::remove_all(root_ + "/class/infiniband_verbs/" + uverbs_name, ec);
+  fs::remove_all(ibdev_dir(ibdev), ec);
+}
+
+std::string create_device_node() {
+  if (mkdir(kCdevDir, 0755) != 0 && errno != EEXIST) return {};
+  for (int n = 0; n < kMaxNodes; ++n) {
+    const std::string name = "uverbs" + std::to_string(n);
+    const std::string path = std::string(kCdevDir) + "/" + name;
+    if (mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0) {
+      chmod(path.c_str(), 0666);  // mknod applies the umask
+      return name;
+    }
+    if (errno != EEXIST) return {};
+  }
+  errno = ENOSPC;
+  return {};
+}
+
+void remove_device_node(const std::string& uverbs_name) {
+  if (uverbs_name.rfind("uverbs", 0) != 0) return;
+  const std::string path = std::string(kCdevDir) + "/" + uverbs_name;
+  struct stat st {};
+  // Only ever remove our own kind of node, never a real device's.
+  if (lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) &&
+      st.st_rdev == makedev(kNodeMajor, kNodeMinor)) {
+    unlink(path.c_str());
+  }
+}
+
+}  // namespace xroce::daemon
