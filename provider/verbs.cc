@@ -1,0 +1,169 @@
+#include "provider/verbs.h"
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "provider/xroce.h"
+
+namespace xroce::provider {
+
+namespace {
+
+// Outstanding RDMA READ/atomic responder resources over all QPs, rxe's RXE_MAX_RES_RD_ATOM.
+constexpr int kMaxResponderResources = 0x3f000;
+// One virtual lane: what rxe reports (ibv_devinfo prints "1 (1)").
+constexpr uint8_t kMaxVlNum = 1;
+
+int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr_size < sizeof(attr->orig_attr)) return EINVAL;
+  control::DeviceAttr dev{};
+  if (int err = call(ctx, control::Op::query_device, nullptr, 0, &dev, sizeof(dev))) return err;
+
+  ibv_device_attr_ex ex{};
+  ibv_device_attr& a = ex.orig_attr;
+  std::memcpy(a.fw_ver, dev.fw_ver, std::min(sizeof(a.fw_ver), sizeof(dev.fw_ver)));
+  a.fw_ver[sizeof(a.fw_ver) - 1] = '\0';
+  a.node_guid = dev.node_guid;
+  a.sys_image_guid = dev.sys_image_guid;
+  a.max_mr_size = dev.max_mr_size;
+  a.page_size_cap = dev.page_size_cap;
+  a.vendor_id = dev.vendor_id;
+  a.vendor_part_id = dev.vendor_part_id;
+  a.hw_ver = dev.hw_ver;
+  a.max_qp = static_cast<int>(dev.max_qp);
+  a.max_qp_wr = static_cast<int>(dev.max_qp_wr);
+  a.device_cap_flags = dev.device_cap_flags;
+  a.max_sge = static_cast<int>(dev.max_sge);
+  a.max_sge_rd = static_cast<int>(dev.max_sge);
+  a.max_cq = static_cast<int>(dev.max_cq);
+  a.max_cqe = static_cast<int>(dev.max_cqe);
+  a.max_mr = static_cast<int>(dev.max_mr);
+  a.max_pd = static_cast<int>(dev.max_pd);
+  a.max_qp_rd_atom = static_cast<int>(dev.max_qp_rd_atom);
+  a.max_res_rd_atom = kMaxResponderResources;
+  a.max_qp_init_rd_atom = static_cast<int>(dev.max_qp_init_rd_atom);
+  a.atomic_cap = static_cast<ibv_atomic_cap>(dev.atomic_cap);
+  a.max_srq = static_cast<int>(dev.max_srq);
+  a.max_srq_wr = static_cast<int>(dev.max_srq_wr);
+  a.max_srq_sge = static_cast<int>(dev.max_srq_sge);
+  a.max_ah = static_cast<int>(dev.max_ah);
+  a.max_pkeys = dev.max_pkeys;
+  a.local_ca_ack_delay = 15;
+  a.phys_port_cnt = dev.phys_port_cnt;
+  ex.max_dm_size = 0;
+  // Copy no more than the caller's struct holds: ibv_query_device passes only orig_attr.
+  std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));
+  return 0;
+}
+
+int query_port(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr) {
+  control::PortRequest request{port_num};
+  control::PortAttr port{};
+  if (int err =
+          call(ctx, control::Op::query_port, &request, sizeof(request), &port, sizeof(port))) {
+    return err;
+  }
+  attr->state = static_cast<ibv_port_state>(port.state);
+  attr->max_mtu = static_cast<ibv_mtu>(port.max_mtu);
+  attr->active_mtu = static_cast<ibv_mtu>(port.active_mtu);
+  attr->gid_tbl_len = static_cast<int>(port.gid_tbl_len);
+  attr->port_cap_flags = port.port_cap_flags;
+  attr->max_msg_sz = port.max_msg_sz;
+  attr->pkey_tbl_len = port.pkey_tbl_len;
+  attr->active_width = port.active_width;
+  attr->active_speed = port.active_speed;
+  attr->phys_state = port.phys_state;
+  attr->link_layer = port.link_layer;
+  attr->max_vl_num = kMaxVlNum;
+  return 0;
+}
+
+ibv_pd* alloc_pd(ibv_context* ctx) {
+  control::HandleReply reply{};
+  if (int err = call(ctx, control::Op::alloc_pd, nullptr, 0, &reply, sizeof(reply))) {
+    errno = err;
+    return nullptr;
+  }
+  auto* pd = new (std::nothrow) Pd{};
+  if (pd == nullptr) {
+    control::HandleRequest release{reply.handle};
+    (void)call(ctx, control::Op::dealloc_pd, &release, sizeof(release), nullptr, 0);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  pd->pd.handle = reply.handle;
+  return &pd->pd;
+}
+
+int dealloc_pd(ibv_pd* ibpd) {
+  control::HandleRequest request{ibpd->handle};
+  if (int err =
+          call(ibpd->context, control::Op::dealloc_pd, &request, sizeof(request), nullptr, 0)) {
+    return err;
+  }
+  delete reinterpret_cast<Pd*>(ibpd);
+  return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access) {
+  control::RegMrRequest request{};
+  request.pd_handle = pd->handle;
+  request.access = static_cast<uint32_t>(access);
+  request.addr = reinterpret_cast<uint64_t>(addr);
+  request.length = length;
+  request.iova = hca_va;
+  control::RegMrReply reply{};
+  if (int err = call(pd->context, control::Op::reg_mr, &request, sizeof(request), &reply,
+                     sizeof(reply))) {
+    errno = err;
+    return nullptr;
+  }
+  auto* mr = new (std::nothrow) Mr{};
+  if (mr == nullptr) {
+    control::HandleRequest release{reply.mr_handle};
+    (void)call(pd->context, control::Op::dereg_mr, &release, sizeof(release), nullptr, 0);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  mr->vmr.mr_type = XROCE_IBV_MR_TYPE_MR;
+  mr->vmr.access = access;
+  mr->vmr.ibv_mr.handle = reply.mr_handle;
+  mr->vmr.ibv_mr.lkey = reply.lkey;
+  mr->vmr.ibv_mr.rkey = reply.rkey;
+  return &mr->vmr.ibv_mr;
+}
+
+int dereg_mr(verbs_mr* vmr) {
+  control::HandleRequest request{vmr->ibv_mr.handle};
+  if (int err =
+          call(vmr->ibv_mr.context, control::Op::dereg_mr, &request, sizeof(request), nullptr, 0)) {
+    return err;
+  }
+  delete reinterpret_cast<Mr*>(vmr);
+  return 0;
+}
+
+// libibverbs calls this after reading an event from async_fd; nothing to account for yet.
+void async_event(ibv_context*, ibv_async_event*) {}
+
+verbs_context_ops make_ops() {
+  verbs_context_ops ops{};
+  ops.alloc_pd = alloc_pd;
+  ops.async_event = async_event;
+  ops.dealloc_pd = dealloc_pd;
+  ops.dereg_mr = dereg_mr;
+  ops.free_context = free_context;
+  ops.query_device_ex = query_device_ex;
+  ops.query_port = query_port;
+  ops.reg_mr = reg_mr;
+  return ops;
+}
+
+}  // namespace
+
+const verbs_context_ops kContextOps = make_ops();
+
+}  // namespace xroce::provider

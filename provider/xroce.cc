@@ -1,0 +1,157 @@
+#include "provider/xroce.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "provider/verbs.h"
+
+namespace xroce::provider {
+
+namespace {
+
+// How long a verb waits for a daemon that is alive but does not answer.
+constexpr int kControlTimeoutMs = 10000;
+
+// The loader matches us by device name (we have no kernel driver id or modalias):
+// rdma_device:N<ibdev>; every xroce device is named by the user, so match any name and let
+// match_device check that the device really is one of ours.
+const verbs_match_ent kMatchTable[] = {
+    {nullptr, {"rdma_device:*N*"}, 0, 0, XROCE_VERBS_MATCH_MODALIAS},
+    {nullptr, {nullptr}, 0, 0, XROCE_VERBS_MATCH_SENTINEL},
+};
+
+bool read_control_path(const char* ibdev_path, char* out, std::size_t size) {
+  char path[IBV_SYSFS_PATH_MAX + 32];
+  std::snprintf(path, sizeof(path), "%s/%s", ibdev_path, control::kControlPathFile);
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;
+  const bool ok = std::fgets(out, static_cast<int>(size), f) != nullptr;
+  std::fclose(f);
+  if (!ok) return false;
+  out[std::strcspn(out, "\n")] = '\0';
+  return out[0] == '/';
+}
+
+// A device is ours when its sysfs directory names an xroce control socket.
+bool match_device(verbs_sysfs_dev* sysfs_dev) {
+  char control_path[108];
+  return read_control_path(sysfs_dev->ibdev_path, control_path, sizeof(control_path));
+}
+
+verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
+  auto* dev = new (std::nothrow) Device{};
+  if (dev == nullptr) return nullptr;
+  if (!read_control_path(sysfs_dev->ibdev_path, dev->control_path, sizeof(dev->control_path))) {
+    delete dev;
+    return nullptr;
+  }
+  return &dev->vdev;
+}
+
+void uninit_device(verbs_device* vdev) {
+  delete reinterpret_cast<Device*>(vdev);
+}
+
+// The command fd libibverbs opened is our c 1:3 node, on which a write "succeeds" without a
+// response: ibv_create_comp_channel would then hand out an uninitialised fd. Until completion
+// channels have their mechanism (engine/daemon/README.md), put an fd there on which write()
+// fails (EINVAL) and ioctl() fails with ENOTTY, so libibverbs still falls back to sysfs for
+// GIDs and pkeys, and a completion channel fails cleanly.
+int disarm_command_fd(int cmd_fd) {
+  sigset_t none;
+  sigemptyset(&none);
+  const int guard = signalfd(-1, &none, SFD_CLOEXEC);
+  if (guard < 0) return errno;
+  const int rc = dup3(guard, cmd_fd, O_CLOEXEC);
+  const int err = errno;
+  close(guard);
+  return rc < 0 ? err : 0;
+}
+
+int connect_context(Context* ctx, Device* dev) {
+  ctx->state = new (std::nothrow) ContextState;
+  if (ctx->state == nullptr) return ENOMEM;
+  if (int err = ctx->state->control.connect(dev->control_path, kControlTimeoutMs)) {
+    return err == ENOENT || err == ECONNREFUSED ? ENODEV : err;
+  }
+  int events[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) != 0) return errno;
+  control::HelloRequest hello{};
+  std::snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", dev->vdev.device.name);
+  control::HelloReply reply{};
+  const int err = ctx->state->control.call(control::Op::hello, &hello, sizeof(hello), &reply,
+                                           sizeof(reply), events[1]);
+  close(events[1]);
+  if (err != 0) {
+    close(events[0]);
+    return err;
+  }
+  // ibv_get_async_event() reads struct ib_uverbs_async_event_desc records from async_fd; the
+  // daemon writes exactly those (control::AsyncEvent), and EOF when it goes away.
+  ctx->ibv_ctx.context.async_fd = events[0];
+  return 0;
+}
+
+verbs_context* alloc_context(ibv_device* ibdev, int cmd_fd, void* private_data) {
+  (void)private_data;
+  auto* ctx = static_cast<Context*>(
+      abi::init_and_alloc_context(ibdev, cmd_fd, sizeof(Context), offsetof(Context, ibv_ctx)));
+  if (ctx == nullptr) return nullptr;
+  int err = disarm_command_fd(cmd_fd);
+  if (err == 0) err = connect_context(ctx, reinterpret_cast<Device*>(ibdev));
+  if (err != 0) {
+    delete ctx->state;
+    verbs_uninit_context(&ctx->ibv_ctx);
+    std::free(ctx);
+    errno = err;
+    return nullptr;
+  }
+  // One completion vector, as rxe: apps pass comp_vector 0 and check it is below this.
+  ctx->ibv_ctx.context.num_comp_vectors = 1;
+  verbs_set_ops(&ctx->ibv_ctx, &kContextOps);
+  return &ctx->ibv_ctx;
+}
+
+const verbs_device_ops kDeviceOps = {
+    .name = "xroce",
+    .match_min_abi_version = 0,
+    .match_max_abi_version = 0xffffffff,
+    .match_table = kMatchTable,
+    .static_providers = nullptr,
+    .match_device = match_device,
+    .alloc_context = alloc_context,
+    .import_context = nullptr,
+    .alloc_device = alloc_device,
+    .uninit_device = uninit_device,
+};
+
+__attribute__((constructor)) void register_driver() {
+  verbs_register_driver_34(&kDeviceOps);
+}
+
+}  // namespace
+
+void free_context(ibv_context* ibctx) {
+  Context* ctx = to_context(ibctx);
+  delete ctx->state;  // closes the control connection: the daemon releases what we held
+  verbs_uninit_context(&ctx->ibv_ctx);
+  std::free(ctx);
+}
+
+int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
+         void* reply, std::size_t reply_len) {
+  ContextState* state = to_context(ctx)->state;
+  std::lock_guard guard(state->lock);
+  const int err = state->control.call(op, request, request_len, reply, reply_len);
+  return err == ETIMEDOUT ? EIO : err;
+}
+
+}  // namespace xroce::provider
