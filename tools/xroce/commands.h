@@ -11,5 +11,10 @@ struct ExitStatus {
 };
 
 void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
+#ifdef XROCE_HAVE_DEVICE
+void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
+void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc
+void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
+#endif
 
 }  // namespace xroce::cli

@@ -32,6 +32,11 @@ int main(int argc, char** argv) {
   xroce::cli::ExitStatus status;
   register_version(app);
   xroce::cli::register_wire(app, status);
+#ifdef XROCE_HAVE_DEVICE
+  xroce::cli::register_link(app, status);
+  xroce::cli::register_env(app, status);
+  xroce::cli::register_exec(app, status);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,80 @@
+// `xroce env` and `xroce exec -- CMD`: the environment an unmodified verbs program needs to
+// see this namespace's xroce devices (ARCHITECTURE.md decision 2).
+//
+//   SYSFS_PATH     the daemon's sysfs-shaped tree (libibverbs reads devices from there when
+//                  the kernel has no RDMA netlink)
+//   RDMAV_DRIVERS  the provider, when running from a build tree (an installed provider is found
+//                  through /etc/libibverbs.d/xroce.driver)
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.h"
+#include "daemon/run_dir.h"
+#include "daemon_launch.h"
+
+namespace xroce::cli {
+
+namespace {
+
+// libibverbs appends this to a driver path given in RDMAV_DRIVERS.
+constexpr const char* kProviderSuffix = "-rdmav34.so";
+
+std::vector<std::pair<std::string, std::string>> app_environment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  const auto paths = daemon::run_paths_for_current_netns();
+  env.emplace_back("SYSFS_PATH", paths.sysfs_root);
+  // A provider beside this executable (a build tree: bin/ and lib/) wins over an installed
+  // one: libibverbs loads RDMAV_DRIVERS first, and the first provider to register matches.
+  std::error_code ec;
+  const auto lib = std::filesystem::weakly_canonical(self_dir() + "/../lib/libxroce", ec);
+  if (!ec && std::filesystem::exists(lib.string() + kProviderSuffix)) {
+    env.emplace_back("RDMAV_DRIVERS", lib.string());
+  }
+  return env;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+void register_env(CLI::App& app, ExitStatus& status) {
+  (void)status;
+  auto* cmd = app.add_subcommand("env", "Print the environment verbs programs need (eval-able)");
+  cmd->callback([] {
+    for (const auto& [key, value] : app_environment()) {
+      fmt::print("export {}={}\n", key, shell_quote(value));
+    }
+  });
+}
+
+void register_exec(CLI::App& app, ExitStatus& status) {
+  auto* cmd = app.add_subcommand("exec", "Run a command with that environment: xroce exec -- CMD");
+  auto argv = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("command", *argv, "The command and its arguments")->required();
+  cmd->callback([argv, &status] {
+    for (const auto& [key, value] : app_environment())
+      setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (auto& a : *argv)
+      args.push_back(a.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    fmt::print(stderr, "xroce exec: {}: {}\n", (*argv)[0], std::strerror(errno));
+    status.code = 127;
+  });
+}
+
+}  // namespace xroce::cli

@@ -1,0 +1,174 @@
+// `xroce link ...`, modelled on iproute2's `rdma link`:
+//   xroce link add NAME netdev IFNAME [port afxdp|udp] [queues N]
+//   xroce link del NAME
+//   xroce link show [NAME] [--json]
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "daemon_launch.h"
+#include "xroce/control.h"
+
+namespace xroce::cli {
+
+namespace {
+
+struct LinkAddArgs {
+  std::string name;
+  std::vector<std::string> words;  // netdev IFNAME [port KIND] [queues N]
+};
+
+// Parses the iproute2-style keyword/value words; returns an error text or empty.
+std::string parse_link_add(const LinkAddArgs& args, control::LinkAddRequest& request) {
+  if (args.name.empty() || args.name.size() >= sizeof(request.name)) return "bad device name";
+  std::snprintf(request.name, sizeof(request.name), "%s", args.name.c_str());
+  bool have_netdev = false;
+  for (std::size_t i = 0; i < args.words.size(); i += 2) {
+    if (i + 1 >= args.words.size()) return fmt::format("'{}' needs a value", args.words[i]);
+    const std::string& key = args.words[i];
+    const std::string& value = args.words[i + 1];
+    if (key == "netdev") {
+      if (value.empty() || value.size() >= sizeof(request.netdev)) return "bad netdev name";
+      std::snprintf(request.netdev, sizeof(request.netdev), "%s", value.c_str());
+      have_netdev = true;
+    } else if (key == "port") {
+      if (value == "afxdp") {
+        request.port = control::PortKind::afxdp;
+      } else if (value == "udp") {
+        request.port = control::PortKind::udp;
+      } else {
+        return fmt::format("port must be afxdp or udp, not '{}'", value);
+      }
+    } else if (key == "queues") {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || n == 0 || n > 1024) {
+        return fmt::format("queues must be 1..1024, not '{}'", value);
+      }
+      request.queues = static_cast<uint32_t>(n);
+    } else {
+      return fmt::format("unknown keyword '{}'", key);
+    }
+  }
+  return have_netdev ? "" : "netdev IFNAME is required";
+}
+
+int fail(const std::string& what, int err) {
+  fmt::print(stderr, "xroce link: {}: {}\n", what, std::strerror(err));
+  return 1;
+}
+
+void register_add(CLI::App& link, ExitStatus& status) {
+  auto* cmd = link.add_subcommand("add", "Add a device on a netdev (starts xroced if needed)");
+  auto args = std::make_shared<LinkAddArgs>();
+  cmd->add_option("name", args->name, "Device name, e.g. xroce0")->required();
+  cmd->add_option("args", args->words, "netdev IFNAME [port afxdp|udp] [queues N]")->required();
+  cmd->callback([args, &status] {
+    control::LinkAddRequest request{};
+    if (const std::string error = parse_link_add(*args, request); !error.empty()) {
+      fmt::print(stderr, "xroce link add: {}\n", error);
+      status.code = 2;
+      return;
+    }
+    daemon::ControlClient client;
+    std::string error;
+    if (connect_daemon(client, true, error) != 0) {
+      fmt::print(stderr, "xroce link add: {}\n", error);
+      status.code = 1;
+      return;
+    }
+    if (int err = client.call(control::Op::link_add, &request, sizeof(request), nullptr, 0)) {
+      status.code = fail(fmt::format("add {} on {}", args->name, request.netdev), err);
+    }
+  });
+}
+
+void register_del(CLI::App& link, ExitStatus& status) {
+  auto* cmd = link.add_subcommand("del", "Delete a device");
+  auto name = std::make_shared<std::string>();
+  cmd->add_option("name", *name, "Device name")->required();
+  cmd->callback([name, &status] {
+    control::LinkDelRequest request{};
+    std::snprintf(request.name, sizeof(request.name), "%s", name->c_str());
+    daemon::ControlClient client;
+    std::string error;
+    if (connect_daemon(client, false, error) != 0) {
+      fmt::print(stderr, "xroce link del: {}\n", error);
+      status.code = 1;
+      return;
+    }
+    if (int err = client.call(control::Op::link_del, &request, sizeof(request), nullptr, 0)) {
+      status.code = fail(fmt::format("del {}", *name), err);
+    }
+  });
+}
+
+void print_link(const nlohmann::json& link) {
+  fmt::print("link {}/{} state {} physical_state {} netdev {} uverbs {} mtu {} port {}",
+             link.value("ifname", ""), link.value("port", 1), link.value("state", ""),
+             link.value("physical_state", ""), link.value("netdev", ""), link.value("uverbs", ""),
+             link.value("mtu", 0), link.value("port_kind", ""));
+  fmt::print(" queues {} datapath {}\n", link.value("queues", 0), link.value("datapath", ""));
+  for (const auto& gid : link.value("gids", nlohmann::json::array())) {
+    fmt::print("    gid {} {} {}\n", gid.value("index", 0), gid.value("gid", ""),
+               gid.value("type", ""));
+  }
+}
+
+void register_show(CLI::App& link, ExitStatus& status) {
+  auto* cmd = link.add_subcommand("show", "Show devices");
+  struct Args {
+    std::string name;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("name", args->name, "Only this device");
+  cmd->add_flag("--json,-j", args->json, "Print as JSON");
+  cmd->callback([args, &status] {
+    daemon::ControlClient client;
+    std::string error;
+    std::string text = "[]";
+    if (connect_daemon(client, false, error) == 0) {
+      if (int err = client.call_text(control::Op::link_show, nullptr, 0, text)) {
+        status.code = fail("show", err);
+        return;
+      }
+    }
+    auto links = nlohmann::json::parse(text, nullptr, false);
+    if (!links.is_array()) {
+      status.code = fail("show", EPROTO);
+      return;
+    }
+    nlohmann::json shown = nlohmann::json::array();
+    for (const auto& l : links) {
+      if (args->name.empty() || l.value("ifname", "") == args->name) shown.push_back(l);
+    }
+    if (!args->name.empty() && shown.empty()) {
+      status.code = fail(fmt::format("show {}", args->name), ENODEV);
+      return;
+    }
+    if (args->json) {
+      fmt::print("{}\n", shown.dump());
+      return;
+    }
+    for (const auto& l : shown)
+      print_link(l);
+  });
+}
+
+}  // namespace
+
+void register_link(CLI::App& app, ExitStatus& status) {
+  auto* link = app.add_subcommand("link", "Devices: add, del, show");
+  link->require_subcommand(1);
+  register_add(*link, status);
+  register_del(*link, status);
+  register_show(*link, status);
+}
+
+}  // namespace xroce::cli
