@@ -36,12 +36,13 @@ enum class EventKind : std::uint8_t {
   kArrive,  // a frame reached the far end of the port's wire
 };
 
+// Small, so the heap moves little; an arriving frame waits in Impl::in_flight[slot].
 struct Event {
   TimeNs at = 0;
   std::uint64_t seq = 0;  // ties at the same time run in scheduling order
-  EventKind kind = EventKind::kTxDone;
   PortId port = 0;
-  Packet packet;
+  std::uint32_t slot = 0;  // kArrive only
+  EventKind kind = EventKind::kTxDone;
 };
 
 // Min-heap order for std::push_heap/pop_heap.
@@ -102,7 +103,9 @@ struct Network::Impl {
   std::uint64_t seed = 0;
   std::vector<NodeState> nodes;
   std::vector<PortState> ports;
-  std::vector<Event> events;  // a heap ordered by EventLater
+  std::vector<Event> events;      // a heap ordered by EventLater
+  std::vector<Packet> in_flight;  // frames on the wire, indexed by Event::slot
+  std::vector<std::uint32_t> free_slots;
   std::uint64_t next_seq = 0;
   std::uint64_t next_packet_id = 0;
 
@@ -123,9 +126,28 @@ struct Network::Impl {
     return ports[id];
   }
 
-  void schedule(TimeNs at, EventKind kind, PortId port_id, Packet packet = {}) {
-    events.push_back(Event{at, next_seq++, kind, port_id, std::move(packet)});
+  void schedule(TimeNs at, EventKind kind, PortId port_id, std::uint32_t slot = 0) {
+    events.push_back(Event{at, next_seq++, port_id, slot, kind});
     std::push_heap(events.begin(), events.end(), EventLater{});
+  }
+
+  void schedule_arrival(TimeNs at, PortId port_id, Packet packet) {
+    std::uint32_t slot;
+    if (free_slots.empty()) {
+      slot = static_cast<std::uint32_t>(in_flight.size());
+      in_flight.push_back(std::move(packet));
+    } else {
+      slot = free_slots.back();
+      free_slots.pop_back();
+      in_flight[slot] = std::move(packet);
+    }
+    schedule(at, EventKind::kArrive, port_id, slot);
+  }
+
+  Packet take_in_flight(std::uint32_t slot) {
+    Packet packet = std::move(in_flight[slot]);
+    free_slots.push_back(slot);
+    return packet;
   }
 
   Event pop_event() {
@@ -285,9 +307,9 @@ struct Network::Impl {
     }
     if (duplicate) {
       ++p.stats.duplicated;
-      schedule(arrival, EventKind::kArrive, id, packet);
+      schedule_arrival(arrival, id, packet);
     }
-    schedule(arrival, EventKind::kArrive, id, std::move(packet));
+    schedule_arrival(arrival, id, std::move(packet));
   }
 
   std::optional<PortId> route(NodeState& sw, const Frame& frame) {
@@ -324,9 +346,9 @@ struct Network::Impl {
     }
   }
 
-  void process(Event ev) {
+  void process(const Event& ev) {
     if (ev.kind == EventKind::kArrive) {
-      arrive(ev.port, std::move(ev.packet), ev.at);
+      arrive(ev.port, take_in_flight(ev.slot), ev.at);
       return;
     }
     PortState& p = port(ev.port);
@@ -446,7 +468,7 @@ bool Network::step() {
   if (impl_->events.empty()) return false;
   Event ev = impl_->pop_event();
   now_ = std::max(now_, ev.at);
-  impl_->process(std::move(ev));
+  impl_->process(ev);
   return true;
 }
 
