@@ -10,7 +10,11 @@
 #include <sys/vfs.h>
 #include <xdp/libxdp.h>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -48,6 +52,31 @@ std::vector<std::uint32_t> find_ours(int ifindex, xdp_attach_mode* mode) {
   return ids;
 }
 
+// Observed with libxdp 1.3.1 in its single-program (legacy) mode, which it falls back to when
+// the dispatcher cannot load: xdp_program__close and xdp_multiprog__close leave duplicated
+// program fds open, and an open fd pins the program in the kernel after its detach. Once
+// libxdp is done with a program, this closes every fd of this process that still refers to
+// that program id (and only those).
+void close_leaked_program_fds(std::uint32_t prog_id) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  std::vector<int> leaked;
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2 || fd == dirfd(dir)) continue;
+    char link[64] = {};
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (readlink(path.c_str(), link, sizeof(link) - 1) < 0) continue;
+    if (std::strcmp(link, "anon_inode:bpf-prog") != 0) continue;
+    bpf_prog_info info{};
+    std::uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.id == prog_id) leaked.push_back(fd);
+  }
+  closedir(dir);
+  for (int fd : leaked)
+    close(fd);
+}
+
 }  // namespace
 
 Result<int, PortError> ensure_bpffs_mounted() {
@@ -68,6 +97,7 @@ Result<int, PortError> XdpSteering::remove_stale(int ifindex) {
     if (libxdp_get_error(p) || !p) continue;  // gone meanwhile
     const int rc = xdp_program__detach(p, ifindex, mode, 0);
     xdp_program__close(p);
+    close_leaked_program_fds(id);
     if (rc < 0) return xdp_error(fmt::format("detach stale program id {}", id), -rc);
     ++removed;
   }
@@ -122,11 +152,13 @@ Result<int, PortError> XdpSteering::load_and_attach(XdpAttachMode mode) {
 }
 
 XdpSteering::~XdpSteering() {
+  const std::uint32_t id = program_id();
   if (prog_) {
     xdp_program__detach(prog_, ifindex_, native_ ? XDP_MODE_NATIVE : XDP_MODE_SKB, 0);
     xdp_program__close(prog_);
   }
   if (skel_) xroce_steer__destroy(skel_);
+  if (id != 0) close_leaked_program_fds(id);
 }
 
 std::uint32_t XdpSteering::program_id() const {
