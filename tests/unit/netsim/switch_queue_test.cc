@@ -42,7 +42,7 @@ struct EcnRun {
   PortStats egress;
 };
 
-EcnRun run_bursts(std::uint8_t traffic_class, bool ecn_enabled) {
+EcnRun run_bursts(std::uint8_t traffic_class, bool ecn_enabled, std::size_t bursts = kBursts) {
   Network net(kSeed);
   const NodeId a = net.add_host(host_config(1));
   const NodeId b = net.add_host(host_config(2));
@@ -57,7 +57,7 @@ EcnRun run_bursts(std::uint8_t traffic_class, bool ecn_enabled) {
   net.connect(a, sw, fast);
   const Link out = net.connect(sw, b, slow, fast);
   EcnRun run;
-  for (std::size_t burst = 0; burst < kBursts; ++burst) {
+  for (std::size_t burst = 0; burst < bursts; ++burst) {
     for (std::uint32_t j = 0; j < kBurst; ++j) {
       net.send(net.now(), a,
                make_frame({.traffic_class = traffic_class, .psn = j, .payload = 942}));
@@ -99,8 +99,9 @@ TEST(NetsimEcn, MarksNothingAtOrBelowKminSomeBetweenAllAboveKmax) {
 }
 
 TEST(NetsimEcn, NeverMarksNotEctFramesOrWhenDisabled) {
-  const EcnRun not_ect = run_bursts(0x00, true);
-  const EcnRun disabled = run_bursts(0x02, false);
+  // 200 bursts: 4000 frames above Kmax that would all be marked if they were ECT.
+  const EcnRun not_ect = run_bursts(0x00, true, 200);
+  const EcnRun disabled = run_bursts(0x02, false, 200);
   for (std::size_t j = 0; j < kBurst; ++j) {
     EXPECT_EQ(not_ect.ce_at[j], 0u);
     EXPECT_EQ(disabled.ce_at[j], 0u);
