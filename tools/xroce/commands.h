@@ -16,5 +16,8 @@ void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
 void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc
 void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
 #endif
+#ifdef XROCE_HAVE_PORTS
+void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc
+#endif
 
 }  // namespace xroce::cli

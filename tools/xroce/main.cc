@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   xroce::cli::register_env(app, status);
   xroce::cli::register_exec(app, status);
 #endif
+#ifdef XROCE_HAVE_PORTS
+  xroce::cli::register_bench(app, status);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Packet rate of the AF_XDP port, the UDP (io_uring) port and kernel UDP sockets
+# (sendmmsg/recvmmsg, the baseline) between two namespaces joined by a veth pair, MTU 9000,
+# at the given frame sizes, all in the same run. Needs root. Not a test: it prints figures.
+#   tools/udp_baseline/bench-ports.sh [BUILD_DIR] [SIZES...]     (default: build 64 4096)
+set -euo pipefail
+build=${1:-build}
+shift || true
+sizes=("$@")
+[[ ${#sizes[@]} -gt 0 ]] || sizes=(64 4096)
+bin=$(cd "$build/bin" && pwd)
+tag=xrbench-$$
+ns_a=$tag-a ns_b=$tag-b
+if_a=xba$$ if_b=xbb$$
+ip_a=198.18.200.1 ip_b=198.18.200.2
+out=$(mktemp -d)
+cleanup() {
+  ip netns del "$ns_a" 2>/dev/null || true
+  ip netns del "$ns_b" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+ip netns add "$ns_a"
+ip netns add "$ns_b"
+ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b"
+ip -n "$ns_a" link set "$if_a" mtu 9000 up
+ip -n "$ns_b" link set "$if_b" mtu 9000 up
+ip -n "$ns_a" addr add $ip_a/24 dev "$if_a"
+ip -n "$ns_b" addr add $ip_b/24 dev "$if_b"
+mac_b=$(ip -n "$ns_b" -br link show dev "$if_b" | awk '{print $3}')
+mac_a=$(ip -n "$ns_a" -br link show dev "$if_a" | awk '{print $3}')
+ip -n "$ns_a" neigh replace $ip_b lladdr "$mac_b" dev "$if_a" nud permanent
+ip -n "$ns_b" neigh replace $ip_a lladdr "$mac_a" dev "$if_b" nud permanent
+
+# nsenter keeps the host's /sys (and its bpffs), unlike `ip netns exec`.
+in_ns() { local ns=$1; shift; nsenter --net=/var/run/netns/"$ns" "$@"; }
+
+wait_ready() {  # the receiver prints "ready" on stderr once it listens
+  for _ in $(seq 1 200); do
+    grep -q '^ready' "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "receiver did not start:"; cat "$1"; return 1
+}
+
+run_pair() {  # kind size frames
+  local kind=$1 size=$2 frames=$3 rx tx
+  if [[ $kind == baseline ]]; then
+    rx=("$bin/xroce-udp-baseline" --role rx)
+    tx=("$bin/xroce-udp-baseline" --role tx --dst $ip_b)
+  else
+    rx=("$bin/xroce" bench port --dev "$if_b" --port "$kind" --role rx)
+    tx=("$bin/xroce" bench port --dev "$if_a" --port "$kind" --role tx --dst $ip_b --dst-mac "$mac_b")
+  fi
+  in_ns "$ns_b" "${rx[@]}" --frames "$frames" --size "$size" --idle-ms 1000 --json \
+    >"$out/rx.json" 2>"$out/rx.err" &
+  local rx_pid=$!
+  wait_ready "$out/rx.err"
+  in_ns "$ns_a" "${tx[@]}" --frames "$frames" --size "$size" --json >"$out/tx.json" 2>"$out/tx.err"
+  wait $rx_pid
+  /usr/bin/python3 - "$kind" "$size" "$out/tx.json" "$out/rx.json" <<'PY'
+import json, sys
+kind, size, txf, rxf = sys.argv[1:]
+tx = json.load(open(txf)); rx = json.load(open(rxf))
+lost = tx["packets"] - rx["packets"]
+print(f"{kind:9} {size:>5} B  mode {rx['mode']:<18} tx {tx['pps']/1e6:7.3f} Mpps  "
+      f"rx {rx['pps']/1e6:7.3f} Mpps {rx['gbps']:7.2f} Gbit/s  sent {tx['packets']} "
+      f"received {rx['packets']} lost {lost} rx-drops {rx['drops']}")
+PY
+}
+
+for size in "${sizes[@]}"; do
+  frames=1000000
+  [[ $size -gt 1500 ]] && frames=200000
+  for kind in baseline udp afxdp; do
+    run_pair $kind "$size" $frames
+  done
+done

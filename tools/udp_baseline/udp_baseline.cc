@@ -1,0 +1,220 @@
+// xroce-udp-baseline: the kernel-socket baseline for `xroce bench port`. Sends or receives
+// UDP datagrams with sendmmsg/recvmmsg, sized so that the frame on the wire has --size bytes
+// (Ethernet to the end of the UDP payload, like a RoCEv2 frame), and prints the same figures.
+#include <arpa/inet.h>
+#include <fmt/core.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned kBatch = 64;
+constexpr std::size_t kEthIpv4UdpBytes = 14 + 20 + 8;
+constexpr std::size_t kEthIpv6UdpBytes = 14 + 40 + 8;
+constexpr int kSocketBufferBytes = 4 << 20;
+
+struct Options {
+  std::string role = "rx";
+  std::string dst;
+  std::uint16_t port = 4791;
+  std::uint64_t frames = 1000000;
+  std::size_t size = 64;
+  int idle_ms = 2000;
+  int start_timeout_ms = 30000;
+  bool v6 = false;
+  bool json = false;
+};
+
+struct Result {
+  std::uint64_t packets = 0;
+  std::uint64_t bytes = 0;  // frame bytes, counted like the ports count them
+  double seconds = 0;
+  std::uint64_t drops = 0;
+};
+
+int open_socket(const Options& o) {
+  const int fd = socket(o.v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+  return fd;
+}
+
+Result run_tx(int fd, const Options& o, std::size_t payload) {
+  sockaddr_storage dst{};
+  socklen_t dst_len = 0;
+  if (o.v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&dst);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(o.port);
+    inet_pton(AF_INET6, o.dst.c_str(), &a->sin6_addr);
+    dst_len = sizeof(*a);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&dst);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(o.port);
+    inet_pton(AF_INET, o.dst.c_str(), &a->sin_addr);
+    dst_len = sizeof(*a);
+  }
+  std::vector<std::uint8_t> data(payload, 0xAB);
+  std::vector<iovec> iov(kBatch, iovec{data.data(), data.size()});
+  std::vector<mmsghdr> msgs(kBatch);
+  for (unsigned i = 0; i < kBatch; ++i) {
+    msgs[i].msg_hdr = {};
+    msgs[i].msg_hdr.msg_name = &dst;
+    msgs[i].msg_hdr.msg_namelen = dst_len;
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  Result r;
+  const auto start = Clock::now();
+  while (r.packets < o.frames) {
+    const auto n = static_cast<unsigned>(std::min<std::uint64_t>(kBatch, o.frames - r.packets));
+    const int sent = sendmmsg(fd, msgs.data(), n, 0);
+    if (sent < 0) {
+      if (errno == EINTR || errno == ENOBUFS || errno == EAGAIN) continue;
+      break;
+    }
+    r.packets += static_cast<std::uint64_t>(sent);
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+Result run_rx(int fd, const Options& o, std::size_t frame_overhead) {
+  constexpr std::size_t kMaxDatagram = 9000;
+  std::vector<std::uint8_t> buffers(std::size_t{kBatch} * kMaxDatagram);
+  std::vector<iovec> iov(kBatch);
+  std::vector<mmsghdr> msgs(kBatch);
+  std::vector<std::array<std::uint8_t, 64>> control(kBatch);
+  Result r;
+  std::optional<Clock::time_point> first, last;
+  const auto start = Clock::now();
+  std::uint32_t kernel_drops = 0;
+  while (r.packets < o.frames) {
+    for (unsigned i = 0; i < kBatch; ++i) {
+      iov[i] = {buffers.data() + std::size_t{i} * kMaxDatagram, kMaxDatagram};
+      msgs[i].msg_hdr = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_control = control[i].data();
+      msgs[i].msg_hdr.msg_controllen = control[i].size();
+    }
+    const int got = recvmmsg(fd, msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
+    const auto now = Clock::now();
+    if (got <= 0) {
+      const int limit_ms = last ? o.idle_ms : o.start_timeout_ms;
+      if (now - last.value_or(start) > std::chrono::milliseconds(limit_ms)) break;
+      pollfd p{fd, POLLIN, 0};
+      poll(&p, 1, 1);
+      continue;
+    }
+    if (!first) first = now;
+    last = now;
+    for (int i = 0; i < got; ++i) {
+      r.bytes += msgs[i].msg_len + frame_overhead;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+          std::memcpy(&kernel_drops, CMSG_DATA(c), sizeof(kernel_drops));
+        }
+      }
+    }
+    r.packets += static_cast<std::uint64_t>(got);
+  }
+  if (first && last) r.seconds = std::chrono::duration<double>(*last - *first).count();
+  r.drops = kernel_drops;
+  return r;
+}
+
+int run(const Options& o) {
+  const std::size_t overhead = o.v6 ? kEthIpv6UdpBytes : kEthIpv4UdpBytes;
+  const std::size_t payload = o.size > overhead ? o.size - overhead : 0;
+  const int fd = open_socket(o);
+  if (fd < 0) {
+    fmt::print(stderr, "xroce-udp-baseline: socket: {}\n", std::strerror(errno));
+    return 1;
+  }
+  Result r;
+  if (o.role == "tx") {
+    r = run_tx(fd, o, payload);
+    r.bytes = r.packets * (payload + overhead);
+  } else {
+    sockaddr_storage any{};
+    socklen_t len = 0;
+    if (o.v6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&any);
+      a->sin6_family = AF_INET6;
+      a->sin6_port = htons(o.port);
+      len = sizeof(*a);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&any);
+      a->sin_family = AF_INET;
+      a->sin_port = htons(o.port);
+      len = sizeof(*a);
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&any), len) < 0) {
+      fmt::print(stderr, "xroce-udp-baseline: bind port {}: {}\n", o.port, std::strerror(errno));
+      close(fd);
+      return 1;
+    }
+    fmt::print(stderr, "ready: kernel UDP socket on port {}\n", o.port);
+    r = run_rx(fd, o, overhead);
+  }
+  close(fd);
+  const double pps = r.seconds > 0 ? static_cast<double>(r.packets) / r.seconds : 0;
+  const double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) * 8 / r.seconds / 1e9 : 0;
+  if (o.json) {
+    fmt::print("{}\n", nlohmann::json{{"role", o.role},
+                                      {"port", "kernel-udp"},
+                                      {"mode", "sendmmsg/recvmmsg"},
+                                      {"packets", r.packets},
+                                      {"bytes", r.bytes},
+                                      {"seconds", r.seconds},
+                                      {"pps", pps},
+                                      {"gbps", gbps},
+                                      {"drops", r.drops},
+                                      {"frame_bytes", payload + overhead}}
+                           .dump());
+  } else {
+    fmt::print("{} kernel-udp: {} packets, {} bytes ({}-byte frames) in {:.3f} s\n", o.role,
+               r.packets, r.bytes, payload + overhead, r.seconds);
+    fmt::print("  rate {:.0f} packets/s, {:.3f} Gbit/s, drops {}\n", pps, gbps, r.drops);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"xroce-udp-baseline: kernel UDP sockets with sendmmsg/recvmmsg"};
+  Options o;
+  app.add_option("--role", o.role, "Send or receive")->check(CLI::IsMember({"tx", "rx"}));
+  app.add_option("--dst", o.dst, "Destination IP address (tx)");
+  app.add_option("--port", o.port, "UDP port");
+  app.add_option("--frames", o.frames, "Datagrams to send, or to receive before stopping");
+  app.add_option("--size", o.size, "Frame size on the wire (Ethernet header to UDP payload end)");
+  app.add_option("--idle-ms", o.idle_ms, "rx: stop after this long without a datagram");
+  app.add_option("--start-timeout-ms", o.start_timeout_ms, "rx: wait this long for the first");
+  app.add_flag("--ipv6", o.v6, "Use IPv6");
+  app.add_flag("--json", o.json, "Print as JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (o.role == "tx" && o.dst.empty()) {
+    fmt::print(stderr, "xroce-udp-baseline: --role tx needs --dst\n");
+    return 1;
+  }
+  return run(o);
+}
