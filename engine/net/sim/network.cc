@@ -71,7 +71,10 @@ struct PortState {
   std::uint32_t frames_held_downstream = 0;  // > 0: this port is paused
   TimeNs pause_started = 0;
   PortStats stats;
-  std::vector<QueueDepthSample> depth_samples;
+  DepthHistogram depth_histogram;
+  std::optional<TimeNs> series_interval_ns;
+  TimeNs next_series_at = 0;
+  std::vector<QueueDepthSample> depth_series;
   std::optional<FlowTrace> trace;
 };
 
@@ -162,8 +165,16 @@ struct Network::Impl {
     return cap == 0 || p.queue_bytes == 0 || p.queue_bytes + bytes <= cap;
   }
 
+  // The depth an arriving frame finds.
   void sample_depth(PortState& p, TimeNs now) {
-    p.depth_samples.push_back(QueueDepthSample{now, p.queue_bytes});
+    ++p.depth_histogram[p.queue_bytes];
+    record_series(p, now);
+  }
+
+  void record_series(PortState& p, TimeNs now) {
+    if (!p.series_interval_ns || now < p.next_series_at) return;
+    p.depth_series.push_back(QueueDepthSample{now, p.queue_bytes});
+    p.next_series_at = now + *p.series_interval_ns;
   }
 
   // Puts an admitted frame into the queue: ECN marking on enqueue, then start sending if idle.
@@ -269,6 +280,7 @@ struct Network::Impl {
     Packet packet = std::move(p.queue.front());
     p.queue.pop_front();
     p.queue_bytes -= packet.bytes.size();
+    record_series(p, now);
     p.busy = true;
     const LinkConfig& link = p.config.link;
     const TimeNs done =
@@ -557,16 +569,34 @@ bool Network::paused(PortId port) const {
 }
 
 QueueDepthSummary Network::queue_depth(PortId port) const {
-  const auto& samples = impl_->port(port).depth_samples;
-  std::vector<std::uint64_t> depths;
-  depths.reserve(samples.size());
-  for (const auto& s : samples)
-    depths.push_back(s.bytes);
-  return summarize_depths(std::move(depths));
+  return summarize_depths(impl_->port(port).depth_histogram);
+}
+
+const DepthHistogram& Network::queue_depth_histogram(PortId port) const {
+  return impl_->port(port).depth_histogram;
+}
+
+void Network::enable_depth_series(PortId port, TimeNs interval_ns) {
+  PortState& p = impl_->port(port);
+  p.series_interval_ns = interval_ns;
+  p.next_series_at = now_;
 }
 
 const std::vector<QueueDepthSample>& Network::queue_depth_samples(PortId port) const {
-  return impl_->port(port).depth_samples;
+  return impl_->port(port).depth_series;
+}
+
+void Network::clear_stats() {
+  for (auto& p : impl_->ports) {
+    p.stats = PortStats{};
+    if (p.frames_held_downstream > 0) p.pause_started = now_;
+    p.depth_histogram.clear();
+    p.depth_series.clear();
+    p.next_series_at = now_;
+    if (p.trace) p.trace = FlowTrace{p.trace->key, p.trace->bin_ns, {}, {}};
+  }
+  for (auto& n : impl_->nodes)
+    n.switch_stats = SwitchStats{};
 }
 
 void Network::enable_flow_trace(PortId port, FlowKey key, TimeNs bin_ns) {
@@ -589,22 +619,33 @@ double ecn_marking_probability(const EcnConfig& ecn, std::uint64_t depth_bytes) 
   return ecn.pmax * static_cast<double>(depth_bytes - ecn.kmin_bytes) / span;
 }
 
-QueueDepthSummary summarize_depths(std::vector<std::uint64_t> depths) {
+QueueDepthSummary summarize_depths(const DepthHistogram& histogram) {
   QueueDepthSummary s;
-  if (depths.empty()) return s;
-  std::sort(depths.begin(), depths.end());
-  const std::size_t n = depths.size();
-  // Nearest rank: the smallest sample with at least pct% of the samples at or below it.
-  const auto rank = [&](std::size_t pct) {
-    const std::size_t r = (pct * n + 99) / 100;
-    return depths[r == 0 ? 0 : r - 1];
+  for (const auto& [depth, count] : histogram)
+    s.samples += count;
+  if (s.samples == 0) return s;
+  // Nearest rank: the smallest depth with at least pct% of the samples at or below it.
+  const auto rank = [&](std::uint64_t pct) {
+    const std::uint64_t r = std::max<std::uint64_t>(1, (pct * s.samples + 99) / 100);
+    std::uint64_t seen = 0;
+    for (const auto& [depth, count] : histogram) {
+      seen += count;
+      if (seen >= r) return depth;
+    }
+    return histogram.rbegin()->first;
   };
-  s.samples = n;
   s.p50_bytes = rank(50);
   s.p95_bytes = rank(95);
   s.p99_bytes = rank(99);
-  s.max_bytes = depths.back();
+  s.max_bytes = histogram.rbegin()->first;
   return s;
+}
+
+QueueDepthSummary summarize_depths(const std::vector<std::uint64_t>& depths) {
+  DepthHistogram histogram;
+  for (const auto d : depths)
+    ++histogram[d];
+  return summarize_depths(histogram);
 }
 
 }  // namespace xroce::net::sim

@@ -139,6 +139,10 @@ struct PortStats {
 };
 
 // Queue depth as seen by each frame arriving at a port's egress queue (before it is added).
+// Exact counts: depth in bytes -> arrivals that found it. Memory grows with distinct depths,
+// not with frames.
+using DepthHistogram = std::map<std::uint64_t, std::uint64_t>;
+
 struct QueueDepthSummary {
   std::uint64_t samples = 0;
   std::uint64_t p50_bytes = 0;  // nearest-rank percentiles
@@ -253,8 +257,19 @@ class Network {
   std::uint64_t queue_bytes(PortId port) const;  // waiting now (not the frame on the wire)
   std::size_t queue_frames(PortId port) const;
   bool paused(PortId port) const;
+  // Percentiles of the depth every arriving frame found (since construction or clear_stats).
   QueueDepthSummary queue_depth(PortId port) const;
-  const std::vector<QueueDepthSample>& queue_depth_samples(PortId port) const;
+  const DepthHistogram& queue_depth_histogram(PortId port) const;
+  // Starts recording a depth time series for plots: (time, bytes waiting) at arrivals (before
+  // the frame is added) and departures (after it is removed), at most one sample per
+  // interval_ns (0: every change). Off by default, since a long run would keep one sample per
+  // frame.
+  void enable_depth_series(PortId port, TimeNs interval_ns);
+  const std::vector<QueueDepthSample>& queue_depth_samples(PortId port) const;  // the series
+  // Zeroes every port and switch counter, depth histogram, series and flow trace (series and
+  // traces stay enabled), e.g. to measure a steady state after a warm-up. Queues, pauses and
+  // frames in flight are untouched; an ongoing pause counts from now().
+  void clear_stats();
   // Starts recording per-flow bytes for frames serialised by `port`, from now on.
   void enable_flow_trace(PortId port, FlowKey key, TimeNs bin_ns);
   const FlowTrace* flow_trace(PortId port) const;  // nullptr if not enabled
@@ -268,7 +283,8 @@ class Network {
 // The RED marking probability above for a queue of `depth_bytes` (what the CP applies).
 double ecn_marking_probability(const EcnConfig& ecn, std::uint64_t depth_bytes);
 
-// Percentiles of a set of samples (nearest rank); all zero for no samples.
-QueueDepthSummary summarize_depths(std::vector<std::uint64_t> depths);
+// Percentiles (nearest rank) of a histogram or a set of samples; all zero for no samples.
+QueueDepthSummary summarize_depths(const DepthHistogram& histogram);
+QueueDepthSummary summarize_depths(const std::vector<std::uint64_t>& depths);
 
 }  // namespace xroce::net::sim

@@ -194,8 +194,15 @@ TEST(NetsimNetwork, QueueDepthPercentilesAreNearestRank) {
   EXPECT_EQ(s.p95_bytes, 95u);
   EXPECT_EQ(s.p99_bytes, 99u);
   EXPECT_EQ(s.max_bytes, 100u);
-  EXPECT_EQ(summarize_depths({}).samples, 0u);
-  EXPECT_EQ(summarize_depths({7}).p50_bytes, 7u);
+  EXPECT_EQ(summarize_depths(DepthHistogram{}).samples, 0u);
+  EXPECT_EQ(summarize_depths(std::vector<std::uint64_t>{7}).p50_bytes, 7u);
+  // The histogram form gives the same answer.
+  DepthHistogram h;
+  for (auto d : v)
+    ++h[d];
+  EXPECT_EQ(summarize_depths(h).p95_bytes, 95u);
+  EXPECT_EQ(summarize_depths(DepthHistogram{{10, 98}, {500, 2}}).p99_bytes, 500u);
+  EXPECT_EQ(summarize_depths(DepthHistogram{{10, 99}, {500, 1}}).p99_bytes, 10u);
 }
 
 TEST(NetsimNetwork, QueueDepthIsSampledOnEveryArrival) {
@@ -203,19 +210,54 @@ TEST(NetsimNetwork, QueueDepthIsSampledOnEveryArrival) {
   const NodeId a = net.add_host(host_config(1));
   const NodeId b = net.add_host(host_config(2));
   net.connect(a, b, link_of(1'000'000'000, 0));
+  const PortId port = net.host_port(a);
+  net.enable_depth_series(port, 0);
+  const std::uint64_t size = make_frame({.payload = 84}).size();  // 1136 ns each at 1 Gb/s
   for (int i = 0; i < 4; ++i)
-    net.send(0, a, make_frame({.payload = 84}));  // 142-byte frames
-  const std::uint64_t size = make_frame({.payload = 84}).size();
-  const auto& samples = net.queue_depth_samples(net.host_port(a));
-  ASSERT_EQ(samples.size(), 4u);
+    net.send(0, a, make_frame({.payload = 84}));
   // The first goes onto the wire at once; the others find 0, 1, 2 frames waiting.
-  EXPECT_EQ(samples[0].bytes, 0u);
-  EXPECT_EQ(samples[1].bytes, 0u);
-  EXPECT_EQ(samples[2].bytes, size);
-  EXPECT_EQ(samples[3].bytes, 2 * size);
-  EXPECT_EQ(net.queue_depth(net.host_port(a)).max_bytes, 2 * size);
-  EXPECT_EQ(net.queue_bytes(net.host_port(a)), 3 * size);
-  EXPECT_EQ(net.queue_frames(net.host_port(a)), 3u);
+  EXPECT_EQ(net.queue_depth_histogram(port), (DepthHistogram{{0, 2}, {size, 1}, {2 * size, 1}}));
+  EXPECT_EQ(net.queue_depth(port).max_bytes, 2 * size);
+  EXPECT_EQ(net.queue_depth(port).p50_bytes, 0u);
+  EXPECT_EQ(net.queue_bytes(port), 3 * size);
+  EXPECT_EQ(net.queue_frames(port), 3u);
+  net.run_until_idle();
+  // The series: arrival 0 (0), departure of frame 0 (0), arrivals (0, size, 2 size), then
+  // departures at 1136, 2272, 3408 ns leaving 2, 1, 0 frames.
+  std::vector<std::pair<TimeNs, std::uint64_t>> series;
+  for (const auto& s : net.queue_depth_samples(port))
+    series.emplace_back(s.at, s.bytes);
+  const std::vector<std::pair<TimeNs, std::uint64_t>> expected = {
+      {0, 0}, {0, 0}, {0, 0}, {0, size}, {0, 2 * size}, {1136, 2 * size}, {2272, size}, {3408, 0}};
+  EXPECT_EQ(series, expected);
+}
+
+TEST(NetsimNetwork, DepthSeriesIsThrottledAndStatsClear) {
+  Network net(1);
+  const NodeId a = net.add_host(host_config(1));
+  const NodeId b = net.add_host(host_config(2));
+  const Link link = net.connect(a, b, link_of(1'000'000'000, 0));
+  net.enable_depth_series(link.a_to_b, 2'000);
+  net.enable_flow_trace(link.a_to_b, FlowKey::kSourceNode, 1'000);
+  for (int i = 0; i < 4; ++i)
+    net.send(0, a, make_frame({.payload = 84}));
+  net.run_until_idle();
+  // Samples at 0, then the first change at or after 2000 (2272), none after (3408 < 4272).
+  ASSERT_EQ(net.queue_depth_samples(link.a_to_b).size(), 2u);
+  EXPECT_EQ(net.queue_depth_samples(link.a_to_b)[1].at, 2272u);
+  EXPECT_EQ(net.stats(link.a_to_b).sent, 4u);
+  net.clear_stats();
+  EXPECT_EQ(net.stats(link.a_to_b).sent, 0u);
+  EXPECT_EQ(net.stats(link.a_to_b).delivered, 0u);
+  EXPECT_EQ(net.queue_depth(link.a_to_b).samples, 0u);
+  EXPECT_TRUE(net.queue_depth_samples(link.a_to_b).empty());
+  ASSERT_NE(net.flow_trace(link.a_to_b), nullptr);
+  EXPECT_TRUE(net.flow_trace(link.a_to_b)->total_bytes.empty());
+  net.send(net.now(), a, make_frame({.payload = 84}));
+  net.run_until_idle();
+  EXPECT_EQ(net.stats(link.a_to_b).sent, 1u);
+  EXPECT_EQ(net.queue_depth(link.a_to_b).samples, 1u);
+  EXPECT_EQ(net.flow_trace(link.a_to_b)->total_bytes.at(a), make_frame({.payload = 84}).size());
 }
 
 TEST(NetsimNetwork, FlowTraceCountsBytesPerSourceAndPerUdpPortInBins) {
