@@ -71,6 +71,7 @@ int ControlServer::start() {
   if (ftruncate(lock_fd_, 0) != 0 || write(lock_fd_, pid.data(), pid.size()) < 0) return errno;
 
   tree_.clear_stale();
+  reclaim_stale_device_nodes();
   unlink(paths_.control_socket.c_str());
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return errno;

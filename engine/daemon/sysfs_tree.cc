@@ -1,14 +1,18 @@
 #include "daemon/sysfs_tree.h"
 
+#include "daemon/run_dir.h"
+
 #include "xroce/control.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -46,10 +50,6 @@ std::string SysfsTree::ibdev_dir(const std::string& ibdev) const {
 
 void SysfsTree::clear_stale() {
   std::error_code ec;
-  const fs::path verbs_dir = fs::path(root_) / "class/infiniband_verbs";
-  for (const auto& entry : fs::directory_iterator(verbs_dir, ec)) {
-    if (entry.is_directory()) remove_device_node(entry.path().filename().string());
-  }
   fs::remove_all(root_, ec);
 }
 
@@ -119,13 +119,69 @@ void SysfsTree::remove_device(const std::string& ibdev, const std::string& uverb
   fs::remove_all(ibdev_dir(ibdev), ec);
 }
 
+namespace {
+
+// /dev is shared by every network namespace, so uverbs names are shared by every daemon: each
+// node we make is recorded in <run root>/nodes/<name> with the owner's pid, and a node whose
+// owner is gone (a daemon that was killed) may be taken back by any daemon.
+std::string registry_path(const std::string& name) {
+  return run_root() + "/nodes/" + name;
+}
+std::string node_path(const std::string& name) {
+  return std::string(kCdevDir) + "/" + name;
+}
+
+// A node that is being created has no registry entry for a moment; one older than this
+// without an entry was left by a daemon that died in between.
+constexpr auto kUnregisteredGraceSeconds = 10;
+
+bool is_our_kind_of_node(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) &&
+         st.st_rdev == makedev(kNodeMajor, kNodeMinor);
+}
+
+pid_t registered_owner(const std::string& name) {
+  std::ifstream in(registry_path(name));
+  pid_t pid = 0;
+  in >> pid;
+  return pid;
+}
+
+bool owner_is_gone(const std::string& name) {
+  const pid_t pid = registered_owner(name);
+  if (pid > 0) return kill(pid, 0) != 0 && errno == ESRCH;
+  struct stat st {};
+  if (lstat(node_path(name).c_str(), &st) != 0) return false;
+  return time(nullptr) - st.st_ctime > kUnregisteredGraceSeconds;
+}
+
+void unlink_node(const std::string& name) {
+  unlink(node_path(name).c_str());
+  unlink(registry_path(name).c_str());
+}
+
+}  // namespace
+
 std::string create_device_node() {
   if (mkdir(kCdevDir, 0755) != 0 && errno != EEXIST) return {};
+  std::error_code ec;
+  fs::create_directories(run_root() + "/nodes", ec);
+  if (ec) {
+    errno = ec.value();
+    return {};
+  }
   for (int n = 0; n < kMaxNodes; ++n) {
     const std::string name = "uverbs" + std::to_string(n);
-    const std::string path = std::string(kCdevDir) + "/" + name;
-    if (mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0) {
+    const std::string path = node_path(name);
+    bool made = mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0;
+    if (!made && errno == EEXIST && is_our_kind_of_node(path) && owner_is_gone(name)) {
+      unlink_node(name);
+      made = mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0;
+    }
+    if (made) {
       chmod(path.c_str(), 0666);  // mknod applies the umask
+      std::ofstream(registry_path(name)) << getpid() << '\n';
       return name;
     }
     if (errno != EEXIST) return {};
@@ -135,13 +191,19 @@ std::string create_device_node() {
 }
 
 void remove_device_node(const std::string& uverbs_name) {
-  if (uverbs_name.rfind("uverbs", 0) != 0) return;
-  const std::string path = std::string(kCdevDir) + "/" + uverbs_name;
-  struct stat st {};
-  // Only ever remove our own kind of node, never a real device's.
-  if (lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode) &&
-      st.st_rdev == makedev(kNodeMajor, kNodeMinor)) {
-    unlink(path.c_str());
+  // Only a node of ours: never a real device's, never another daemon's.
+  if (uverbs_name.rfind("uverbs", 0) != 0 || !is_our_kind_of_node(node_path(uverbs_name))) return;
+  if (registered_owner(uverbs_name) == getpid()) unlink_node(uverbs_name);
+}
+
+void reclaim_stale_device_nodes() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(kCdevDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("uverbs", 0) == 0 && is_our_kind_of_node(entry.path().string()) &&
+        owner_is_gone(name)) {
+      unlink_node(name);
+    }
   }
 }
 

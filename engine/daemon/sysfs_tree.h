@@ -26,7 +26,7 @@ class SysfsTree {
   explicit SysfsTree(std::string root) : root_(std::move(root)) {}
 
   const std::string& root() const { return root_; }
-  // Removes anything a previous daemon left: its tree and the device nodes it names.
+  // Removes the tree a previous daemon of this namespace left.
   void clear_stale();
   // 0 or errno. Writes everything about the device, including the GID table and port files.
   int write_device(const device::Device& device, const std::string& uverbs_name,
@@ -41,9 +41,13 @@ class SysfsTree {
   std::string root_;
 };
 
-// Creates /dev/infiniband/uverbsN as c 1:3 for the lowest N not taken by any other daemon or
-// device; returns its name, or empty with errno set.
+// Creates /dev/infiniband/uverbsN as c 1:3 for the lowest N not taken by a live daemon or a
+// real device, and records this process as its owner (<run root>/nodes/uverbsN); returns its
+// name, or empty with errno set.
 std::string create_device_node();
+// Removes a node this process owns; anything else is left alone.
 void remove_device_node(const std::string& uverbs_name);
+// Removes the c 1:3 nodes whose owning daemon is gone (killed before it could clean up).
+void reclaim_stale_device_nodes();
 
 }  // namespace xroce::daemon

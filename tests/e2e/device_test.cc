@@ -1,0 +1,212 @@
+// End-to-end: unmodified Debian verbs programs (ibverbs-utils) and a small verbs program linked
+// against the system's libibverbs see an xroce device served by xroced in a network namespace.
+// Needs root (namespaces, /dev/infiniband nodes); skips otherwise.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <string>
+
+#include "fabric.h"
+
+namespace xroce::e2e {
+namespace {
+
+using std::chrono::seconds;
+
+bool have(const std::string& program) {
+  return run({"sh", "-c", "command -v " + program}).status == 0;
+}
+
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, device nodes)";
+    if (!have("ip") || !have("ibv_devinfo")) GTEST_SKIP() << "needs iproute2 and ibverbs-utils";
+  }
+
+  // Each test its own namespace and subnet.
+  static int next_subnet() {
+    static int subnet = 100 + static_cast<int>(getpid() % 100);
+    return subnet++ % 250 + 1;
+  }
+
+  RunResult app(const Host& host, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
+    return host.exec(argv);
+  }
+
+  nlohmann::json link_show(const Host& host) {
+    auto r = host.exec({xroce_bin(), "link", "show", "--json"});
+    return nlohmann::json::parse(r.output, nullptr, false);
+  }
+};
+
+// "30a0:9eff:febf:2121" from the netdev's MAC 32:a0:9e:bf:21:21 (EUI-64, U/L bit flipped).
+std::string expected_guid(const Host& host) {
+  auto r = host.exec({"cat", "/sys/class/net/xr0a/address"});
+  unsigned m[6] = {};
+  std::sscanf(r.output.c_str(), "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%02x%02x:%02xff:fe%02x:%02x%02x", m[0] ^ 2u, m[1], m[2], m[3],
+                m[4], m[5]);
+  return text;
+}
+
+TEST_F(DeviceTest, IbvDevicesListsTheDeviceWithItsGuid) {
+  Host host("xre2e-devices", next_subnet());
+  auto add = host.add_device("xre0");
+  ASSERT_EQ(add.status, 0) << add.output;
+  auto r = app(host, {"ibv_devices"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string guid = expected_guid(host);
+  guid.erase(std::remove(guid.begin(), guid.end(), ':'), guid.end());
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("xre0\\s+" + guid))) << r.output;
+}
+
+TEST_F(DeviceTest, IbvDevinfoShowsActivePortAndRoceV2Gids) {
+  Host host("xre2e-devinfo", next_subnet());
+  auto add = host.add_device("xre0");
+  ASSERT_EQ(add.status, 0) << add.output;
+  auto r = app(host, {"ibv_devinfo", "-v", "-d", "xre0"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("hca_id:\txre0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("node_guid:\t\t\t" + expected_guid(host)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("state:\t\t\tPORT_ACTIVE (4)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("link_layer:\t\tEthernet"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("phys_state:\t\tLINK_UP (5)"), std::string::npos) << r.output;
+  // veth MTU 1500 leaves room for 1024-byte payloads (PROTOCOL.md 4.1).
+  EXPECT_NE(r.output.find("active_mtu:\t\t1024 (3)"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex("GID\\[ *\\d+\\]:\\s+::ffff:" +
+                 std::regex_replace(host.ipv4(), std::regex("\\."), "\\.") + ", RoCE v2")))
+      << r.output;
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex("GID\\[ *\\d+\\]:\\s+" + host.ipv6() + ", RoCE v2")))
+      << r.output;
+}
+
+TEST_F(DeviceTest, PortFollowsTheNetdev) {
+  Host host("xre2e-port", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0a", "mtu", "9000"}).status, 0);
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0b", "mtu", "9000"}).status, 0);
+  auto devinfo = [&] { return app(host, {"ibv_devinfo", "-d", "xre0"}).output; };
+  EXPECT_TRUE(eventually(
+      [&] { return devinfo().find("active_mtu:\t\t4096 (5)") != std::string::npos; }, seconds(10)))
+      << devinfo();
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0a", "down"}).status, 0);
+  EXPECT_TRUE(
+      eventually([&] { return devinfo().find("PORT_DOWN (1)") != std::string::npos; }, seconds(10)))
+      << devinfo();
+}
+
+TEST_F(DeviceTest, GidTableFollowsAddressesAndKeepsIndices) {
+  Host host("xre2e-gids", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto gids = [&] {
+    std::map<std::string, int> out;
+    auto links = link_show(host);
+    if (!links.is_array() || links.empty()) return out;
+    for (const auto& g : links[0]["gids"])
+      out[g["gid"]] = g["index"];
+    return out;
+  };
+  const auto before = gids();
+  const std::string v4 = "::ffff:" + host.ipv4();
+  ASSERT_EQ(before.count(v4), 1u);
+  ASSERT_EQ(before.count(host.ipv6()), 1u);
+
+  ASSERT_EQ(host.exec({"ip", "addr", "add", "198.19.77.7/24", "dev", "xr0a"}).status, 0);
+  EXPECT_TRUE(eventually([&] { return gids().count("::ffff:198.19.77.7") == 1; }, seconds(10)));
+  ASSERT_EQ(host.exec({"ip", "addr", "del", host.ipv4() + "/24", "dev", "xr0a"}).status, 0);
+  EXPECT_TRUE(eventually([&] { return gids().count(v4) == 0; }, seconds(10)));
+  const auto after = gids();
+  EXPECT_EQ(after.at(host.ipv6()), before.at(host.ipv6())) << "a GID kept its address: same index";
+  // ...and unmodified libibverbs reads the new table through the sysfs tree.
+  auto r = app(host, {"ibv_devinfo", "-v", "-d", "xre0"});
+  EXPECT_NE(r.output.find("::ffff:198.19.77.7, RoCE v2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(v4 + ","), std::string::npos) << r.output;
+}
+
+TEST_F(DeviceTest, VerbsProgramAllocatesPdAndRegistersMemory) {
+  Host host("xre2e-pdmr", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto r = app(host, {probe_bin(), "xre0", "pdmr"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("mr_a lkey 0x[0-9a-f]+ rkey 0x[0-9a-f]+")))
+      << r.output;
+}
+
+TEST_F(DeviceTest, UnsupportedVerbsFailAsOnARealDevice) {
+  Host host("xre2e-unsup", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto r = app(host, {probe_bin(), "xre0", "unsup"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+}
+
+TEST_F(DeviceTest, AProcessThatDiesReleasesItsObjects) {
+  Host host("xre2e-release", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  {
+    Child child(host.in_netns({xroce_bin(), "exec", "--", probe_bin(), "xre0", "hold"}));
+    std::string line;
+    while ((line = child.read_line(seconds(20))) != "ready" && !line.empty()) {
+    }
+    ASSERT_EQ(line, "ready");
+    auto links = link_show(host);
+    ASSERT_TRUE(links.is_array() && links.size() == 1) << links.dump();
+    EXPECT_EQ(links[0]["pds"], 1);
+    EXPECT_EQ(links[0]["mrs"], 1);
+    EXPECT_EQ(links[0]["contexts"], 1);
+    // Child's destructor kills the probe (SIGKILL at a zero deadline).
+  }
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto links = link_show(host);
+        return links.is_array() && links.size() == 1 && links[0]["pds"] == 0 &&
+               links[0]["mrs"] == 0 && links[0]["contexts"] == 0;
+      },
+      seconds(10)))
+      << link_show(host).dump();
+}
+
+// The daemon going away (stopped, or killed) must not hang a client: it gets
+// IBV_EVENT_DEVICE_FATAL when the daemon could say so, and errors from then on.
+void daemon_stop_does_not_hang(DeviceTest& test, Host& host, int signal_number,
+                               const std::string& expected_event) {
+  (void)test;
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  Child child(host.in_netns({xroce_bin(), "exec", "--", probe_bin(), "xre0", "hold"}));
+  std::string line;
+  while ((line = child.read_line(seconds(20))) != "ready" && !line.empty()) {
+  }
+  ASSERT_EQ(line, "ready");
+  const pid_t daemon = host.daemon_pid();
+  ASSERT_GT(daemon, 0);
+  ASSERT_EQ(kill(daemon, signal_number), 0);
+  EXPECT_EQ(child.read_line(seconds(10)), "async_event " + expected_event);
+  EXPECT_EQ(child.read_line(seconds(10)), "alloc_pd_after Input/output error");
+  EXPECT_EQ(child.wait(seconds(10)), 0);
+  EXPECT_TRUE(Host::wait_gone(daemon, seconds(10)));
+}
+
+TEST_F(DeviceTest, DaemonStoppingGivesClientsDeviceFatalNotAHang) {
+  Host host("xre2e-stop", next_subnet());
+  daemon_stop_does_not_hang(*this, host, SIGTERM, "local catastrophic error");
+}
+
+TEST_F(DeviceTest, DaemonKilledGivesClientsErrorsNotAHang) {
+  Host host("xre2e-kill", next_subnet());
+  daemon_stop_does_not_hang(*this, host, SIGKILL, "none");
+}
+
+}  // namespace
+}  // namespace xroce::e2e

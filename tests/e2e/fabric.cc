@@ -1,0 +1,228 @@
+#include "fabric.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+namespace xroce::e2e {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+std::atomic<int> host_counter{0};
+
+pid_t spawn(const std::vector<std::string>& argv, int& out_fd) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipe_fds[1], 1);
+    dup2(pipe_fds[1], 2);
+    const int null_fd = open("/dev/null", O_RDONLY);
+    dup2(null_fd, 0);
+    setpgid(0, 0);  // its own group: a deadline kill reaches what it started in the foreground
+    std::vector<char*> args;
+    for (const auto& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  out_fd = pipe_fds[0];
+  return pid;
+}
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+int wait_with_deadline(pid_t pid, std::chrono::milliseconds deadline) {
+  const auto until = Clock::now() + deadline;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return decode_status(status);
+    if (r < 0) return -1;
+    if (Clock::now() >= until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return 128 + SIGKILL;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
+  RunResult result;
+  int fd = -1;
+  const pid_t pid = spawn(argv, fd);
+  if (pid < 0) return result;
+  const auto until = Clock::now() + deadline;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    result.output.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  result.status = wait_with_deadline(pid, std::max(left, std::chrono::milliseconds(0)));
+  return result;
+}
+
+Child::Child(const std::vector<std::string>& argv) {
+  pid_ = spawn(argv, out_fd_);
+}
+
+Child::~Child() {
+  if (pid_ > 0) wait(std::chrono::milliseconds(0));
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+std::string Child::read_line(std::chrono::milliseconds deadline) {
+  const auto until = Clock::now() + deadline;
+  for (;;) {
+    const auto nl = pending_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0 || out_fd_ < 0) return {};
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return {};
+    char buf[1024];
+    const ssize_t n = read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) return std::exchange(pending_, {});
+    pending_.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+int Child::wait(std::chrono::milliseconds deadline) {
+  if (pid_ <= 0) return -1;
+  const int status = wait_with_deadline(pid_, deadline);
+  pid_ = -1;
+  return status;
+}
+
+std::string xroce_bin() {
+  return XROCE_BIN;
+}
+std::string probe_bin() {
+  return XROCE_VERBS_PROBE;
+}
+
+bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline) {
+  const auto until = Clock::now() + deadline;
+  for (;;) {
+    if (probe()) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+Host::Host(const std::string& prefix, int subnet) : subnet_(subnet) {
+  netns_ = prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(host_counter++);
+  run({"ip", "netns", "add", netns_});
+  exec({"ip", "link", "add", "xr0a", "type", "veth", "peer", "name", "xr0b"});
+  exec({"ip", "addr", "add", ipv4() + "/24", "dev", "xr0a"});
+  exec({"ip", "addr", "add", ipv6() + "/64", "dev", "xr0a", "nodad"});
+  exec({"ip", "link", "set", "xr0a", "up"});
+  exec({"ip", "link", "set", "xr0b", "up"});
+  exec({"ip", "link", "set", "lo", "up"});
+  // The daemon's lock file holds its pid; its path depends on the namespace's inode.
+  auto ino = exec({"stat", "-L", "-c", "%i", "/proc/self/ns/net"});
+  std::string inode = ino.output.substr(0, ino.output.find('\n'));
+  lock_file_ = "/run/xroce/ns-" + inode + "/xroced.lock";
+}
+
+Host::~Host() {
+  for (const auto& dev : devices_)
+    exec({xroce_bin(), "link", "del", dev});
+  // Only the daemon this host started, and only while it still is an xroced.
+  if (daemon_pid_ > 0 && !wait_gone(daemon_pid_, std::chrono::seconds(5))) {
+    std::ifstream comm("/proc/" + std::to_string(daemon_pid_) + "/comm");
+    std::string name;
+    comm >> name;
+    if (name == "xroced") kill(daemon_pid_, SIGKILL);
+    wait_gone(daemon_pid_, std::chrono::seconds(5));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(lock_file_).parent_path(), ec);
+  // A daemon that was killed could not remove its device nodes: remove the ones it owned.
+  for (const auto& entry : std::filesystem::directory_iterator("/run/xroce/nodes", ec)) {
+    std::ifstream owner(entry.path());
+    pid_t pid = 0;
+    owner >> pid;
+    if (daemon_pid_ > 0 && pid == daemon_pid_ && wait_gone(pid, std::chrono::seconds(0))) {
+      unlink(("/dev/infiniband/" + entry.path().filename().string()).c_str());
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  run({"ip", "netns", "del", netns_});
+}
+
+std::string Host::ipv4() const {
+  return "198.18." + std::to_string(subnet_) + ".1";
+}
+std::string Host::ipv6() const {
+  return "2001:2:" + std::to_string(subnet_) + "::1";
+}
+
+std::vector<std::string> Host::in_netns(std::vector<std::string> argv) const {
+  argv.insert(argv.begin(), {"ip", "netns", "exec", netns_});
+  return argv;
+}
+
+RunResult Host::exec(std::vector<std::string> argv, std::chrono::milliseconds deadline) const {
+  return run(in_netns(std::move(argv)), deadline);
+}
+
+RunResult Host::add_device(const std::string& dev) {
+  devices_.push_back(dev);
+  RunResult result = exec({xroce_bin(), "link", "add", dev, "netdev", "xr0a"});
+  if (daemon_pid_ <= 0) daemon_pid_ = daemon_pid();
+  return result;
+}
+
+pid_t Host::daemon_pid() const {
+  std::ifstream in(lock_file_);
+  pid_t pid = 0;
+  in >> pid;
+  return pid;
+}
+
+bool Host::wait_gone(pid_t pid, std::chrono::milliseconds deadline) {
+  return eventually(
+      [pid] {
+        if (kill(pid, 0) != 0) return errno == ESRCH;
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string skip;
+        char state = 0;
+        stat >> skip >> skip >> state;
+        return state == 'Z';
+      },
+      deadline);
+}
+
+}  // namespace xroce::e2e

@@ -1,0 +1,81 @@
+// Test hosts for the e2e tests: a network namespace with a veth pair and addresses from the
+// benchmarking ranges (198.18.0.0/15, 2001:2::/48), an xroce device on it, and helpers to run
+// programs there with deadlines. Everything is removed by name or pid when the Host goes away,
+// also when the test fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace xroce::e2e {
+
+struct RunResult {
+  int status = -1;     // exit status, or 128 + signal
+  std::string output;  // stdout and stderr
+};
+
+// Runs argv with a deadline (killed at the deadline; status then 124 or 128+9).
+RunResult run(const std::vector<std::string>& argv,
+              std::chrono::milliseconds deadline = std::chrono::seconds(30));
+
+// A child whose output is read line by line, each read with a deadline.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv);
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // The next line, or empty when the child closed its output or the deadline passed.
+  std::string read_line(std::chrono::milliseconds deadline);
+  // Waits for exit up to the deadline (then kills it); returns the status as run() does.
+  int wait(std::chrono::milliseconds deadline);
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string pending_;
+};
+
+class Host {
+ public:
+  // Creates namespace "<prefix>-<pid>-<n>", veth xr0a/xr0b in it, xr0a with
+  // 198.18.<subnet>.1/24 and 2001:2:<subnet>::1/64, both ends up.
+  Host(const std::string& prefix, int subnet);
+  ~Host();
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+
+  const std::string& netns() const { return netns_; }
+  std::string ipv4() const;
+  std::string ipv6() const;
+  // argv run inside the namespace (ip netns exec).
+  RunResult exec(std::vector<std::string> argv,
+                 std::chrono::milliseconds deadline = std::chrono::seconds(30)) const;
+  std::vector<std::string> in_netns(std::vector<std::string> argv) const;
+  // `xroce link add <dev> netdev xr0a`; remembers the daemon so the destructor stops it.
+  RunResult add_device(const std::string& dev);
+  // The pid in the namespace's daemon lock file (the running daemon's, or a past one's).
+  pid_t daemon_pid() const;
+  // True once the process is gone (or a zombie nobody reaps), waiting up to the deadline.
+  static bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
+
+ private:
+  std::string netns_;
+  int subnet_;
+  std::vector<std::string> devices_;
+  std::string lock_file_;
+  pid_t daemon_pid_ = 0;
+};
+
+std::string xroce_bin();
+std::string probe_bin();
+// Polls `probe` until it returns true or the deadline passes (no fixed sleeps: it re-checks
+// the condition, pausing briefly between attempts).
+bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline);
+
+}  // namespace xroce::e2e

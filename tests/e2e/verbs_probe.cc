@@ -1,0 +1,136 @@
+// A small verbs program linked against the system's libibverbs, for the e2e tests. It opens the
+// device named on its command line and prints what it found, one "key value" per line:
+//
+//   verbs_probe DEV pdmr     alloc a PD, register two MRs, check keys and bad registrations
+//   verbs_probe DEV unsup    verbs the device does not do yet fail cleanly (no false success)
+//   verbs_probe DEV hold     alloc a PD and an MR, print "ready", wait for an async event, then
+//                            try another verb (the daemon is stopped meanwhile)
+//
+// Exit status 0 when every check it makes itself passed.
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* what) {
+  std::printf("check %s %s\n", what, ok ? "ok" : "FAILED");
+  if (!ok) ++failures;
+}
+
+ibv_context* open_named(const char* name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) return nullptr;
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
+  }
+  ibv_free_device_list(list);
+  return ctx;
+}
+
+int pdmr(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  check(pd != nullptr, "alloc_pd");
+  if (pd == nullptr) return 1;
+  std::vector<char> buf(1 << 20);
+  const int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* a = ibv_reg_mr(pd, buf.data(), buf.size(), rw);
+  ibv_mr* b = ibv_reg_mr(pd, buf.data() + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+  check(a != nullptr && b != nullptr, "reg_mr");
+  if (a == nullptr || b == nullptr) return 1;
+  std::printf("mr_a lkey 0x%x rkey 0x%x\n", a->lkey, a->rkey);
+  std::printf("mr_b lkey 0x%x rkey 0x%x\n", b->lkey, b->rkey);
+  check(a->lkey != 0 && a->rkey != 0 && a->lkey != b->lkey && a->rkey != b->rkey, "keys");
+  check(a->addr == buf.data() && a->length == buf.size() && a->pd == pd, "mr_fields");
+
+  // A real device pins pages: registering memory that is not mapped fails with EFAULT.
+  void* hole = mmap(nullptr, 1 << 16, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  munmap(hole, 1 << 16);
+  errno = 0;
+  ibv_mr* bad = ibv_reg_mr(pd, hole, 1 << 16, IBV_ACCESS_LOCAL_WRITE);
+  check(bad == nullptr && errno == EFAULT, "reg_mr_unmapped_efault");
+  // Remote write without local write is invalid (IBA 10.6.3.1).
+  errno = 0;
+  bad = ibv_reg_mr(pd, buf.data(), 4096, IBV_ACCESS_REMOTE_WRITE);
+  check(bad == nullptr && errno == EINVAL, "reg_mr_remote_write_needs_local_write");
+
+  check(ibv_dealloc_pd(pd) == EBUSY, "dealloc_pd_busy_while_mrs");
+  check(ibv_dereg_mr(b) == 0 && ibv_dereg_mr(a) == 0, "dereg_mr");
+  check(ibv_dealloc_pd(pd) == 0, "dealloc_pd");
+  return 0;
+}
+
+int unsupported(ibv_context* ctx) {
+  errno = 0;
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  check(cq == nullptr && errno == EOPNOTSUPP, "create_cq_eopnotsupp");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_qp_init_attr init{};
+  init.qp_type = IBV_QPT_RC;
+  errno = 0;
+  ibv_qp* qp = pd != nullptr ? ibv_create_qp(pd, &init) : nullptr;
+  check(qp == nullptr && errno == EOPNOTSUPP, "create_qp_eopnotsupp");
+  // Completion channels need decision 3's mechanism: until then, no channel and no garbage fd.
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx);
+  check(channel == nullptr, "create_comp_channel_fails_cleanly");
+  if (pd != nullptr) ibv_dealloc_pd(pd);
+  // GIDs come through libibverbs' sysfs fallback.
+  ibv_gid gid{};
+  check(ibv_query_gid(ctx, 1, 0, &gid) == 0, "query_gid");
+  uint16_t pkey = 0;
+  check(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == 0xffff, "query_pkey");
+  return 0;
+}
+
+int hold(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  static char buf[8192];
+  ibv_mr* mr = pd != nullptr ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  check(mr != nullptr, "setup");
+  std::printf("ready\n");
+  std::fflush(stdout);
+  ibv_async_event event{};
+  if (ibv_get_async_event(ctx, &event) == 0) {
+    std::printf("async_event %s\n", ibv_event_type_str(event.event_type));
+    ibv_ack_async_event(&event);
+  } else {
+    std::printf("async_event none\n");
+  }
+  std::fflush(stdout);
+  errno = 0;
+  ibv_pd* after = ibv_alloc_pd(ctx);
+  std::printf("alloc_pd_after %s\n", after == nullptr ? std::strerror(errno) : "succeeded");
+  return after == nullptr ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|hold\n");
+    return 2;
+  }
+  ibv_context* ctx = open_named(argv[1]);
+  if (ctx == nullptr) {
+    std::printf("open failed: %s\n", std::strerror(errno));
+    return 1;
+  }
+  const std::string mode = argv[2];
+  int rc = 2;
+  if (mode == "pdmr") rc = pdmr(ctx);
+  if (mode == "unsup") rc = unsupported(ctx);
+  if (mode == "hold") rc = hold(ctx);
+  ibv_close_device(ctx);
+  std::fflush(stdout);
+  return rc != 0 || failures != 0 ? 1 : 0;
+}
