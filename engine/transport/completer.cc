@@ -1,0 +1,253 @@
+#include "transport/completer.h"
+
+#include <cstring>
+
+namespace xroce::transport {
+
+namespace {
+
+using wire::Position;
+
+WcStatus nak_status(wire::NakCode code) {
+  switch (code) {
+    case wire::NakCode::kInvalidRequest:
+      return WcStatus::kRemInvReqErr;
+    case wire::NakCode::kRemoteAccessError:
+      return WcStatus::kRemAccessErr;
+    default:
+      // Remote operational error, and every reserved code (PROTOCOL.md §3.8).
+      return WcStatus::kRemOpErr;
+  }
+}
+
+std::uint64_t psn_offset_bytes(wire::Psn psn, wire::Psn first, std::uint32_t mtu) {
+  return std::uint64_t{static_cast<std::uint32_t>(psn.distance_from(first))} * mtu;
+}
+
+}  // namespace
+
+void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeaders& hdr,
+                                wire::Bytes payload) {
+  now_ns_ = now_ns;
+  const Response r{hdr, payload, hdr.info(), hdr.bth.psn};
+  SendWqe* w = nullptr;
+  CompleterState s = CompleterState::kGetWqe;
+  while (s != CompleterState::kDone) {
+    switch (s) {
+      case CompleterState::kGetWqe:
+        w = ctx_.sq_head == ctx_.sq_tail ? nullptr : &ctx_.wqe(ctx_.sq_head);
+        if (w == nullptr || w->stage != WqeStage::kStarted) {
+          ++ctx_.counters.ghost_acks;  // nothing outstanding this could answer
+          s = CompleterState::kDone;
+        } else {
+          s = CompleterState::kCheckPsn;
+        }
+        break;
+      case CompleterState::kCheckPsn:
+        s = check_psn(r, *w);
+        break;
+      case CompleterState::kCheckAck:
+        s = check_ack(r, *w);
+        break;
+      case CompleterState::kRead:
+        s = do_read(r, *w);
+        break;
+      case CompleterState::kAtomic:
+        s = do_atomic(r, *w);
+        break;
+      case CompleterState::kWriteSend:
+        s = r.psn == w->last_psn ? CompleterState::kCompAck : CompleterState::kUpdateComp;
+        break;
+      case CompleterState::kCompAck:
+        advance_comp_psn(now_ns, r.psn + 1);
+        complete_head(WcStatus::kSuccess);
+        s = CompleterState::kDone;
+        break;
+      case CompleterState::kUpdateComp:
+        advance_comp_psn(now_ns, r.psn + 1);
+        s = CompleterState::kDone;
+        break;
+      case CompleterState::kRetry:
+        // One retry at a time: a NAK for the PSN a retry already restarted from is stale, and
+        // while an RNR timer runs the RNR retry owns the restart.
+        if (ctx_.rnr_deadline_ns == 0 && !(retry_started_ && retry_psn_ == ctx_.comp_psn)) {
+          start_retry(now_ns, false);
+        }
+        s = CompleterState::kDone;
+        break;
+      case CompleterState::kRnrRetry:
+        ++ctx_.counters.rnr_naks_received;
+        if (ctx_.rnr_deadline_ns == 0) {
+          if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns, r.psn);
+          if (ctx_.rnr_retry_left == 0) {
+            fail(WcStatus::kRnrRetryExcErr);
+          } else {
+            if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (IBA 9.7.5.2.8)
+            ctx_.rnr_deadline_ns =
+                now_ns + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
+            ctx_.retransmit_deadline_ns = 0;
+          }
+        }
+        s = CompleterState::kDone;
+        break;
+      case CompleterState::kFatalError:
+        fail(fatal_status_);
+        s = CompleterState::kDone;
+        break;
+      case CompleterState::kDrop:
+      case CompleterState::kDone:
+        s = CompleterState::kDone;
+        break;
+    }
+  }
+}
+
+CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
+  if (!r.psn.before(ctx_.psn_high)) {
+    ++ctx_.counters.ghost_acks;  // answers a PSN never sent
+    return CompleterState::kDrop;
+  }
+  if (r.psn.before(ctx_.comp_psn)) return CompleterState::kDrop;  // late duplicate
+  if (r.psn.after(w.last_psn)) {
+    // A response beyond this WQE: it acknowledges a SEND/WRITE implicitly (coalesced ACK,
+    // C9-?) but means a READ/ATOMIC's response was lost: implied NAK (PROTOCOL.md §3.8).
+    if (w.is_read_or_atomic()) return CompleterState::kRetry;
+    advance_comp_psn(now_ns_, w.last_psn + 1);
+    complete_head(WcStatus::kSuccess);
+    return CompleterState::kGetWqe;
+  }
+  if (r.psn.after(ctx_.comp_psn) && w.is_read_or_atomic()) {
+    return CompleterState::kDrop;  // a gap in READ responses: the timer recovers
+  }
+  return CompleterState::kCheckAck;
+}
+
+CompleterState Completer::check_ack(const Response& r, SendWqe& w) {
+  switch (r.info.operation) {
+    case wire::Operation::kReadResponse:
+      return check_read_response(r, w);
+    case wire::Operation::kAtomicAck:
+      if (!w.is_atomic() || r.psn != w.first_psn || !r.hdr.aeth->is_ack())
+        return CompleterState::kDrop;
+      return CompleterState::kAtomic;
+    case wire::Operation::kAck:
+      if (r.hdr.aeth->is_ack()) {
+        // A plain ACK cannot answer a READ or ATOMIC.
+        return w.is_read_or_atomic() ? CompleterState::kDrop : CompleterState::kWriteSend;
+      }
+      if (r.hdr.aeth->is_rnr_nak()) return CompleterState::kRnrRetry;
+      if (r.hdr.aeth->is_nak()) return check_nak(r, w);
+      return CompleterState::kDrop;
+    default:
+      return CompleterState::kDrop;
+  }
+}
+
+CompleterState Completer::check_read_response(const Response& r, SendWqe& w) {
+  if (!w.is_read()) return CompleterState::kDrop;
+  if (r.hdr.aeth && !r.hdr.aeth->is_ack()) return CompleterState::kDrop;
+  const bool last = r.psn == w.last_psn;
+  const bool ends = r.info.ends_message();
+  // A replay after a partial-read retry may start with FIRST or MIDDLE (PROTOCOL.md §3.7).
+  if (ends != last) return CompleterState::kDrop;
+  const std::uint32_t mtu = ctx_.mtu();
+  const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, mtu);
+  const std::uint64_t expect = last ? w.length - offset : mtu;
+  if (r.payload.size() != expect) {
+    fatal_status_ = WcStatus::kBadRespErr;
+    return CompleterState::kFatalError;
+  }
+  return CompleterState::kRead;
+}
+
+CompleterState Completer::check_nak(const Response& r, SendWqe& w) {
+  ++ctx_.counters.naks_received;
+  const wire::NakCode code = r.hdr.aeth->nak_code();
+  if (code == wire::NakCode::kPsnSequenceError) {
+    // Everything before the NAK's PSN arrived (C9-115): complete up to it, then go back.
+    if (r.psn.after(ctx_.comp_psn) && !w.is_read_or_atomic()) advance_comp_psn(now_ns_, r.psn);
+    return CompleterState::kRetry;
+  }
+  fatal_status_ = nak_status(code);
+  return CompleterState::kFatalError;
+}
+
+CompleterState Completer::do_read(const Response& r, SendWqe& w) {
+  const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, ctx_.mtu());
+  if (!scatter(ctx_.mrs->memory(), w.wr.sg_list, offset, r.payload)) {
+    fatal_status_ = WcStatus::kLocProtErr;
+    return CompleterState::kFatalError;
+  }
+  return r.psn == w.last_psn ? CompleterState::kCompAck : CompleterState::kUpdateComp;
+}
+
+CompleterState Completer::do_atomic(const Response& r, SendWqe& w) {
+  std::uint8_t bytes[8];
+  const std::uint64_t orig = *r.hdr.atomic_ack_orig;
+  std::memcpy(bytes, &orig, sizeof bytes);  // host order, as the CPU would have read it
+  if (!scatter(ctx_.mrs->memory(), w.wr.sg_list, 0, bytes)) {
+    fatal_status_ = WcStatus::kLocProtErr;
+    return CompleterState::kFatalError;
+  }
+  return CompleterState::kCompAck;
+}
+
+void Completer::complete_head(WcStatus status) {
+  SendWqe& w = ctx_.wqe(ctx_.sq_head);
+  w.stage = WqeStage::kDone;
+  if (w.is_read_or_atomic()) --ctx_.outstanding_rd_atomic;
+  ctx_.push_send_completion(w, status);
+  ++ctx_.sq_head;
+  if (ctx_.sq_next < ctx_.sq_head) ctx_.sq_next = ctx_.sq_head;
+  if (ctx_.req_psn.before(ctx_.comp_psn)) ctx_.req_psn = ctx_.comp_psn;
+}
+
+void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
+  if (psn.after(ctx_.comp_psn)) ctx_.comp_psn = psn;
+  // Forward progress resets the retry budgets (rxe's reset_retry_counters).
+  ctx_.retry_left = ctx_.attr.retry_cnt;
+  ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
+  retry_started_ = false;
+  if (ctx_.req_psn.before(ctx_.comp_psn)) ctx_.req_psn = ctx_.comp_psn;
+  ctx_.restart_retransmit_timer(now_ns);
+}
+
+void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
+  (void)now_ns;
+  if (ctx_.retry_left == 0) {
+    fail(WcStatus::kRetryExcErr);
+    return;
+  }
+  --ctx_.retry_left;
+  if (!from_timeout) {
+    retry_started_ = true;
+    retry_psn_ = ctx_.comp_psn;
+  }
+  req_.retry();
+  ctx_.retransmit_deadline_ns = 0;  // re-armed by the first retransmitted packet
+}
+
+void Completer::fail(WcStatus status) {
+  if (ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted) {
+    complete_head(status);
+  }
+  ctx_.fatal_pending = true;
+}
+
+void Completer::handle_timeout(std::uint64_t now_ns) {
+  if (ctx_.rnr_deadline_ns != 0 && now_ns >= ctx_.rnr_deadline_ns) {
+    ctx_.rnr_deadline_ns = 0;
+    req_.retry();
+    ctx_.retransmit_deadline_ns = 0;
+  }
+  if (ctx_.retransmit_deadline_ns != 0 && now_ns >= ctx_.retransmit_deadline_ns) {
+    ctx_.retransmit_deadline_ns = 0;
+    const bool started =
+        ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
+    if (!ctx_.outstanding() || !started) return;
+    ++ctx_.counters.timeouts;
+    start_retry(now_ns, true);
+  }
+}
+
+}  // namespace xroce::transport

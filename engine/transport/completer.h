@@ -1,0 +1,68 @@
+// The completer: matches responses (ACK, NAK, RNR NAK, READ responses, ATOMIC ACK) to the
+// oldest outstanding send WQEs, completes them in order, and decides retries: go-back-N on a
+// PSN-sequence NAK or an implied NAK, the local ACK timeout with retry_cnt, RNR waits with
+// rnr_retry (PROTOCOL.md §3.8-3.10). Modelled on rxe_comp.c.
+#pragma once
+
+#include <cstdint>
+
+#include "transport/qp_context.h"
+#include "transport/requester.h"
+
+namespace xroce::transport {
+
+// One state per step of handling a response, and one per way it can end.
+enum class CompleterState : std::uint8_t {
+  kGetWqe,
+  kCheckPsn,
+  kCheckAck,
+  kRead,
+  kAtomic,
+  kWriteSend,
+  kUpdateComp,
+  kCompAck,
+  kDone,
+  kDrop,        // stale, ghost or out-of-window response: ignored
+  kRetry,       // implied NAK or PSN sequence NAK: go-back-N (uses retry_cnt)
+  kRnrRetry,    // RNR NAK: wait the NAK's timer, then go-back-N (uses rnr_retry)
+  kFatalError,  // a NAK class that ends the QP, or bad response: complete in error
+};
+
+class Completer {
+ public:
+  Completer(QpContext& ctx, Requester& req) : ctx_(ctx), req_(req) {}
+
+  void handle_response(std::uint64_t now_ns, const wire::TransportHeaders& hdr,
+                       wire::Bytes payload);
+  // The retransmit and RNR timers.
+  void handle_timeout(std::uint64_t now_ns);
+
+ private:
+  struct Response {
+    const wire::TransportHeaders& hdr;
+    wire::Bytes payload;
+    const wire::OpcodeInfo& info;
+    wire::Psn psn;
+  };
+
+  CompleterState check_psn(const Response& r, SendWqe& w);
+  CompleterState check_ack(const Response& r, SendWqe& w);
+  CompleterState check_read_response(const Response& r, SendWqe& w);
+  CompleterState check_nak(const Response& r, SendWqe& w);
+  CompleterState do_read(const Response& r, SendWqe& w);
+  CompleterState do_atomic(const Response& r, SendWqe& w);
+  void complete_head(WcStatus status);
+  void advance_comp_psn(std::uint64_t now_ns, wire::Psn psn);
+  void start_retry(std::uint64_t now_ns, bool from_timeout);
+  void fail(WcStatus status);
+
+  QpContext& ctx_;
+  Requester& req_;
+  std::uint64_t now_ns_ = 0;  // of the response being handled
+  WcStatus fatal_status_ = WcStatus::kSuccess;
+  // The comp_psn a NAK-triggered retry started from: one retry at a time (PROTOCOL.md §3.8).
+  bool retry_started_ = false;
+  wire::Psn retry_psn_;
+};
+
+}  // namespace xroce::transport

@@ -1,0 +1,262 @@
+#include "transport/qp.h"
+
+#include <algorithm>
+#include <cerrno>
+
+namespace xroce::transport {
+
+namespace {
+
+bool opcode_allowed(QpType type, WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+      return true;
+    case WrOpcode::kSendWithInv:
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd:
+      return type == QpType::kRc;
+    default:
+      return false;  // LOCAL_INV, BIND_MW: not offered by this device
+  }
+}
+
+wire::Transport transport_of(QpType type) {
+  return type == QpType::kUd ? wire::Transport::kUd : wire::Transport::kRc;
+}
+
+// The default partition: low 15 bits all ones (PROTOCOL.md §6, check 4).
+constexpr std::uint16_t kPkeyBaseMask = 0x7FFF;
+
+}  // namespace
+
+Qp::Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq)
+    : req_(ctx_), comp_(ctx_, req_), resp_(ctx_) {
+  ctx_.config = config;
+  ctx_.mrs = &mrs;
+  ctx_.srq = srq;
+  ctx_.sq.resize(std::max<std::uint32_t>(1, config.max_send_wr));
+  resp_.reset(wire::Psn(0), 0);
+}
+
+int Qp::modify(const QpAttr& attr, std::uint32_t mask) {
+  const int rc = check_modify_qp(ctx_.config.type, ctx_.state, attr, mask, ctx_.config.limits);
+  if (rc != 0) return rc;
+  apply_attributes(attr, mask);
+  if (mask & qp_attr::kState) enter_state(attr.qp_state);
+  return 0;
+}
+
+void Qp::apply_attributes(const QpAttr& a, std::uint32_t mask) {
+  QpAttr& q = ctx_.attr;
+  using namespace qp_attr;
+  if (mask & kPathMtu) q.path_mtu = a.path_mtu;
+  if (mask & kQkey) q.qkey = a.qkey;
+  if (mask & kRqPsn) q.rq_psn = a.rq_psn;
+  if (mask & kSqPsn) q.sq_psn = a.sq_psn;
+  if (mask & kDestQpn) q.dest_qp_num = a.dest_qp_num;
+  if (mask & kAccessFlags) q.qp_access_flags = a.qp_access_flags;
+  if (mask & kPkeyIndex) q.pkey_index = a.pkey_index;
+  if (mask & kEnSqdAsyncNotify) q.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & kMaxQpRdAtomic) q.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kMaxDestRdAtomic) q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & kMinRnrTimer) q.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kPort) q.port_num = a.port_num;
+  if (mask & kTimeout) q.timeout = a.timeout;
+  if (mask & kRetryCnt) {
+    q.retry_cnt = a.retry_cnt;
+    ctx_.retry_left = a.retry_cnt;
+  }
+  if (mask & kRnrRetry) {
+    q.rnr_retry = a.rnr_retry;
+    ctx_.rnr_retry_left = a.rnr_retry;
+  }
+  if (mask & kAv) q.av_id = a.av_id;
+}
+
+void Qp::enter_state(QpState next) {
+  const QpState prev = ctx_.state;
+  ctx_.state = next;
+  ctx_.attr.qp_state = next;
+  switch (next) {
+    case QpState::kReset:
+      reset_queues();
+      break;
+    case QpState::kRtr:
+      if (prev == QpState::kInit) resp_.reset(ctx_.attr.rq_psn, ctx_.attr.max_dest_rd_atomic);
+      break;
+    case QpState::kRts:
+      if (prev == QpState::kRtr) {
+        ctx_.req_psn = ctx_.attr.sq_psn;
+        ctx_.comp_psn = ctx_.attr.sq_psn;
+        ctx_.psn_high = ctx_.attr.sq_psn;
+      }
+      break;
+    case QpState::kSqd:
+      ctx_.sq_drained_reported = false;
+      break;
+    case QpState::kErr:
+      enter_error();
+      break;
+    default:
+      break;
+  }
+  settle();
+}
+
+void Qp::reset_queues() {
+  ctx_.sq_head = ctx_.sq_next = ctx_.sq_tail = 0;
+  ctx_.rq.clear();
+  ctx_.completions.clear();
+  ctx_.events.clear();
+  ctx_.outstanding_rd_atomic = 0;
+  ctx_.retransmit_deadline_ns = 0;
+  ctx_.rnr_deadline_ns = 0;
+  ctx_.pacer_deadline_ns = 0;
+  ctx_.fatal_pending = false;
+  resp_.reset(wire::Psn(0), 0);
+}
+
+int Qp::post_send(const WorkRequest& wr) {
+  const QpState s = ctx_.state;
+  if (s == QpState::kReset || s == QpState::kInit || s == QpState::kRtr) return EINVAL;
+  if (!opcode_allowed(ctx_.config.type, wr.opcode)) return EINVAL;
+  if (wr.sg_list.size() > ctx_.config.max_send_sge) return EINVAL;
+  if (ctx_.sq_tail - ctx_.sq_head >= ctx_.sq.size()) return ENOMEM;
+  SendWqe& w = ctx_.wqe(ctx_.sq_tail);
+  w.wr = wr;
+  w.stage = WqeStage::kPosted;
+  w.length = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(sge_bytes(wr.sg_list), std::uint64_t{0xFFFFFFFF}));
+  w.is_inline = (wr.send_flags & send_flags::kInline) != 0;
+  if (w.is_inline) {
+    // The data is copied now, so the caller may reuse its buffers (IBV_SEND_INLINE).
+    if (w.is_read_or_atomic() || w.length > ctx_.config.max_inline_data) return EINVAL;
+    w.inline_data.resize(w.length);
+    if (!gather(ctx_.mrs->memory(), wr.sg_list, 0, w.inline_data)) return EINVAL;
+  }
+  ++ctx_.sq_tail;
+  if (s == QpState::kErr) flush_send_queue();
+  return 0;
+}
+
+int Qp::post_recv(const RecvRequest& wr) {
+  if (ctx_.srq != nullptr || ctx_.state == QpState::kReset) return EINVAL;
+  if (wr.sg_list.size() > ctx_.config.max_recv_sge) return EINVAL;
+  if (ctx_.rq.size() >= ctx_.config.max_recv_wr) return ENOMEM;
+  ctx_.rq.push_back(wr);
+  if (ctx_.state == QpState::kErr) resp_.flush();
+  return 0;
+}
+
+void Qp::handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload,
+                       const RxMeta& meta) {
+  ++ctx_.counters.packets_received;
+  if (meta.ecn_ce) {
+    ++ctx_.counters.ecn_ce_received;
+    if (ctx_.cc != nullptr) ctx_.cc->on_ce_marked(now_ns);
+  }
+  const wire::OpcodeInfo& info = hdr.info();
+  if (info.operation == wire::Operation::kCnp) {
+    ++ctx_.counters.cnps_received;
+    if (ctx_.cc != nullptr) ctx_.cc->on_cnp(now_ns);
+    return;
+  }
+  const QpState s = ctx_.state;
+  const bool opcode_ok = info.transport() == transport_of(ctx_.config.type);
+  const bool pkey_ok = (hdr.bth.pkey & kPkeyBaseMask) == kPkeyBaseMask;
+  const bool receiving = s == QpState::kRtr || s == QpState::kRts || s == QpState::kSqd ||
+                         (s == QpState::kSqe && ctx_.config.type == QpType::kUd);
+  const bool sending = s == QpState::kRts || s == QpState::kSqd;
+  if (!opcode_ok || !pkey_ok || !(info.is_request ? receiving : sending)) {
+    ++ctx_.counters.dropped;
+    return;
+  }
+  if (ctx_.config.type == QpType::kUd) {
+    resp_.handle_ud(hdr, payload, meta);
+  } else if (info.is_request) {
+    resp_.handle_request(now_ns, hdr, payload);
+  } else {
+    comp_.handle_response(now_ns, hdr, payload);
+  }
+  settle();
+}
+
+void Qp::handle_timeout(std::uint64_t now_ns) {
+  if (ctx_.pacer_deadline_ns != 0 && now_ns >= ctx_.pacer_deadline_ns) ctx_.pacer_deadline_ns = 0;
+  if (ctx_.state == QpState::kRts || ctx_.state == QpState::kSqd) comp_.handle_timeout(now_ns);
+  settle();
+}
+
+std::optional<Transmit> Qp::poll_transmit(std::uint64_t now_ns, wire::MutableBytes payload) {
+  if (ctx_.state == QpState::kReset || ctx_.state == QpState::kInit) return std::nullopt;
+  if (ctx_.config.type == QpType::kRc) {
+    if (std::optional<Transmit> t = resp_.poll(payload)) {
+      settle();
+      return t;
+    }
+  }
+  std::optional<Transmit> t = req_.poll(now_ns, payload);
+  settle();
+  return t;
+}
+
+std::optional<Completion> Qp::poll_completion() {
+  if (ctx_.completions.empty()) return std::nullopt;
+  Completion c = ctx_.completions.front();
+  ctx_.completions.pop_front();
+  return c;
+}
+
+std::optional<AsyncEvent> Qp::poll_event() {
+  if (ctx_.events.empty()) return std::nullopt;
+  AsyncEvent e = ctx_.events.front();
+  ctx_.events.pop_front();
+  return e;
+}
+
+std::optional<std::uint64_t> Qp::next_deadline() const {
+  std::optional<std::uint64_t> d;
+  for (std::uint64_t t :
+       {ctx_.retransmit_deadline_ns, ctx_.rnr_deadline_ns, ctx_.pacer_deadline_ns}) {
+    if (t != 0 && (!d || t < *d)) d = t;
+  }
+  return d;
+}
+
+void Qp::settle() {
+  if (ctx_.fatal_pending) enter_error();
+  if (ctx_.state == QpState::kSqd && !ctx_.sq_drained_reported && !ctx_.outstanding() &&
+      (ctx_.sq_head == ctx_.sq_tail || ctx_.wqe(ctx_.sq_head).stage == WqeStage::kPosted)) {
+    ctx_.sq_drained_reported = true;
+    if (ctx_.attr.en_sqd_async_notify) {
+      ctx_.events.push_back(AsyncEvent{AsyncEventType::kSqDrained, ctx_.config.qpn});
+    }
+  }
+}
+
+void Qp::flush_send_queue() {
+  for (std::uint64_t i = ctx_.sq_head; i != ctx_.sq_tail; ++i) {
+    SendWqe& w = ctx_.wqe(i);
+    w.stage = WqeStage::kDone;
+    ctx_.push_send_completion(w, WcStatus::kWrFlushErr);
+  }
+  ctx_.sq_head = ctx_.sq_next = ctx_.sq_tail;
+  ctx_.outstanding_rd_atomic = 0;
+}
+
+void Qp::enter_error() {
+  ctx_.fatal_pending = false;
+  ctx_.state = QpState::kErr;
+  ctx_.attr.qp_state = QpState::kErr;
+  flush_send_queue();
+  resp_.flush();
+  ctx_.retransmit_deadline_ns = 0;
+  ctx_.rnr_deadline_ns = 0;
+  ctx_.pacer_deadline_ns = 0;
+}
+
+}  // namespace xroce::transport

@@ -1,0 +1,81 @@
+// A queue pair: the sans-I/O transport core (ARCHITECTURE.md decision 6).
+//
+// A Qp never reads a clock, never calls the OS and uses no randomness. The caller owns time
+// and I/O and drives it in this order:
+//
+//   1. Inputs, in any order, each stamped with the caller's current time where time matters:
+//        modify(attr, mask)                       ibv_modify_qp
+//        post_send(wr) / post_recv(wr)            ibv_post_send / ibv_post_recv
+//        handle_packet(now_ns, headers, payload)  a decoded packet addressed to this QP
+//        handle_timeout(now_ns)                   when now_ns >= next_deadline()
+//   2. After any input, drain the outputs until each returns nothing:
+//        poll_transmit(now_ns, buffer)  -> a packet: headers + payload_len bytes in `buffer`
+//                                          (>= the path MTU) + the address vector to use
+//        poll_completion()              -> a CQE, for the send or the receive CQ (is_recv())
+//        poll_event()                   -> an async event
+//   3. Sleep until next_deadline() (or the next input), then call handle_timeout.
+//
+// Validation happens once, at the door (handle_packet, post_send, modify): state, opcode
+// family, P_Key, work-request shape. Everything after it may assume well-formed input.
+// A Qp is owned by one worker; nothing here is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "transport/completer.h"
+#include "transport/qp_context.h"
+#include "transport/requester.h"
+#include "transport/responder.h"
+
+namespace xroce::transport {
+
+class Qp {
+ public:
+  Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq = nullptr);
+  Qp(const Qp&) = delete;
+  Qp& operator=(const Qp&) = delete;
+
+  // Returns 0 or EINVAL (ibv_modify_qp).
+  int modify(const QpAttr& attr, std::uint32_t mask);
+  // Return 0, EINVAL (bad state, opcode or shape) or ENOMEM (queue full), as verbs do.
+  int post_send(const WorkRequest& wr);
+  int post_recv(const RecvRequest& wr);
+
+  void handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload,
+                     const RxMeta& meta = {});
+  void handle_timeout(std::uint64_t now_ns);
+
+  std::optional<Transmit> poll_transmit(std::uint64_t now_ns, wire::MutableBytes payload);
+  std::optional<Completion> poll_completion();
+  std::optional<AsyncEvent> poll_event();
+  // The earliest time handle_timeout has work to do; nullopt when no timer is armed.
+  std::optional<std::uint64_t> next_deadline() const;
+
+  // Attaches engine/cc's per-QP rate state (nullptr detaches).
+  void set_congestion_hooks(CongestionHooks* hooks) { ctx_.cc = hooks; }
+
+  wire::Qpn qpn() const { return ctx_.config.qpn; }
+  QpType type() const { return ctx_.config.type; }
+  QpState state() const { return ctx_.state; }
+  const QpAttr& attr() const { return ctx_.attr; }
+  const QpCounters& counters() const { return ctx_.counters; }
+  RequesterState requester_state(std::uint64_t now_ns) { return req_.state(now_ns); }
+  wire::Psn expected_psn() const { return resp_.epsn(); }
+  std::size_t send_queue_depth() const { return ctx_.sq_tail - ctx_.sq_head; }
+
+ private:
+  void apply_attributes(const QpAttr& attr, std::uint32_t mask);
+  void enter_state(QpState next);
+  void reset_queues();
+  void settle();
+  void enter_error();
+  void flush_send_queue();
+
+  QpContext ctx_;
+  Requester req_;
+  Completer comp_;
+  Responder resp_;
+};
+
+}  // namespace xroce::transport

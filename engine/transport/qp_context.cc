@@ -1,0 +1,101 @@
+#include "transport/qp_context.h"
+
+#include <algorithm>
+
+namespace xroce::transport {
+
+namespace {
+
+WcOpcode wc_opcode(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+      return WcOpcode::kRdmaWrite;
+    case WrOpcode::kRdmaRead:
+      return WcOpcode::kRdmaRead;
+    case WrOpcode::kAtomicCmpAndSwp:
+      return WcOpcode::kCompSwap;
+    case WrOpcode::kAtomicFetchAndAdd:
+      return WcOpcode::kFetchAdd;
+    case WrOpcode::kLocalInv:
+      return WcOpcode::kLocalInv;
+    case WrOpcode::kBindMw:
+      return WcOpcode::kBindMw;
+    default:
+      return WcOpcode::kSend;
+  }
+}
+
+// Walks the SGEs covering [offset, offset + len) of the message, calling fn(addr, pos, n).
+template <typename Fn>
+bool for_each_segment(std::span<const Sge> sges, std::uint64_t offset, std::size_t len, Fn fn) {
+  std::size_t done = 0;
+  for (const Sge& sge : sges) {
+    if (done == len) break;
+    if (offset >= sge.length) {
+      offset -= sge.length;
+      continue;
+    }
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(sge.length - offset, len - done));
+    if (!fn(sge.addr + offset, done, n)) return false;
+    done += n;
+    offset = 0;
+  }
+  return done == len;
+}
+
+}  // namespace
+
+bool gather(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+            std::span<std::uint8_t> out) {
+  return for_each_segment(sges, offset, out.size(),
+                          [&](std::uint64_t addr, std::size_t pos, std::size_t n) {
+                            return mem.read(addr, out.subspan(pos, n));
+                          });
+}
+
+bool scatter(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+             std::span<const std::uint8_t> in) {
+  return for_each_segment(sges, offset, in.size(),
+                          [&](std::uint64_t addr, std::size_t pos, std::size_t n) {
+                            return mem.write(addr, in.subspan(pos, n));
+                          });
+}
+
+std::uint64_t sge_bytes(std::span<const Sge> sges) {
+  std::uint64_t n = 0;
+  for (const Sge& s : sges)
+    n += s.length;
+  return n;
+}
+
+bool sges_valid(const MemoryRegionTable& mrs, std::span<const Sge> sges, std::uint32_t need) {
+  for (const Sge& s : sges) {
+    if (s.length == 0) continue;
+    if (!mrs.check_local(s.lkey, s.addr, s.length, need)) return false;
+  }
+  return true;
+}
+
+void QpContext::push_send_completion(const SendWqe& w, WcStatus status) {
+  // Unsignaled WQEs complete silently unless they fail (IBA 10.8.1 / ibv_post_send).
+  if (status == WcStatus::kSuccess && !config.sq_sig_all &&
+      !(w.wr.send_flags & send_flags::kSignaled)) {
+    return;
+  }
+  Completion c;
+  c.wr_id = w.wr.wr_id;
+  c.status = status;
+  c.opcode = wc_opcode(w.wr.opcode);
+  c.byte_len = w.length;
+  c.qp_num = config.qpn;
+  completions.push_back(c);
+}
+
+void QpContext::restart_retransmit_timer(std::uint64_t now_ns) {
+  const std::uint64_t timeout_ns = ack_timeout_ns(attr.timeout);
+  retransmit_deadline_ns = (timeout_ns != 0 && outstanding()) ? now_ns + timeout_ns : 0;
+}
+
+}  // namespace xroce::transport

@@ -1,0 +1,227 @@
+#include "transport/requester.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace xroce::transport {
+
+namespace {
+
+using wire::Opcode;
+
+Opcode send_write_opcode(WrOpcode op, bool first, bool last) {
+  if (op == WrOpcode::kRdmaWrite || op == WrOpcode::kRdmaWriteWithImm) {
+    const bool imm = op == WrOpcode::kRdmaWriteWithImm;
+    if (first && last) return imm ? Opcode::kRcWriteOnlyImm : Opcode::kRcWriteOnly;
+    if (first) return Opcode::kRcWriteFirst;
+    if (!last) return Opcode::kRcWriteMiddle;
+    return imm ? Opcode::kRcWriteLastImm : Opcode::kRcWriteLast;
+  }
+  const bool imm = op == WrOpcode::kSendWithImm;
+  const bool inv = op == WrOpcode::kSendWithInv;
+  if (first && last) {
+    return imm ? Opcode::kRcSendOnlyImm : inv ? Opcode::kRcSendOnlyInv : Opcode::kRcSendOnly;
+  }
+  if (first) return Opcode::kRcSendFirst;
+  if (!last) return Opcode::kRcSendMiddle;
+  return imm ? Opcode::kRcSendLastImm : inv ? Opcode::kRcSendLastInv : Opcode::kRcSendLast;
+}
+
+std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
+  return std::max<std::uint32_t>(1, (length + mtu - 1) / mtu);
+}
+
+// IBA 10.2.4.3 (via ibv_post_send): a WR Q_Key with the high-order bit set means "use the
+// QP's own Q_Key".
+constexpr std::uint32_t kQkeyUseQpBit = 0x80000000;
+
+}  // namespace
+
+WcStatus Requester::local_check(const SendWqe& w) const {
+  const std::uint32_t mtu = ctx_.mtu();
+  if (ctx_.config.type == QpType::kUd && w.length > mtu) return WcStatus::kLocLenErr;
+  if (w.length > ctx_.config.max_msg_bytes) return WcStatus::kLocLenErr;
+  if (w.is_atomic() && w.length != 8) return WcStatus::kLocLenErr;
+  if (w.is_inline) return WcStatus::kSuccess;
+  // READ and ATOMIC results are written into the local buffers: they need LOCAL_WRITE.
+  const std::uint32_t need = w.is_read_or_atomic() ? access::kLocalWrite : 0;
+  if (!sges_valid(*ctx_.mrs, w.wr.sg_list, need)) return WcStatus::kLocProtErr;
+  return WcStatus::kSuccess;
+}
+
+RequesterState Requester::next_state(std::uint64_t now_ns) {
+  if (ctx_.state != QpState::kRts && ctx_.state != QpState::kSqd) return RequesterState::kStopped;
+  if (ctx_.rnr_deadline_ns != 0) return RequesterState::kWaitRnrTimer;
+  if (ctx_.sq_next == ctx_.sq_tail) return RequesterState::kIdle;
+  SendWqe& w = ctx_.wqe(ctx_.sq_next);
+  if (w.stage == WqeStage::kPosted) {
+    if (ctx_.state == QpState::kSqd) return RequesterState::kDrained;
+    if ((w.wr.send_flags & send_flags::kFence) && ctx_.outstanding_rd_atomic > 0)
+      return RequesterState::kWaitFence;
+    if (w.is_read_or_atomic() && ctx_.outstanding_rd_atomic >= ctx_.attr.max_rd_atomic)
+      return RequesterState::kWaitRdAtomic;
+    pending_local_error_ = local_check(w);
+    if (pending_local_error_ != WcStatus::kSuccess) {
+      // Completions stay in order: the failing WQE waits until all before it completed.
+      return ctx_.sq_head == ctx_.sq_next ? RequesterState::kLocalError
+                                          : RequesterState::kWaitWindow;
+    }
+  }
+  if (ctx_.config.type == QpType::kRc && ctx_.outstanding() &&
+      static_cast<std::uint32_t>(ctx_.req_psn.distance_from(ctx_.comp_psn)) >=
+          ctx_.config.max_unacked_psns)
+    return RequesterState::kWaitWindow;
+  if (ctx_.cc != nullptr) {
+    const std::uint64_t earliest_ns = ctx_.cc->earliest_send_ns(now_ns);
+    if (earliest_ns > now_ns) {
+      ctx_.pacer_deadline_ns = earliest_ns;
+      return RequesterState::kWaitPacer;
+    }
+  }
+  return RequesterState::kSend;
+}
+
+std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
+  const RequesterState s = next_state(now_ns);
+  if (s == RequesterState::kLocalError) {
+    finish_local_error(ctx_.wqe(ctx_.sq_next), pending_local_error_);
+    return std::nullopt;
+  }
+  if (s != RequesterState::kSend) return std::nullopt;
+  assert(payload.size() >= ctx_.mtu());
+
+  SendWqe& w = ctx_.wqe(ctx_.sq_next);
+  if (w.stage == WqeStage::kPosted) start_wqe(w);
+  Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_rc(w, payload);
+  ++ctx_.counters.packets_sent;
+  if (t.retransmission) ++ctx_.counters.retransmitted_packets;
+  if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
+  if (ctx_.config.type == QpType::kRc && ctx_.retransmit_deadline_ns == 0) {
+    const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);
+    if (timeout_ns != 0) ctx_.retransmit_deadline_ns = now_ns + timeout_ns;
+  }
+  return t;
+}
+
+RequesterState Requester::start_wqe(SendWqe& w) {
+  const std::uint32_t mtu = ctx_.mtu();
+  w.stage = WqeStage::kStarted;
+  w.first_psn = ctx_.req_psn;
+  const std::uint32_t n = w.is_atomic() ? 1 : packets_for(w.length, mtu);
+  w.last_psn = w.first_psn + (n - 1);
+  if (w.is_read_or_atomic()) ++ctx_.outstanding_rd_atomic;
+  return RequesterState::kSend;
+}
+
+bool Requester::copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out) {
+  if (w.is_inline) {
+    std::copy_n(w.inline_data.begin() + static_cast<std::ptrdiff_t>(offset), out.size(),
+                out.begin());
+    return true;
+  }
+  return gather(ctx_.mrs->memory(), w.wr.sg_list, offset, out);
+}
+
+void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload) {
+  const std::uint32_t mtu = ctx_.mtu();
+  const std::uint64_t offset =
+      std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} * mtu;
+  const std::uint64_t remaining = w.length - offset;
+  const bool first = offset == 0;
+  const bool last = remaining <= mtu;
+  const auto chunk = static_cast<std::uint32_t>(std::min<std::uint64_t>(mtu, remaining));
+
+  wire::TransportHeaders& h = t.hdr;
+  h.bth.opcode = send_write_opcode(w.wr.opcode, first, last);
+  const wire::HeaderSet hs = h.info().headers;
+  if (hs.has(wire::Header::kReth)) h.reth = wire::Reth{w.wr.remote_addr, w.wr.rkey, w.length};
+  if (hs.has(wire::Header::kImmDt)) h.imm = w.wr.imm_data;
+  if (hs.has(wire::Header::kIeth)) h.ieth = w.wr.invalidate_rkey;
+  h.bth.solicited = last && (w.wr.send_flags & send_flags::kSolicited);
+  // AckReq on every message end, and periodically inside long messages (PROTOCOL.md §3.3).
+  h.bth.ack_req = last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq;
+  if (h.bth.ack_req) packets_since_ackreq_ = 0;
+  if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
+  t.payload_len = chunk;
+  ++ctx_.req_psn;
+  if (last) ++ctx_.sq_next;
+}
+
+Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
+  Transmit t;
+  t.av_id = ctx_.attr.av_id;
+  t.retransmission = ctx_.req_psn.before(ctx_.psn_high);
+  wire::TransportHeaders& h = t.hdr;
+  h.bth.dest_qp = ctx_.attr.dest_qp_num;
+  h.bth.psn = ctx_.req_psn;
+  if (w.is_read()) {
+    // A retried READ asks only for what is missing (PROTOCOL.md §3.9).
+    const std::uint64_t offset =
+        std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} *
+        ctx_.mtu();
+    h.bth.opcode = Opcode::kRcReadRequest;
+    h.bth.ack_req = true;
+    h.reth = wire::Reth{w.wr.remote_addr + offset, w.wr.rkey,
+                        static_cast<std::uint32_t>(w.length - offset)};
+    ctx_.req_psn = w.last_psn + 1;
+    ++ctx_.sq_next;
+  } else if (w.is_atomic()) {
+    const bool cas = w.wr.opcode == WrOpcode::kAtomicCmpAndSwp;
+    h.bth.opcode = cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
+    h.bth.ack_req = true;
+    h.atomic_eth = wire::AtomicEth{w.wr.remote_addr, w.wr.rkey, cas ? w.wr.swap : w.wr.compare_add,
+                                   cas ? w.wr.compare_add : 0};
+    ++ctx_.req_psn;
+    ++ctx_.sq_next;
+  } else {
+    build_send_write(w, t, payload);
+  }
+  if (ctx_.req_psn.after(ctx_.psn_high)) ctx_.psn_high = ctx_.req_psn;
+  return t;
+}
+
+Transmit Requester::build_ud(SendWqe& w, wire::MutableBytes payload) {
+  Transmit t;
+  t.av_id = w.wr.ud.av_id;
+  wire::TransportHeaders& h = t.hdr;
+  const bool imm = w.wr.opcode == WrOpcode::kSendWithImm;
+  h.bth.opcode = imm ? Opcode::kUdSendOnlyImm : Opcode::kUdSendOnly;
+  h.bth.dest_qp = w.wr.ud.remote_qpn;
+  h.bth.psn = ctx_.req_psn;
+  h.bth.solicited = (w.wr.send_flags & send_flags::kSolicited) != 0;
+  const std::uint32_t wr_qkey = w.wr.ud.remote_qkey.value();
+  h.deth =
+      wire::Deth{(wr_qkey & kQkeyUseQpBit) ? ctx_.attr.qkey : w.wr.ud.remote_qkey, ctx_.config.qpn};
+  if (imm) h.imm = w.wr.imm_data;
+  if (!copy_payload(w, 0, payload.subspan(0, w.length))) ctx_.fatal_pending = true;
+  t.payload_len = w.length;
+  ++ctx_.req_psn;
+  ctx_.psn_high = ctx_.req_psn;
+  ctx_.comp_psn = ctx_.req_psn;
+  // UD is unreliable: the WQE completes once its packet is handed to the port.
+  w.stage = WqeStage::kDone;
+  ctx_.push_send_completion(w, WcStatus::kSuccess);
+  ++ctx_.sq_next;
+  ++ctx_.sq_head;
+  return t;
+}
+
+void Requester::finish_local_error(SendWqe& w, WcStatus status) {
+  w.stage = WqeStage::kDone;
+  ctx_.push_send_completion(w, status);
+  ++ctx_.sq_next;
+  ++ctx_.sq_head;
+  if (ctx_.config.type == QpType::kUd) {
+    ctx_.state = QpState::kSqe;  // IBA 10.8.3.2: UD send errors stop the send queue only
+  } else {
+    ctx_.fatal_pending = true;
+  }
+}
+
+void Requester::retry() {
+  ctx_.sq_next = ctx_.sq_head;
+  ctx_.req_psn = ctx_.comp_psn;
+  packets_since_ackreq_ = 0;
+}
+
+}  // namespace xroce::transport

@@ -1,0 +1,52 @@
+// The requester: turns send WQEs into request packets (segmentation, PSN assignment, AckReq,
+// fences, the rd/atomic limit, the PSN window) and restarts from the completer's PSN on retry
+// (go-back-N, PROTOCOL.md §3.9). Modelled on rxe_req.c.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "transport/qp_context.h"
+
+namespace xroce::transport {
+
+// Why the requester is or is not sending; next_state() computes it before every packet.
+enum class RequesterState : std::uint8_t {
+  kIdle,          // nothing posted that can go
+  kSend,          // the WQE at sq_next has a packet ready
+  kWaitFence,     // IBV_SEND_FENCE: prior READ/ATOMIC still outstanding
+  kWaitRdAtomic,  // max_rd_atomic READ/ATOMIC already outstanding
+  kWaitWindow,    // max_unacked_psns in flight
+  kWaitRnrTimer,  // an RNR NAK's timer is running
+  kWaitPacer,     // congestion control holds the next packet
+  kDrained,       // SQD: no new WQE may start
+  kLocalError,    // the WQE fails a local check (length, protection): complete it in error
+  kStopped,       // QP not in a sending state
+};
+
+class Requester {
+ public:
+  explicit Requester(QpContext& ctx) : ctx_(ctx) {}
+
+  // Produces the next request packet, its payload written into `payload` (>= mtu bytes).
+  std::optional<Transmit> poll(std::uint64_t now_ns, wire::MutableBytes payload);
+  // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE.
+  void retry();
+  RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
+
+ private:
+  RequesterState next_state(std::uint64_t now_ns);
+  RequesterState start_wqe(SendWqe& w);
+  WcStatus local_check(const SendWqe& w) const;
+  Transmit build_rc(SendWqe& w, wire::MutableBytes payload);
+  Transmit build_ud(SendWqe& w, wire::MutableBytes payload);
+  void build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
+  void finish_local_error(SendWqe& w, WcStatus status);
+  bool copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out);
+
+  QpContext& ctx_;
+  std::uint32_t packets_since_ackreq_ = 0;
+  WcStatus pending_local_error_ = WcStatus::kSuccess;
+};
+
+}  // namespace xroce::transport

@@ -1,0 +1,569 @@
+#include "transport/responder.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace xroce::transport {
+
+namespace {
+
+using wire::Operation;
+using wire::Position;
+
+// IBA limit on a message (PROTOCOL.md §4.3): RETH DMA lengths above it are invalid requests.
+constexpr std::uint64_t kMaxDmaLength = 1ull << 31;
+constexpr std::uint32_t kMsnMask = 0xFFFFFF;
+
+bool is_send_or_write(Operation op) {
+  return op == Operation::kSend || op == Operation::kWrite;
+}
+
+std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
+  return std::max<std::uint32_t>(1, (length + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+void Responder::reset(wire::Psn rq_psn, std::uint8_t max_dest_rd_atomic) {
+  epsn_ = rq_psn;
+  ack_psn_ = rq_psn;
+  msn_ = 0;
+  nak_sent_ = false;
+  in_message_ = InMessage::kNone;
+  recv_.reset();
+  jobs_.clear();
+  final_nak_.reset();
+  resources_.assign(std::bit_ceil(std::max<std::size_t>(1, max_dest_rd_atomic)), {});
+  next_resource_ = 0;
+}
+
+void Responder::handle_request(std::uint64_t now_ns, const wire::TransportHeaders& hdr,
+                               wire::Bytes payload) {
+  (void)now_ns;
+  const Request r{hdr, payload, hdr.info(), hdr.bth.psn};
+  ResponderState s = ResponderState::kCheckPsn;
+  while (s != ResponderState::kDone) {
+    switch (s) {
+      case ResponderState::kCheckPsn:
+        s = check_psn(r);
+        break;
+      case ResponderState::kCheckOpSeq:
+        s = check_op_seq(r);
+        break;
+      case ResponderState::kCheckOpValid:
+        s = check_op_valid(r);
+        break;
+      case ResponderState::kCheckResource:
+        s = check_resource(r);
+        break;
+      case ResponderState::kCheckLength:
+        s = check_length(r);
+        break;
+      case ResponderState::kCheckRkey:
+        s = check_rkey(r);
+        break;
+      case ResponderState::kExecute:
+        s = execute(r);
+        break;
+      case ResponderState::kComplete:
+        s = complete(r);
+        break;
+      case ResponderState::kAcknowledge:
+        // C9-?: ACK only what asked for it; coalescing folds queued ACKs (queue_ack).
+        if (r.hdr.bth.ack_req && is_send_or_write(r.info.operation)) {
+          queue_ack(r.psn, wire::Aeth::ack(msn_));
+        }
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kDuplicate:
+        s = duplicate(r);
+        break;
+      case ResponderState::kNakPsnSeq:
+        ++ctx_.counters.out_of_sequence;
+        if (!nak_sent_) {  // one NAK per gap (PROTOCOL.md §3.5)
+          queue_nak(epsn_, wire::NakCode::kPsnSequenceError);
+          nak_sent_ = true;
+        }
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kRnrNak:
+        jobs_.push_back(
+            Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}});
+        ++ctx_.counters.naks_sent;
+        ++ctx_.counters.rnr_naks_sent;
+        nak_sent_ = true;  // what follows the refused packet is dropped silently
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kErrInvalidRequest:
+        fatal(r, wire::NakCode::kInvalidRequest, WcStatus::kLocQpOpErr);
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kErrRemoteAccess:
+        fatal(r, wire::NakCode::kRemoteAccessError, WcStatus::kLocAccessErr);
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kErrRemoteOp:
+        fatal(r, wire::NakCode::kRemoteOperationalError, WcStatus::kLocProtErr);
+        s = ResponderState::kDone;
+        break;
+      case ResponderState::kDrop:
+      case ResponderState::kDone:
+        s = ResponderState::kDone;
+        break;
+    }
+  }
+}
+
+ResponderState Responder::check_psn(const Request& r) {
+  const std::int32_t d = r.psn.distance_from(epsn_);
+  if (d > 0) return ResponderState::kNakPsnSeq;
+  if (d < 0) {
+    ++ctx_.counters.duplicate_requests;
+    return ResponderState::kDuplicate;
+  }
+  nak_sent_ = false;
+  return ResponderState::kCheckOpSeq;
+}
+
+ResponderState Responder::check_op_seq(const Request& r) const {
+  const Operation op = r.info.operation;
+  const bool continues = r.info.position == Position::kMiddle || r.info.position == Position::kLast;
+  switch (in_message_) {
+    case InMessage::kSend:
+      return op == Operation::kSend && continues ? ResponderState::kCheckOpValid
+                                                 : ResponderState::kErrInvalidRequest;
+    case InMessage::kWrite:
+      return op == Operation::kWrite && continues ? ResponderState::kCheckOpValid
+                                                  : ResponderState::kErrInvalidRequest;
+    case InMessage::kNone:
+      break;
+  }
+  return r.info.starts_message() ? ResponderState::kCheckOpValid
+                                 : ResponderState::kErrInvalidRequest;
+}
+
+ResponderState Responder::check_op_valid(const Request& r) const {
+  std::uint32_t need = 0;
+  switch (r.info.operation) {
+    case Operation::kWrite:
+      need = access::kRemoteWrite;
+      break;
+    case Operation::kReadRequest:
+      need = access::kRemoteRead;
+      break;
+    case Operation::kCompareSwap:
+    case Operation::kFetchAdd:
+      need = access::kRemoteAtomic;
+      break;
+    default:
+      break;
+  }
+  // The QP's own access flags gate remote operations (C9-?; rxe check_op_valid).
+  if ((ctx_.attr.qp_access_flags & need) != need) return ResponderState::kErrInvalidRequest;
+  return ResponderState::kCheckResource;
+}
+
+ResponderState Responder::check_resource(const Request& r) {
+  const Operation op = r.info.operation;
+  const bool takes_recv = (op == Operation::kSend && r.info.starts_message()) ||
+                          (op == Operation::kWrite && r.info.with_imm);
+  if (takes_recv && !recv_) {
+    recv_ = take_recv();
+    if (!recv_) return ResponderState::kRnrNak;
+    recv_bytes_ = 0;
+    if (!recv_sges_ok(*recv_)) return ResponderState::kErrRemoteOp;
+  }
+  if ((op == Operation::kReadRequest || op == Operation::kCompareSwap ||
+       op == Operation::kFetchAdd) &&
+      ctx_.attr.max_dest_rd_atomic == 0) {
+    return ResponderState::kErrInvalidRequest;
+  }
+  return ResponderState::kCheckLength;
+}
+
+ResponderState Responder::check_length(const Request& r) const {
+  const std::uint32_t mtu = ctx_.mtu();
+  const std::size_t n = r.payload.size();
+  bool ok = true;
+  switch (r.info.position) {
+    case Position::kFirst:
+    case Position::kMiddle:
+      ok = n == mtu;
+      break;
+    case Position::kLast:
+      ok = n >= 1 && n <= mtu;
+      break;
+    case Position::kOnly:
+      ok = n <= mtu;
+      break;
+  }
+  if (!ok) return ResponderState::kErrInvalidRequest;
+  const Operation op = r.info.operation;
+  if (r.hdr.reth && r.hdr.reth->dma_length > kMaxDmaLength) {
+    return ResponderState::kErrInvalidRequest;
+  }
+  if (op == Operation::kSend && recv_bytes_ + n > sge_bytes(recv_->sg_list)) {
+    return ResponderState::kErrInvalidRequest;  // recv completes LOC_LEN_ERR via fatal()
+  }
+  if (op == Operation::kWrite) {
+    const Position pos = r.info.position;
+    if (pos == Position::kOnly && n != r.hdr.reth->dma_length)
+      return ResponderState::kErrInvalidRequest;
+    if (pos == Position::kFirst && r.hdr.reth->dma_length <= mtu)
+      return ResponderState::kErrInvalidRequest;
+    if (pos == Position::kMiddle && write_remaining_ <= mtu)
+      return ResponderState::kErrInvalidRequest;
+    if (pos == Position::kLast && n != write_remaining_) return ResponderState::kErrInvalidRequest;
+  }
+  return ResponderState::kCheckRkey;
+}
+
+ResponderState Responder::check_rkey(const Request& r) {
+  const Operation op = r.info.operation;
+  if (op == Operation::kWrite && r.hdr.reth) {
+    const wire::Reth& reth = *r.hdr.reth;
+    // A zero-length WRITE needs no valid VA or R_Key (PROTOCOL.md §2.1).
+    if (reth.dma_length > 0 &&
+        !ctx_.mrs->check_remote(reth.rkey, reth.va, reth.dma_length, access::kRemoteWrite)) {
+      return ResponderState::kErrRemoteAccess;
+    }
+    write_va_ = reth.va;
+    write_remaining_ = reth.dma_length;
+    write_length_ = reth.dma_length;
+    write_rkey_ = reth.rkey;
+  } else if (op == Operation::kReadRequest) {
+    const wire::Reth& reth = *r.hdr.reth;
+    if (reth.dma_length > 0 &&
+        !ctx_.mrs->check_remote(reth.rkey, reth.va, reth.dma_length, access::kRemoteRead)) {
+      return ResponderState::kErrRemoteAccess;
+    }
+  } else if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
+    const wire::AtomicEth& a = *r.hdr.atomic_eth;
+    if (a.va % 8 != 0) return ResponderState::kErrInvalidRequest;  // C9-? natural alignment
+    if (!ctx_.mrs->check_remote(a.rkey, a.va, 8, access::kRemoteAtomic)) {
+      return ResponderState::kErrRemoteAccess;
+    }
+  }
+  return ResponderState::kExecute;
+}
+
+ResponderState Responder::execute(const Request& r) {
+  const Operation op = r.info.operation;
+  const auto n = static_cast<std::uint32_t>(r.payload.size());
+  if (op == Operation::kReadRequest) return execute_read(r);
+  if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) return execute_atomic(r);
+  if (op == Operation::kSend) {
+    if (!scatter(ctx_.mrs->memory(), recv_->sg_list, recv_bytes_, r.payload)) {
+      return ResponderState::kErrRemoteOp;
+    }
+    recv_bytes_ += n;
+    in_message_ = r.info.ends_message() ? InMessage::kNone : InMessage::kSend;
+  } else {
+    if (n > 0 && !ctx_.mrs->memory().write(write_va_, r.payload)) {
+      return ResponderState::kErrRemoteAccess;
+    }
+    write_va_ += n;
+    write_remaining_ -= n;
+    in_message_ = r.info.ends_message() ? InMessage::kNone : InMessage::kWrite;
+  }
+  epsn_ = r.psn + 1;
+  ack_psn_ = epsn_;
+  if (r.info.ends_message()) msn_ = (msn_ + 1) & kMsnMask;
+  return ResponderState::kComplete;
+}
+
+ResponderState Responder::execute_read(const Request& r) {
+  const wire::Reth& reth = *r.hdr.reth;
+  const std::uint32_t n = packets_for(reth.dma_length, ctx_.mtu());
+  msn_ = (msn_ + 1) & kMsnMask;  // counted when the READ is accepted (PROTOCOL.md §3.4)
+  ResponderResource& res = new_resource();
+  res = ResponderResource{ResponderResource::Kind::kRead,
+                          r.psn,
+                          r.psn + (n - 1),
+                          reth.va,
+                          reth.rkey,
+                          reth.dma_length,
+                          0,
+                          msn_};
+  epsn_ = r.psn + n;
+  jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(msn_), 0, res});
+  return ResponderState::kDone;
+}
+
+ResponderState Responder::execute_atomic(const Request& r) {
+  const wire::AtomicEth& a = *r.hdr.atomic_eth;
+  std::uint64_t original = 0;
+  MemoryAccess& mem = ctx_.mrs->memory();
+  const bool ok = r.info.operation == wire::Operation::kCompareSwap
+                      ? mem.atomic_cmp_swap(a.va, a.compare, a.swap_add, &original)
+                      : mem.atomic_fetch_add(a.va, a.swap_add, &original);
+  if (!ok) return ResponderState::kErrRemoteOp;
+  msn_ = (msn_ + 1) & kMsnMask;
+  ResponderResource& res = new_resource();
+  res = ResponderResource{
+      ResponderResource::Kind::kAtomic, r.psn, r.psn, a.va, a.rkey, 8, original, msn_};
+  epsn_ = r.psn + 1;
+  ack_psn_ = epsn_;
+  jobs_.push_back(Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(msn_), original, {}});
+  return ResponderState::kDone;
+}
+
+ResponderState Responder::complete(const Request& r) {
+  if (!r.info.ends_message() || !recv_) return ResponderState::kAcknowledge;
+  Completion c;
+  c.wr_id = recv_->wr_id;
+  c.qp_num = ctx_.config.qpn;
+  c.src_qp = ctx_.attr.dest_qp_num;
+  c.solicited = r.hdr.bth.solicited;
+  if (r.info.operation == Operation::kSend) {
+    c.opcode = WcOpcode::kRecv;
+    c.byte_len = recv_bytes_;
+  } else {
+    c.opcode = WcOpcode::kRecvRdmaWithImm;
+    c.byte_len = write_length_;
+  }
+  if (r.hdr.imm) {
+    c.wc_flags |= wc_flags::kWithImm;
+    c.imm_data = *r.hdr.imm;
+  }
+  if (r.hdr.ieth) {
+    // SEND_WITH_INV (o10-37): an rkey that cannot be invalidated is an invalid request.
+    if (!ctx_.mrs->invalidate(*r.hdr.ieth)) return ResponderState::kErrInvalidRequest;
+    c.wc_flags |= wc_flags::kWithInv;
+    c.invalidated_rkey = *r.hdr.ieth;
+  }
+  ctx_.completions.push_back(c);
+  recv_.reset();
+  return ResponderState::kAcknowledge;
+}
+
+ResponderState Responder::duplicate(const Request& r) {
+  const Operation op = r.info.operation;
+  if (is_send_or_write(op)) {
+    // Re-ACK everything executed so far, not the duplicate's PSN (PROTOCOL.md §3.7).
+    queue_ack(ack_psn_ - 1, wire::Aeth::ack(msn_));
+    return ResponderState::kDone;
+  }
+  for (const ResponderResource& res : resources_) {
+    if (res.kind == ResponderResource::Kind::kNone ||
+        !wire::psn_in_range(r.psn, res.first_psn, res.last_psn)) {
+      continue;
+    }
+    if (op == Operation::kReadRequest && res.kind == ResponderResource::Kind::kRead) {
+      const wire::Reth& reth = *r.hdr.reth;
+      const std::uint64_t offset =
+          std::uint64_t{static_cast<std::uint32_t>(r.psn.distance_from(res.first_psn))} *
+          ctx_.mtu();
+      // The replayed range must be the tail of the original, under the same R_Key.
+      if (reth.rkey != res.rkey || reth.va != res.va + offset ||
+          std::uint64_t{reth.dma_length} + offset > res.length) {
+        return ResponderState::kDrop;
+      }
+      for (Job& j : jobs_) {  // already replaying this READ: restart it from here
+        if (j.kind == Job::Kind::kRead && j.res.first_psn == res.first_psn) {
+          j.psn = r.psn;
+          return ResponderState::kDone;
+        }
+      }
+      jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(res.msn), 0, res});
+      return ResponderState::kDone;
+    }
+    if ((op == Operation::kCompareSwap || op == Operation::kFetchAdd) &&
+        res.kind == ResponderResource::Kind::kAtomic) {
+      // The atomic replay cache: answer without executing again.
+      jobs_.push_back(
+          Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(res.msn), res.atomic_original, {}});
+      return ResponderState::kDone;
+    }
+  }
+  return ResponderState::kDrop;  // recycled or never seen
+}
+
+void Responder::queue_ack(wire::Psn psn, wire::Aeth aeth) {
+  // ACK coalescing: an ACK for PSN p acknowledges everything up to p, so a queued ACK that
+  // has not left yet is replaced by the newer one.
+  if (!jobs_.empty() && jobs_.back().kind == Job::Kind::kAck && jobs_.back().aeth.is_ack() &&
+      !psn.before(jobs_.back().psn)) {
+    jobs_.back().psn = psn;
+    jobs_.back().aeth = aeth;
+    return;
+  }
+  jobs_.push_back(Job{Job::Kind::kAck, psn, aeth, 0, {}});
+}
+
+void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
+  jobs_.push_back(Job{Job::Kind::kAck, psn, wire::Aeth::nak(msn_, code), 0, {}});
+  ++ctx_.counters.naks_sent;
+}
+
+void Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
+  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (PROTOCOL.md §3.5).
+  final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
+  ++ctx_.counters.naks_sent;
+  if (recv_) {
+    Completion c;
+    c.wr_id = recv_->wr_id;
+    c.qp_num = ctx_.config.qpn;
+    c.src_qp = ctx_.attr.dest_qp_num;
+    c.opcode = WcOpcode::kRecv;
+    const bool too_long = r.info.operation == Operation::kSend &&
+                          recv_bytes_ + r.payload.size() > sge_bytes(recv_->sg_list);
+    c.status = too_long ? WcStatus::kLocLenErr : recv_status;
+    ctx_.completions.push_back(c);
+    recv_.reset();
+  }
+  ctx_.fatal_pending = true;
+}
+
+ResponderResource& Responder::new_resource() {
+  ResponderResource& res = resources_[next_resource_ % resources_.size()];
+  ++next_resource_;
+  return res;
+}
+
+std::optional<RecvRequest> Responder::take_recv() {
+  if (ctx_.srq != nullptr) return ctx_.srq->take();
+  if (ctx_.rq.empty()) return std::nullopt;
+  RecvRequest wr = std::move(ctx_.rq.front());
+  ctx_.rq.pop_front();
+  return wr;
+}
+
+bool Responder::recv_sges_ok(const RecvRequest& recv) const {
+  return sges_valid(*ctx_.mrs, recv.sg_list, access::kLocalWrite);
+}
+
+std::optional<Transmit> Responder::poll(wire::MutableBytes payload) {
+  Transmit t;
+  t.av_id = ctx_.attr.av_id;
+  t.hdr.bth.dest_qp = ctx_.attr.dest_qp_num;
+  if (ctx_.state == QpState::kErr || jobs_.empty()) {
+    if (!final_nak_) return std::nullopt;
+    t.hdr.bth.opcode = wire::Opcode::kRcAck;
+    t.hdr.bth.psn = final_nak_->psn;
+    t.hdr.aeth = final_nak_->aeth;
+    final_nak_.reset();
+    return t;
+  }
+  Job& j = jobs_.front();
+  t.hdr.bth.psn = j.psn;
+  switch (j.kind) {
+    case Job::Kind::kAck:
+      t.hdr.bth.opcode = wire::Opcode::kRcAck;
+      t.hdr.aeth = j.aeth;
+      jobs_.pop_front();
+      break;
+    case Job::Kind::kAtomicAck:
+      t.hdr.bth.opcode = wire::Opcode::kRcAtomicAck;
+      t.hdr.aeth = j.aeth;
+      t.hdr.atomic_ack_orig = j.atomic_original;
+      jobs_.pop_front();
+      break;
+    case Job::Kind::kRead: {
+      bool done = false;
+      t = build_read_response(j, payload, &done);
+      if (done) jobs_.pop_front();
+      break;
+    }
+  }
+  ++ctx_.counters.packets_sent;
+  return t;
+}
+
+Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool* done) {
+  const ResponderResource& res = j.res;
+  const std::uint32_t mtu = ctx_.mtu();
+  const std::uint64_t offset =
+      std::uint64_t{static_cast<std::uint32_t>(j.psn.distance_from(res.first_psn))} * mtu;
+  const bool first = j.psn == res.first_psn;
+  const bool last = j.psn == res.last_psn;
+  const auto n = static_cast<std::uint32_t>(last ? res.length - offset : mtu);
+  Transmit t;
+  t.av_id = ctx_.attr.av_id;
+  wire::TransportHeaders& h = t.hdr;
+  h.bth.dest_qp = ctx_.attr.dest_qp_num;
+  h.bth.psn = j.psn;
+  // Position comes from the PSN within the original READ: a replay from the middle starts
+  // with MIDDLE/LAST, as rxe does (PROTOCOL.md §3.7).
+  h.bth.opcode = first && last ? wire::Opcode::kRcReadResponseOnly
+                 : first       ? wire::Opcode::kRcReadResponseFirst
+                 : last        ? wire::Opcode::kRcReadResponseLast
+                               : wire::Opcode::kRcReadResponseMiddle;
+  if (h.info().headers.has(wire::Header::kAeth)) h.aeth = wire::Aeth::ack(res.msn);
+  if (n > 0 && !ctx_.mrs->memory().read(res.va + offset, payload.subspan(0, n))) {
+    // The memory went away under a READ in progress: remote operational error.
+    h = wire::TransportHeaders{};
+    h.bth.opcode = wire::Opcode::kRcAck;
+    h.bth.dest_qp = ctx_.attr.dest_qp_num;
+    h.bth.psn = j.psn;
+    h.aeth = wire::Aeth::nak(msn_, wire::NakCode::kRemoteOperationalError);
+    ctx_.fatal_pending = true;
+    *done = true;
+    return t;
+  }
+  t.payload_len = n;
+  ++j.psn;
+  *done = last;
+  return t;
+}
+
+void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload,
+                          const RxMeta& meta) {
+  // C10-?: a UD packet whose Q_Key differs from the QP's is dropped silently.
+  if (hdr.deth->qkey != ctx_.attr.qkey) {
+    ++ctx_.counters.dropped;
+    return;
+  }
+  std::optional<RecvRequest> recv = take_recv();
+  if (!recv) {
+    ++ctx_.counters.ud_no_recv_drops;  // UD has no RNR: the datagram is lost
+    return;
+  }
+  Completion c;
+  c.wr_id = recv->wr_id;
+  c.opcode = WcOpcode::kRecv;
+  c.qp_num = ctx_.config.qpn;
+  c.src_qp = hdr.deth->src_qp;
+  c.solicited = hdr.bth.solicited;
+  c.wc_flags = wc_flags::kGrh;
+  if (hdr.imm) {
+    c.wc_flags |= wc_flags::kWithImm;
+    c.imm_data = *hdr.imm;
+  }
+  // Verbs: the first 40 bytes of a UD receive buffer hold the GRH (ibv_grh).
+  const std::uint64_t need = meta.grh.size() + payload.size();
+  c.byte_len = static_cast<std::uint32_t>(need);
+  if (!recv_sges_ok(*recv)) {
+    c.status = WcStatus::kLocProtErr;
+  } else if (sge_bytes(recv->sg_list) < need) {
+    c.status = WcStatus::kLocLenErr;
+  } else if (!scatter(ctx_.mrs->memory(), recv->sg_list, 0, meta.grh) ||
+             !scatter(ctx_.mrs->memory(), recv->sg_list, meta.grh.size(), payload)) {
+    c.status = WcStatus::kLocProtErr;
+  }
+  if (c.status != WcStatus::kSuccess) {
+    c.byte_len = 0;
+    ctx_.fatal_pending = true;
+  }
+  ctx_.completions.push_back(c);
+}
+
+void Responder::flush() {
+  auto flush_one = [&](const RecvRequest& wr) {
+    Completion c;
+    c.wr_id = wr.wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = WcOpcode::kRecv;
+    c.qp_num = ctx_.config.qpn;
+    ctx_.completions.push_back(c);
+  };
+  if (recv_) flush_one(*recv_);
+  recv_.reset();
+  for (const RecvRequest& wr : ctx_.rq)
+    flush_one(wr);
+  ctx_.rq.clear();
+  jobs_.clear();
+  in_message_ = InMessage::kNone;
+}
+
+}  // namespace xroce::transport

@@ -1,0 +1,126 @@
+// The responder: executes inbound requests in PSN order and answers them. PSN checks,
+// duplicates (re-ACK, READ replay from the responder resources, the atomic replay cache),
+// opcode sequencing, access, length and R_Key checks with their NAKs, RNR NAKs, receive WQEs
+// from the QP or its SRQ, ACK coalescing, immediate data and invalidation; and UD receive
+// (PROTOCOL.md §3.5-3.7). Modelled on rxe_resp.c.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "transport/qp_context.h"
+
+namespace xroce::transport {
+
+// One state per processing step (PROTOCOL.md §3.5 order) and one per IBA error class.
+enum class ResponderState : std::uint8_t {
+  kCheckPsn,
+  kCheckOpSeq,
+  kCheckOpValid,
+  kCheckResource,
+  kCheckLength,
+  kCheckRkey,
+  kExecute,
+  kComplete,
+  kAcknowledge,
+  kDuplicate,
+  kDone,
+  kNakPsnSeq,          // class B: PSN sequence error, NAKed once
+  kRnrNak,             // no receive WQE: RNR NAK, packet dropped
+  kErrInvalidRequest,  // class C: opcode sequence, access flags, length, alignment
+  kErrRemoteAccess,    // class C: R_Key, bounds, MR access flags
+  kErrRemoteOp,        // class C: a malformed receive WQE
+  kDrop,               // silently dropped
+};
+
+// READ / ATOMIC state kept for duplicates (rxe's resp_res), max_dest_rd_atomic entries.
+struct ResponderResource {
+  enum class Kind : std::uint8_t { kNone, kRead, kAtomic };
+  Kind kind = Kind::kNone;
+  wire::Psn first_psn;
+  wire::Psn last_psn;
+  std::uint64_t va = 0;
+  wire::Rkey rkey;
+  std::uint32_t length = 0;
+  std::uint64_t atomic_original = 0;
+  std::uint32_t msn = 0;
+};
+
+class Responder {
+ public:
+  explicit Responder(QpContext& ctx) : ctx_(ctx) {}
+
+  // Called at INIT->RTR with the ePSN and the resource count.
+  void reset(wire::Psn rq_psn, std::uint8_t max_dest_rd_atomic);
+  void handle_request(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload);
+  void handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload, const RxMeta& meta);
+  // Next response packet (ACK, NAK, READ response, ATOMIC ACK), payload into `payload`.
+  std::optional<Transmit> poll(wire::MutableBytes payload);
+  bool has_output() const { return !jobs_.empty() || final_nak_.has_value(); }
+  // Flushes the receive WQE in progress and the receive queue (QP -> ERR).
+  void flush();
+
+  wire::Psn epsn() const { return epsn_; }
+  std::uint32_t msn() const { return msn_; }
+
+ private:
+  enum class InMessage : std::uint8_t { kNone, kSend, kWrite };
+
+  struct Request {
+    const wire::TransportHeaders& hdr;
+    wire::Bytes payload;
+    const wire::OpcodeInfo& info;
+    wire::Psn psn;
+  };
+
+  struct Job {
+    enum class Kind : std::uint8_t { kAck, kAtomicAck, kRead };
+    Kind kind = Kind::kAck;
+    wire::Psn psn;  // next PSN to send
+    wire::Aeth aeth;
+    std::uint64_t atomic_original = 0;
+    ResponderResource res;  // kRead: a copy, so recycling the ring cannot change a reply
+  };
+
+  ResponderState check_psn(const Request& r);
+  ResponderState check_op_seq(const Request& r) const;
+  ResponderState check_op_valid(const Request& r) const;
+  ResponderState check_resource(const Request& r);
+  ResponderState check_length(const Request& r) const;
+  ResponderState check_rkey(const Request& r);
+  ResponderState execute(const Request& r);
+  ResponderState complete(const Request& r);
+  ResponderState duplicate(const Request& r);
+  ResponderState execute_read(const Request& r);
+  ResponderState execute_atomic(const Request& r);
+  void queue_ack(wire::Psn psn, wire::Aeth aeth);
+  void queue_nak(wire::Psn psn, wire::NakCode code);
+  void fatal(const Request& r, wire::NakCode code, WcStatus recv_status);
+  ResponderResource& new_resource();
+  std::optional<RecvRequest> take_recv();
+  bool recv_sges_ok(const RecvRequest& recv) const;
+  Transmit build_read_response(Job& job, wire::MutableBytes payload, bool* done);
+
+  QpContext& ctx_;
+  wire::Psn epsn_;
+  wire::Psn ack_psn_;  // PSN after the last SEND/WRITE/ATOMIC executed (PROTOCOL.md §3.7)
+  std::uint32_t msn_ = 0;
+  bool nak_sent_ = false;  // a PSN-sequence NAK (or RNR NAK) is out; drop until in sequence
+  InMessage in_message_ = InMessage::kNone;
+
+  std::optional<RecvRequest> recv_;  // the receive WQE the current message fills
+  std::uint32_t recv_bytes_ = 0;
+  std::uint64_t write_va_ = 0;
+  std::uint32_t write_remaining_ = 0;
+  std::uint32_t write_length_ = 0;
+  wire::Rkey write_rkey_;
+
+  std::vector<ResponderResource> resources_;
+  std::size_t next_resource_ = 0;
+  std::deque<Job> jobs_;
+  std::optional<Job> final_nak_;  // the NAK that precedes the move to ERR; sent even in ERR
+};
+
+}  // namespace xroce::transport

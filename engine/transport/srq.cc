@@ -1,0 +1,39 @@
+#include "transport/srq.h"
+
+#include <cerrno>
+
+namespace xroce::transport {
+
+int Srq::post_recv(const RecvRequest& wr) {
+  if (wr.sg_list.size() > max_sge_) return EINVAL;
+  if (wqes_.size() >= max_wr_) return ENOMEM;
+  wqes_.push_back(wr);
+  return 0;
+}
+
+int Srq::set_limit(std::uint32_t srq_limit) {
+  if (srq_limit > max_wr_) return EINVAL;
+  limit_ = srq_limit;
+  armed_ = srq_limit > 0;
+  return 0;
+}
+
+std::optional<RecvRequest> Srq::take() {
+  if (wqes_.empty()) return std::nullopt;
+  RecvRequest wr = std::move(wqes_.front());
+  wqes_.pop_front();
+  // IBA 10.2.9.2: the event fires when the WQE count drops below the limit while armed.
+  if (armed_ && wqes_.size() < limit_) {
+    armed_ = false;
+    event_pending_ = true;
+  }
+  return wr;
+}
+
+bool Srq::poll_limit_event() {
+  const bool fired = event_pending_;
+  event_pending_ = false;
+  return fired;
+}
+
+}  // namespace xroce::transport

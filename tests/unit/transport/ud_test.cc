@@ -1,0 +1,103 @@
+// UD send and receive: DETH, Q_Key rules, the 40-byte GRH area (PROTOCOL.md §2.2, §6).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "protocol_harness.h"
+
+namespace xroce::transport::testing {
+namespace {
+
+using wire::Opcode;
+
+class UdTest : public ProtocolTest {
+ protected:
+  void SetUp() override {
+    QpOptions o;
+    o.type = QpType::kUd;
+    make_qp(o);
+  }
+  WorkRequest ud_send(std::uint64_t id, std::uint32_t len, std::uint32_t qkey) {
+    auto w = wr(WrOpcode::kSendWithImm, id, {sge(local, len)});
+    w.imm_data = 5;
+    w.ud = UdDestination{3, wire::Qpn(0x77), wire::Qkey(qkey)};
+    return w;
+  }
+  wire::TransportHeaders datagram(std::uint32_t qkey) {
+    auto h = packet(Opcode::kUdSendOnly, 1);
+    h.deth = wire::Deth{wire::Qkey(qkey), wire::Qpn(0x55)};
+    return h;
+  }
+};
+
+TEST_F(UdTest, SendCarriesDethAndCompletesWhenTransmitted) {
+  fill(local, 100, 2);
+  ASSERT_EQ(qp->post_send(ud_send(1, 100, 0x999)), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kUdSendOnlyImm);
+  EXPECT_EQ(out[0].hdr().bth.dest_qp, wire::Qpn(0x77));
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  EXPECT_EQ(out[0].hdr().deth->qkey, wire::Qkey(0x999));
+  EXPECT_EQ(out[0].hdr().deth->src_qp, kLocalQpn);
+  EXPECT_EQ(out[0].hdr().imm, 5u);
+  EXPECT_EQ(out[0].t.av_id, 3u);
+  EXPECT_EQ(out[0].payload.size(), 100u);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+}
+
+TEST_F(UdTest, WrQkeyWithTheHighBitUsesTheQpsQkey) {
+  ASSERT_EQ(qp->post_send(ud_send(1, 8, 0x80000000)), 0);
+  EXPECT_EQ(drain()[0].hdr().deth->qkey, wire::Qkey(0x1234));
+}
+
+TEST_F(UdTest, MessageLargerThanThePortMtuIsALocalLengthError) {
+  ASSERT_EQ(qp->post_send(ud_send(1, 4097, 1)), 0);  // port MTU 4096
+  EXPECT_TRUE(drain().empty());
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kLocLenErr);
+  EXPECT_EQ(qp->state(), QpState::kSqe);
+}
+
+TEST_F(UdTest, ReceivePutsTheGrhAreaFirstAndReportsTheSource) {
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 200)})), 0);
+  RxMeta meta;
+  for (std::size_t i = 0; i < meta.grh.size(); ++i)
+    meta.grh[i] = static_cast<std::uint8_t>(0xA0 + i);
+  std::vector<std::uint8_t> payload(60, 0x5A);
+  qp->handle_packet(0, datagram(0x1234), payload, meta);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[0].byte_len, 40u + 60u);
+  EXPECT_EQ(c[0].src_qp, wire::Qpn(0x55));
+  EXPECT_EQ(c[0].wc_flags, wc_flags::kGrh);
+  EXPECT_TRUE(std::equal(meta.grh.begin(), meta.grh.end(), bytes(local, 40).begin()));
+  EXPECT_TRUE(std::equal(payload.begin(), payload.end(), bytes(local + 40, 60).begin()));
+  EXPECT_TRUE(drain().empty());  // UD is never acknowledged
+}
+
+TEST_F(UdTest, WrongQkeyOrNoReceiveWqeDropsSilently) {
+  qp->handle_packet(0, datagram(0x1234), {});
+  EXPECT_EQ(qp->counters().ud_no_recv_drops, 1u);
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 200)})), 0);
+  qp->handle_packet(0, datagram(0x9999), {});
+  EXPECT_EQ(qp->counters().dropped, 1u);
+  EXPECT_TRUE(completions().empty());
+  EXPECT_EQ(qp->state(), QpState::kRts);
+}
+
+TEST_F(UdTest, ReceiveBufferWithoutRoomForTheGrhIsALengthError) {
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 50)})), 0);
+  std::vector<std::uint8_t> payload(11);
+  qp->handle_packet(0, datagram(0x1234), payload);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kLocLenErr);
+}
+
+}  // namespace
+}  // namespace xroce::transport::testing
