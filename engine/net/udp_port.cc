@@ -92,6 +92,7 @@ Result<int, PortError> UdpPort::setup() {
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
   // RoCEv2 sends UDP checksum 0 (PROTOCOL.md §1.5); IPv6 drops that unless told not to.
   set_int(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1);
+  set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data
   set_int(fd_, SOL_SOCKET, SO_RCVBUF, kSocketBufferBytes);
   set_int(fd_, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
   if (!config_.bind_device.empty() &&
@@ -184,6 +185,8 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
     } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
       std::memcpy(&v, d, sizeof(v));
       env.hop_limit = static_cast<std::uint8_t>(v);
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+      std::memcpy(&socket_drops_, d, sizeof(socket_drops_));
     }
   }
   const std::size_t header_bytes = envelope_bytes(env);

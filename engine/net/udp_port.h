@@ -54,7 +54,11 @@ class UdpPort final : public Port {
   Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) override;
   Result<std::size_t, PortError> flush() override { return std::size_t{0}; }
   int wait_fd() const override { return rx_ring_.ring_fd; }
-  PortStats stats() const override { return stats_; }
+  PortStats stats() const override {
+    PortStats s = stats_;
+    s.rx_drops += socket_drops_;
+    return s;
+  }
   PortMode mode() const override { return PortMode::kUdpSocket; }
   std::size_t max_frame_bytes() const override { return config_.max_frame_bytes; }
 
@@ -81,6 +85,7 @@ class UdpPort final : public Port {
   std::vector<TxSlot> tx_;
   std::unordered_map<std::uint16_t, int> source_port_fds_;
   PortStats stats_;
+  std::uint32_t socket_drops_ = 0;  // datagrams the socket dropped (SO_RXQ_OVFL, cumulative)
 };
 
 }  // namespace xroce::net
