@@ -134,6 +134,53 @@ TEST_F(DeviceTest, GidTableFollowsAddressesAndKeepsIndices) {
   EXPECT_EQ(r.output.find(v4 + ","), std::string::npos) << r.output;
 }
 
+TEST_F(DeviceTest, XroceEnvGivesAShellWhatItNeeds) {
+  Host host("xre2e-env", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto r = host.exec({"sh", "-c", "eval \"$(" + xroce_bin() + " env)\" && ibv_devices"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("xre0"), std::string::npos) << r.output;
+  // Without it, libibverbs looks at the real /sys and finds nothing of ours.
+  auto bare = host.exec({"ibv_devices"});
+  EXPECT_EQ(bare.output.find("xre0"), std::string::npos) << bare.output;
+}
+
+TEST_F(DeviceTest, EachNamespaceSeesOnlyItsOwnDevices) {
+  Host a("xre2e-nsa", next_subnet());
+  Host b("xre2e-nsb", next_subnet());
+  ASSERT_EQ(a.add_device("xre0").status, 0);
+  ASSERT_EQ(b.add_device("xre0").status, 0);  // same name, other namespace, other daemon
+  ASSERT_NE(a.daemon_pid(), b.daemon_pid());
+  auto ra = app(a, {"ibv_devinfo", "-v"});
+  auto rb = app(b, {"ibv_devinfo", "-v"});
+  ASSERT_EQ(ra.status, 0) << ra.output;
+  ASSERT_EQ(rb.status, 0) << rb.output;
+  EXPECT_NE(ra.output.find("::ffff:" + a.ipv4() + ","), std::string::npos) << ra.output;
+  EXPECT_EQ(ra.output.find("::ffff:" + b.ipv4() + ","), std::string::npos) << ra.output;
+  EXPECT_NE(rb.output.find("::ffff:" + b.ipv4() + ","), std::string::npos) << rb.output;
+  EXPECT_EQ(rb.output.find("::ffff:" + a.ipv4() + ","), std::string::npos) << rb.output;
+  // Both devices open and work at once.
+  EXPECT_EQ(app(a, {probe_bin(), "xre0", "pdmr"}).status, 0);
+  EXPECT_EQ(app(b, {probe_bin(), "xre0", "pdmr"}).status, 0);
+}
+
+TEST_F(DeviceTest, LinkCommandsRejectBadRequests) {
+  Host host("xre2e-linkerr", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto dup = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0b"});
+  EXPECT_NE(dup.status, 0);
+  EXPECT_NE(dup.output.find("File exists"), std::string::npos) << dup.output;
+  auto busy = host.exec({xroce_bin(), "link", "add", "xre1", "netdev", "xr0a"});
+  EXPECT_NE(busy.output.find("busy"), std::string::npos) << busy.output;
+  auto missing = host.exec({xroce_bin(), "link", "add", "xre1", "netdev", "nosuch0"});
+  EXPECT_NE(missing.output.find("No such device"), std::string::npos) << missing.output;
+  auto syntax = host.exec({xroce_bin(), "link", "add", "xre1", "netdev", "xr0b", "port", "rdma"});
+  EXPECT_EQ(syntax.status, 2) << syntax.output;
+  auto shown = link_show(host);
+  ASSERT_TRUE(shown.is_array());
+  EXPECT_EQ(shown.size(), 1u) << shown.dump();
+}
+
 TEST_F(DeviceTest, VerbsProgramAllocatesPdAndRegistersMemory) {
   Host host("xre2e-pdmr", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);
