@@ -28,7 +28,8 @@
 //        receive(host)         drain delivered frames, feed them to the transport
 //        send(t, host, frame)  inject the transport's output at time t (t >= now(), and no
 //                              event earlier than t may be pending: run_until(t) first)
-//   Time never goes backwards. A Receiver callback may call send() with its `at` argument.
+//   Time never goes backwards. A Receiver callback may call send() with its `at` argument;
+//   it must not add nodes or links.
 //
 // Determinism: events at the same time run in the order they were scheduled; each port draws
 // from its own xoshiro256** stream derived from (seed, port index), so adding a port does not
