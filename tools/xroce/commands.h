@@ -11,6 +11,7 @@ struct ExitStatus {
 };
 
 void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
+void register_sim(CLI::App& app, ExitStatus& status);   // cmd_sim.cc
 #ifdef XROCE_HAVE_DEVICE
 void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
 void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   xroce::cli::ExitStatus status;
   register_version(app);
   xroce::cli::register_wire(app, status);
+  xroce::cli::register_sim(app, status);
 #ifdef XROCE_HAVE_DEVICE
   xroce::cli::register_link(app, status);
   xroce::cli::register_env(app, status);

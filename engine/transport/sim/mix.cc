@@ -1,0 +1,76 @@
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "transport/sim/workload.h"
+
+namespace xroce::transport::sim {
+
+namespace {
+constexpr std::array<const char*, kOpKinds> kNames = {"send",      "send_imm", "send_inv", "write",
+                                                      "write_imm", "read",     "cas",      "faa"};
+}
+
+const char* to_string(OpKind k) {
+  return kNames[static_cast<std::size_t>(k)];
+}
+
+std::optional<Mix> Mix::parse(std::string_view text) {
+  if (text == "all") return Mix{};
+  Mix m;
+  m.weight.fill(0);
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    std::uint32_t w = 1;
+    const std::size_t eq = item.find('=');
+    if (eq != std::string_view::npos) {
+      const std::string num(item.substr(eq + 1));
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || v > 1000000) return std::nullopt;
+      w = static_cast<std::uint32_t>(v);
+      item = item.substr(0, eq);
+    }
+    bool found = false;
+    for (std::size_t i = 0; i < kOpKinds; ++i) {
+      if (item == kNames[i] || (item == "atomic" && (i == 6 || i == 7))) {
+        m.weight[i] = w;
+        found = true;
+      }
+    }
+    if (!found) return std::nullopt;
+  }
+  std::uint64_t total = 0;
+  for (auto w : m.weight)
+    total += w;
+  if (total == 0) return std::nullopt;
+  return m;
+}
+
+std::string Mix::to_string() const {
+  if (*this == Mix{}) return "all";
+  std::string s;
+  for (std::size_t i = 0; i < kOpKinds; ++i) {
+    if (weight[i] == 0) continue;
+    if (!s.empty()) s += ',';
+    s += kNames[i];
+    s += '=';
+    s += std::to_string(weight[i]);
+  }
+  return s;
+}
+
+std::string reproduce_command(const ScenarioConfig& c) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "xroce sim --seed %llu --ops %llu --qps %u --mix %s --mtu %u --loss %g "
+                "--reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g",
+                static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops),
+                c.qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
+                c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps);
+  return buf;
+}
+
+}  // namespace xroce::transport::sim

@@ -1,0 +1,51 @@
+#!/usr/bin/python3
+"""interop (a): the VM boots, rxe0 becomes ACTIVE, and `ibv_devinfo -v` in the guest lists the
+RoCE v2 GID of the guest's IPv4 address (GID 1, ::ffff:a.b.c.d) and of its global IPv6 one."""
+
+import re
+import sys
+import time
+
+from vm import Lab, log, main_wrapper
+
+
+def gid_table(devinfo: str) -> dict:
+    """`GID[  1]:  ::ffff:198.18.0.10, RoCE v2` lines of ibv_devinfo -v, as {index: (gid, type)}."""
+    table = {}
+    for m in re.finditer(r"GID\[\s*(\d+)\]:\s+(\S+?),\s+(RoCE v[12])", devinfo):
+        table[int(m.group(1))] = (m.group(2), m.group(3))
+    return table
+
+
+def test() -> None:
+    started = time.monotonic()
+    with Lab("boot") as lab:
+        vm = lab.add_vm("a")
+        lab.boot_all()
+        vm.add_rxe()
+        link = vm.check("rdma link show rxe0/1")
+        log(f"a: {link.strip()}")
+        if "netdev eth0" not in link:
+            raise AssertionError(f"rxe0 is not bound to eth0: {link}")
+
+        devinfo = vm.check("ibv_devinfo -v -d rxe0")
+        for needed in ("transport:\t\t\tInfiniBand", "PORT_ACTIVE", "link_layer:\t\tEthernet"):
+            if needed not in devinfo:
+                raise AssertionError(f"ibv_devinfo lacks {needed!r}:\n{devinfo}")
+        gids = gid_table(devinfo)
+        log(f"a: GID table {gids}")
+        mapped_v4 = f"::ffff:{vm.ip4}"
+        if gids.get(1) != (mapped_v4, "RoCE v2"):
+            raise AssertionError(f"GID 1 is {gids.get(1)}, expected ({mapped_v4}, RoCE v2):\n"
+                                 f"{devinfo}")
+        if (vm.ip6, "RoCE v2") not in gids.values():
+            raise AssertionError(f"no RoCE v2 GID for {vm.ip6}: {gids}")
+        # The guest's own view of its address, to rule out a GID copied from the wrong netdev.
+        addr = vm.check("ip -4 -o addr show dev eth0")
+        if f"inet {vm.ip4}/" not in addr:
+            raise AssertionError(f"eth0 does not carry {vm.ip4}: {addr}")
+    log(f"boot test took {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main_wrapper(test))
