@@ -272,6 +272,9 @@ std::optional<FrameError> decode_ipv6(Cursor& c, DecodedFrame& f) {
   f.addr.hop_limit = ip[7];
   std::copy_n(ip + 8, 16, f.addr.src_ip.bytes.begin());
   std::copy_n(ip + 24, 16, f.addr.dst_ip.bytes.begin());
+  // IPv4-mapped addresses never appear in IPv6 headers (RFC 4291 2.5.5.2); FrameAddress uses
+  // that form for IPv4, so accepting one would make the frame read as IPv4.
+  if (f.addr.src_ip.is_v4() || f.addr.dst_ip.is_v4()) return FrameError::kBadIpHeader;
   const std::uint16_t payload_len = load_be16(ip + 4);
   if (payload_len > c.left - kIpv6HeaderBytes) return FrameError::kTruncated;
   if (ip[6] != kIpProtoUdp) return FrameError::kNotUdp;  // extension headers are not RoCE

@@ -51,7 +51,8 @@ enum class Ecn : std::uint8_t { kNotEct = 0, kEct1 = 1, kEct0 = 2, kCe = 3 };
 enum class FrameError : std::uint8_t {
   kTruncated,       // shorter than the headers it announces
   kNotIp,           // EtherType is neither IPv4 nor IPv6 (after an optional VLAN tag)
-  kBadIpHeader,     // IPv4 with options, bad version, bad header checksum, or fragments
+  kBadIpHeader,     // IPv4 with options, bad version, bad header checksum, or fragments;
+                    // IPv6 with an IPv4-mapped address
   kNotUdp,          // IP protocol / next header is not UDP
   kNotRoce,         // UDP destination port is not 4791
   kBadUdpLength,    // UDP length disagrees with the IP length, is too short, is over 65535,

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "wire/icrc.h"
@@ -327,6 +328,10 @@ TEST(FrameDecodeErrors, BadIpv6Header) {
   auto long_payload = f;
   store_be16(&long_payload[kEth + 4], 29);
   EXPECT_EQ(decode_error(long_payload), FrameError::kTruncated);
+  auto mapped = f;
+  const IpAddr v4_mapped = IpAddr::v4(0xC6120001);
+  std::copy(v4_mapped.bytes.begin(), v4_mapped.bytes.end(), mapped.begin() + kEth + 24);
+  EXPECT_EQ(decode_error(mapped), FrameError::kBadIpHeader);
   auto ext_header = f;
   ext_header[kEth + 6] = 0;  // hop-by-hop options
   EXPECT_EQ(decode_error(ext_header), FrameError::kNotUdp);
