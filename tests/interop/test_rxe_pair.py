@@ -24,6 +24,10 @@ ROCE_V2_PORT = 4791
 # (message size, iterations): one single-packet, one MTU-sized and one 64-packet message size
 # at the 1024-byte active MTU of rxe on a 1500-byte netdev.
 PINGPONG_RUNS = [(1, 200), (4096, 200), (65536, 40)]
+# Then the netdevs go to MTU 9000, rxe's active MTU to 4096, and a 1 MiB message crosses the
+# link as 256 full 4096-byte packets.
+JUMBO_NETDEV_MTU = 9000
+JUMBO_PINGPONG = (1 << 20, 8)
 WRITE_BW = (65536, 200)
 FIRST_TCP_PORT = 18515
 
@@ -64,15 +68,16 @@ def run_pair(server, client, server_cmd: str, client_cmd: str, port: int, timeou
     return srv_result.output, cli.output
 
 
-def pingpong(a, b, size: int, iters: int, port: int) -> None:
-    cmd = f"ibv_rc_pingpong -d rxe0 -g 1 -c -s {size} -n {iters}"
+def pingpong(a, b, size: int, iters: int, port: int, path_mtu: int = 1024) -> None:
+    cmd = f"ibv_rc_pingpong -d rxe0 -g 1 -c -s {size} -n {iters} -m {path_mtu}"
     started = time.monotonic()
     outputs = run_pair(a, b, cmd, cmd, port, timeout_s=120)
     # ibv_rc_pingpong counts both directions: size * iters * 2 bytes.
     for out in outputs:
         if f"{size * iters * 2} bytes in" not in out or f"{iters} iters in" not in out:
             raise AssertionError(f"ibv_rc_pingpong -s {size} did not report {iters} iters:\n{out}")
-    log(f"ibv_rc_pingpong -s {size} -n {iters}: ok in {time.monotonic() - started:.1f} s")
+    log(f"ibv_rc_pingpong -s {size} -n {iters} -m {path_mtu}: ok in "
+        f"{time.monotonic() - started:.1f} s")
 
 
 def write_bw(a, b, port: int) -> None:
@@ -87,7 +92,7 @@ def write_bw(a, b, port: int) -> None:
         f"(emulated machines: not a performance figure), {time.monotonic() - started:.1f} s")
 
 
-def check_capture(xroce: Path, pcap: Path) -> None:
+def check_capture(xroce: Path, pcap: Path, min_payload: int = 0) -> None:
     expected = count_roce_frames(pcap)
     p = subprocess.run([str(xroce), "wire", "decode", "--json", str(pcap)], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
@@ -119,6 +124,9 @@ def check_capture(xroce: Path, pcap: Path) -> None:
     missing = [name for value, name in needed.items() if value not in seen]
     if missing:
         raise AssertionError(f"the capture lacks {missing}: {dict(opcodes)}")
+    largest = max(f["payload_length"] for f in roce)
+    if largest < min_payload:
+        raise AssertionError(f"largest RoCEv2 payload is {largest} B, expected {min_payload}")
 
 
 def test(xroce: Path) -> None:
@@ -136,10 +144,17 @@ def test(xroce: Path) -> None:
             pingpong(a, b, size, iters, port)
             port += 1
         write_bw(a, b, port)
+        port += 1
+
+        lab.set_mtu(JUMBO_NETDEV_MTU)
+        for vm in (a, b):
+            vm.wait_in_guest("ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*4096'", 30,
+                             "rxe0 active_mtu 4096 after the netdev MTU change")
+        pingpong(a, b, *JUMBO_PINGPONG, port, path_mtu=4096)
         log(f"tcpdump: {' / '.join(cap.stop().splitlines()[-3:])}")
         if cap.dropped_by_kernel():
             raise AssertionError(f"tcpdump dropped frames, the capture is incomplete: {cap.summary}")
-        check_capture(xroce, cap.path)
+        check_capture(xroce, cap.path, min_payload=4096)
     log(f"pair test took {time.monotonic() - started:.1f} s")
 
 

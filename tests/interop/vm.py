@@ -448,6 +448,14 @@ class Lab:
         for vm in self.vms:
             vm.wait_ready(max(0.0, deadline - time.monotonic()))
 
+    def set_mtu(self, mtu: int) -> None:
+        """Sets the MTU of the bridge, every tap and every guest's eth0 (rxe follows eth0)."""
+        for dev in ["br0"] + [vm.tap for vm in self.vms]:
+            sh("ip", "-n", self.ns, "link", "set", "dev", dev, "mtu", mtu)
+        for vm in self.vms:
+            vm.check(f"ip link set dev eth0 mtu {mtu}")
+        self.mtu = mtu
+
     def capture(self, interface: str, name: str) -> Capture:
         cap = Capture(self, interface, self.log_dir / f"{name}.pcap")
         self._stack.callback(cap.stop)
