@@ -53,6 +53,8 @@ verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
     delete dev;
     return nullptr;
   }
+  dev->ext.magic = kXroceDeviceExtensionMagic;
+  dev->ext.create_comp_channel = create_comp_channel;
   return &dev->vdev;
 }
 
@@ -61,10 +63,11 @@ void uninit_device(verbs_device* vdev) {
 }
 
 // The command fd libibverbs opened is our c 1:3 node, on which a write "succeeds" without a
-// response: ibv_create_comp_channel would then hand out an uninitialised fd. Until completion
-// channels have their mechanism (engine/daemon/README.md), put an fd there on which write()
-// fails (EINVAL) and ioctl() fails with ENOTTY, so libibverbs still falls back to sysfs for
-// GIDs and pkeys, and a completion channel fails cleanly.
+// response: libibverbs' own ibv_create_comp_channel would then hand out an uninitialised fd.
+// Completion channels come from libxroce-preload.so (engine/daemon/README.md); for a program
+// run without it, put an fd there on which write() fails (EINVAL) and ioctl() fails with
+// ENOTTY, so libibverbs still falls back to sysfs for GIDs and pkeys, and a completion channel
+// fails cleanly instead.
 int disarm_command_fd(int cmd_fd) {
   sigset_t none;
   sigemptyset(&none);
@@ -147,11 +150,35 @@ void free_context(ibv_context* ibctx) {
 }
 
 int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
-         void* reply, std::size_t reply_len) {
+         void* reply, std::size_t reply_len, int pass_fd) {
   ContextState* state = to_context(ctx)->state;
   std::lock_guard guard(state->lock);
-  const int err = state->control.call(op, request, request_len, reply, reply_len);
+  const int err = state->control.call(op, request, request_len, reply, reply_len, pass_fd);
   return err == ETIMEDOUT ? EIO : err;
+}
+
+// The channel's fd is one end of a socketpair made here, in the application, as the kernel
+// would make it in the application's fd table; the daemon gets the other end and will write
+// control::CompletionEvent records on it, which ibv_get_cq_event() reads unchanged.
+ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) return nullptr;
+  control::HandleReply reply{};
+  const int err =
+      call(ctx, control::Op::create_comp_channel, nullptr, 0, &reply, sizeof(reply), ends[1]);
+  close(ends[1]);
+  // libibverbs frees the channel with free() in ibv_destroy_comp_channel.
+  auto* channel = static_cast<ibv_comp_channel*>(std::calloc(1, sizeof(ibv_comp_channel)));
+  if (err != 0 || channel == nullptr) {
+    close(ends[0]);
+    std::free(channel);
+    errno = err != 0 ? err : ENOMEM;
+    return nullptr;
+  }
+  channel->context = ctx;
+  channel->fd = ends[0];
+  channel->refcnt = 0;
+  return channel;
 }
 
 }  // namespace xroce::provider

@@ -16,9 +16,11 @@
 namespace xroce::provider {
 
 struct Device {
-  verbs_device vdev;  // must be first: libibverbs frees nothing of ours, but casts to it
+  verbs_device vdev;           // must be first: libibverbs frees nothing of ours, but casts to it
+  xroce_device_extension ext;  // right after vdev: libxroce-preload.so looks for it there
   char control_path[108];
 };
+static_assert(offsetof(Device, ext) == sizeof(verbs_device));
 
 // What a context keeps beside the verbs_context that libibverbs allocates for us (calloc'd, so
 // it holds only a pointer to this C++ object).
@@ -49,6 +51,9 @@ inline Context* to_context(ibv_context* ctx) {
 // A control call on the context's connection; errors that mean "the daemon is gone" come back
 // as EIO, the errno of a device that has died under its users.
 int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
-         void* reply, std::size_t reply_len);
+         void* reply, std::size_t reply_len, int pass_fd = -1);
+
+// ibv_create_comp_channel for xroce contexts, reached through libxroce-preload.so.
+ibv_comp_channel* create_comp_channel(ibv_context* ctx);
 
 }  // namespace xroce::provider

@@ -87,6 +87,19 @@ ControlServer::Reply ControlServer::hello(Client& client, const std::string& bod
   return {0, bytes_of(reply)};
 }
 
+// The channel's fd lives in the application (its own socketpair, made by the provider); the
+// daemon keeps the other end to send completion events on, for as long as the context lives.
+ControlServer::Reply ControlServer::create_comp_channel(Client& client, int passed_fd) {
+  if (passed_fd < 0) return {EINVAL, {}};
+  if (device_of(client) == nullptr) {
+    close(passed_fd);
+    return {ENODEV, {}};
+  }
+  const uint32_t handle = client.next_channel++;
+  client.channels.emplace(handle, passed_fd);
+  return {0, bytes_of(control::HandleReply{handle})};
+}
+
 ControlServer::Reply ControlServer::query_device(const Client& client) {
   const device::Device* dev = device_of(client);
   if (dev == nullptr) return {ENODEV, {}};

@@ -175,6 +175,8 @@ void ControlServer::drop_client(int fd) {
   if (it != clients_.end()) {
     if (auto* dev = device_of(it->second)) dev->release_client(it->second.id);
     if (it->second.event_fd >= 0) close(it->second.event_fd);
+    for (const auto& [handle, channel_fd] : it->second.channels)
+      close(channel_fd);
     clients_.erase(it);
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
@@ -190,6 +192,7 @@ ControlServer::Reply ControlServer::dispatch(int fd, Client& client, control::Op
                                              const std::string& body, int passed_fd) {
   (void)fd;
   if (op == control::Op::hello) return hello(client, body, passed_fd);
+  if (op == control::Op::create_comp_channel) return create_comp_channel(client, passed_fd);
   if (passed_fd >= 0) close(passed_fd);
   switch (op) {
     case control::Op::query_device:

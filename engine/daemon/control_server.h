@@ -45,8 +45,10 @@ class ControlServer {
     device::ClientId id = 0;
     pid_t pid = 0;
     uid_t uid = 0;
-    std::string device;  // after hello
-    int event_fd = -1;   // the context's async event socket (daemon end)
+    std::string device;                // after hello
+    int event_fd = -1;                 // the context's async event socket (daemon end)
+    std::map<uint32_t, int> channels;  // completion channels: handle -> daemon end
+    uint32_t next_channel = 1;
   };
   struct Reply {
     int32_t status = 0;
@@ -64,6 +66,7 @@ class ControlServer {
   Reply dealloc_pd(const Client& client, const std::string& body);
   Reply reg_mr(const Client& client, const std::string& body);
   Reply dereg_mr(const Client& client, const std::string& body);
+  Reply create_comp_channel(Client& client, int passed_fd);
   Reply link_add(const Client& client, const std::string& body);
   Reply link_del(const Client& client, const std::string& body);
   Reply link_show();

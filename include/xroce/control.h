@@ -12,6 +12,8 @@
 //
 // Op::hello carries one file descriptor (SCM_RIGHTS): the daemon's end of the context's event
 // socket, on which the daemon sends ibv_get_async_event records (struct AsyncEvent).
+// Op::create_comp_channel carries the daemon's end of a completion channel, on which it will
+// send the 8-byte records ibv_get_cq_event() reads (struct CompletionEvent).
 #pragma once
 
 #include <cstddef>
@@ -29,16 +31,17 @@ inline constexpr std::size_t kIfNameBytes = 16;  // IFNAMSIZ
 inline constexpr const char* kControlPathFile = "xroce_control";
 
 enum class Op : uint16_t {
-  hello = 1,     // HelloRequest (+ fd) -> HelloReply
-  query_device,  // -> DeviceAttr
-  query_port,    // PortRequest -> PortAttr
-  alloc_pd,      // -> HandleReply
-  dealloc_pd,    // HandleRequest -> (empty)
-  reg_mr,        // RegMrRequest -> RegMrReply
-  dereg_mr,      // HandleRequest -> (empty)
-  link_add,      // LinkAddRequest -> (empty); root only
-  link_del,      // LinkDelRequest -> (empty); root only
-  link_show,     // -> TextReply (JSON array of devices)
+  hello = 1,            // HelloRequest (+ fd) -> HelloReply
+  query_device,         // -> DeviceAttr
+  query_port,           // PortRequest -> PortAttr
+  alloc_pd,             // -> HandleReply
+  dealloc_pd,           // HandleRequest -> (empty)
+  reg_mr,               // RegMrRequest -> RegMrReply
+  dereg_mr,             // HandleRequest -> (empty)
+  link_add,             // LinkAddRequest -> (empty); root only
+  link_del,             // LinkDelRequest -> (empty); root only
+  link_show,            // -> TextReply (JSON array of devices)
+  create_comp_channel,  // (+ fd: the daemon's end of the channel) -> HandleReply
 };
 
 struct Header {
@@ -154,7 +157,14 @@ struct AsyncEvent {
   uint32_t reserved = 0;
 };
 
+// What the daemon writes on a completion channel: the kernel's
+// struct ib_uverbs_comp_event_desc, the CQ's user pointer that ibv_get_cq_event() returns.
+struct CompletionEvent {
+  uint64_t cq_handle;
+};
+
 static_assert(sizeof(AsyncEvent) == 16);
+static_assert(sizeof(CompletionEvent) == 8);
 static_assert(sizeof(Header) == 16);
 static_assert(std::is_trivially_copyable_v<DeviceAttr> && std::is_trivially_copyable_v<PortAttr>);
 

@@ -193,6 +193,16 @@ struct verbs_context_ops {
   void (*unimport_pd)(ibv_pd*);
 };
 
+// Placed by libxroce-rdmav34.so right after the verbs_device of each of its devices, for
+// libxroce-preload.so: the entry points libibverbs does not route through the provider
+// (ARCHITECTURE.md decision 3). The preload recognises an xroce device by ops->name == "xroce"
+// and this magic.
+inline constexpr uint64_t kXroceDeviceExtensionMagic = 0x78726f6365657874;  // "xroceext"
+struct xroce_device_extension {
+  uint64_t magic;
+  ibv_comp_channel* (*create_comp_channel)(ibv_context* context);
+};
+
 // Exported by libibverbs.so.1 under the version node IBVERBS_PRIVATE_34.
 void verbs_register_driver_34(const verbs_device_ops* ops);
 void* _verbs_init_and_alloc_context(ibv_device* device, int cmd_fd, size_t alloc_size,

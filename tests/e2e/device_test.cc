@@ -199,6 +199,23 @@ TEST_F(DeviceTest, UnsupportedVerbsFailAsOnARealDevice) {
   EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
 }
 
+TEST_F(DeviceTest, CompletionChannelsComeFromThePreloadLibrary) {
+  Host host("xre2e-channel", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto with = app(host, {probe_bin(), "xre0", "channel"});
+  EXPECT_EQ(with.status, 0) << with.output;
+  EXPECT_EQ(with.output.find("FAILED"), std::string::npos) << with.output;
+  // The same program without LD_PRELOAD (env -u): libibverbs' own path must fail cleanly.
+  auto without = app(host, {"env", "-u", "LD_PRELOAD", probe_bin(), "xre0", "nochannel"});
+  EXPECT_EQ(without.status, 0) << without.output;
+  EXPECT_EQ(without.output.find("FAILED"), std::string::npos) << without.output;
+  // An unmodified binary gets past channel creation (and stops at the CQ: no transport yet).
+  auto pingpong = app(host, {"timeout", "10", "ibv_rc_pingpong", "-e", "-d", "xre0", "-g", "0"});
+  EXPECT_EQ(pingpong.output.find("Couldn't create completion channel"), std::string::npos)
+      << pingpong.output;
+  EXPECT_NE(pingpong.output.find("Couldn't create CQ"), std::string::npos) << pingpong.output;
+}
+
 TEST_F(DeviceTest, AProcessThatDiesReleasesItsObjects) {
   Host host("xre2e-release", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);

@@ -3,12 +3,16 @@
 //
 //   verbs_probe DEV pdmr     alloc a PD, register two MRs, check keys and bad registrations
 //   verbs_probe DEV unsup    verbs the device does not do yet fail cleanly (no false success)
+//   verbs_probe DEV channel  a completion channel works (run with libxroce-preload.so)
+//   verbs_probe DEV nochannel  without the preload, creating one fails cleanly
 //   verbs_probe DEV hold     alloc a PD and an MR, print "ready", wait for an async event, then
 //                            try another verb (the daemon is stopped meanwhile)
 //
 // Exit status 0 when every check it makes itself passed.
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -80,15 +84,34 @@ int unsupported(ibv_context* ctx) {
   errno = 0;
   ibv_qp* qp = pd != nullptr ? ibv_create_qp(pd, &init) : nullptr;
   check(qp == nullptr && errno == EOPNOTSUPP, "create_qp_eopnotsupp");
-  // Completion channels need decision 3's mechanism: until then, no channel and no garbage fd.
-  ibv_comp_channel* channel = ibv_create_comp_channel(ctx);
-  check(channel == nullptr, "create_comp_channel_fails_cleanly");
   if (pd != nullptr) ibv_dealloc_pd(pd);
   // GIDs come through libibverbs' sysfs fallback.
   ibv_gid gid{};
   check(ibv_query_gid(ctx, 1, 0, &gid) == 0, "query_gid");
   uint16_t pkey = 0;
   check(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == 0xffff, "query_pkey");
+  return 0;
+}
+
+// Completion channels (decision 3): with libxroce-preload.so a real channel (a socket the
+// daemon holds the other end of); without it, a clean failure, never an uninitialised fd.
+int channel(ibv_context* ctx, bool expect_preload) {
+  errno = 0;
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  if (!expect_preload) {
+    check(ch == nullptr, "create_comp_channel_fails_cleanly_without_preload");
+    return 0;
+  }
+  check(ch != nullptr, "create_comp_channel");
+  if (ch == nullptr) return 1;
+  int type = 0;
+  socklen_t len = sizeof(type);
+  check(ch->context == ctx && ch->fd >= 0 &&
+            getsockopt(ch->fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET,
+        "channel_fd_is_a_live_socket");
+  pollfd p{ch->fd, POLLIN, 0};
+  check(poll(&p, 1, 0) == 0, "no_event_without_completions");
+  check(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
   return 0;
 }
 
@@ -117,7 +140,7 @@ int hold(ibv_context* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|hold\n");
+    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|hold\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -130,6 +153,8 @@ int main(int argc, char** argv) {
   if (mode == "pdmr") rc = pdmr(ctx);
   if (mode == "unsup") rc = unsupported(ctx);
   if (mode == "hold") rc = hold(ctx);
+  if (mode == "channel") rc = channel(ctx, true);
+  if (mode == "nochannel") rc = channel(ctx, false);
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;

@@ -5,10 +5,13 @@
 //                  the kernel has no RDMA netlink)
 //   RDMAV_DRIVERS  the provider, when running from a build tree (an installed provider is found
 //                  through /etc/libibverbs.d/xroce.driver)
+//   LD_PRELOAD     libxroce-preload.so added in front: completion channels for xroce devices
+//                  (the entry point libibverbs does not route through providers; decision 3)
 #include <fmt/core.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -26,6 +29,7 @@ namespace {
 
 // libibverbs appends this to a driver path given in RDMAV_DRIVERS.
 constexpr const char* kProviderSuffix = "-rdmav34.so";
+constexpr const char* kPreload = "libxroce-preload.so";
 
 std::vector<std::pair<std::string, std::string>> app_environment() {
   std::vector<std::pair<std::string, std::string>> env;
@@ -37,6 +41,20 @@ std::vector<std::pair<std::string, std::string>> app_environment() {
   const auto lib = std::filesystem::weakly_canonical(self_dir() + "/../lib/libxroce", ec);
   if (!ec && std::filesystem::exists(lib.string() + kProviderSuffix)) {
     env.emplace_back("RDMAV_DRIVERS", lib.string());
+  }
+  // bin/../lib in a build tree and in an installed prefix alike.
+  const auto preload = std::filesystem::weakly_canonical(self_dir() + "/../lib/" + kPreload, ec);
+  if (!ec && std::filesystem::exists(preload)) {
+    std::string value = preload.string();
+    const char* current = std::getenv("LD_PRELOAD");
+    if (current != nullptr && current[0] != '\0') {
+      if (std::string(current).find(value) != std::string::npos) {
+        value = current;
+      } else {
+        value += ":" + std::string(current);
+      }
+    }
+    env.emplace_back("LD_PRELOAD", value);
   }
   return env;
 }
