@@ -21,6 +21,12 @@ constexpr std::size_t kControlBytes = 256;
 constexpr std::uint32_t kTxBatch = 64;
 constexpr int kSocketBufferBytes = 4 << 20;
 
+#ifndef IPV6_AUTOFLOWLABEL
+constexpr int IPV6_AUTOFLOWLABEL = 70;
+#endif
+#ifndef UDP_NO_CHECK6_TX
+constexpr int UDP_NO_CHECK6_TX = 101;
+#endif
 #ifndef UDP_NO_CHECK6_RX
 constexpr int UDP_NO_CHECK6_RX = 102;
 #endif
@@ -39,6 +45,21 @@ void set_int(int fd, int level, int name, int value) {
   // Options that only improve fidelity (ancillary data, buffer sizes): a kernel without one
   // still gives a working port, so failures are ignored here and show up as zeros.
   (void)setsockopt(fd, level, name, &value, sizeof(value));
+}
+
+// RoCEv2 sends UDP checksum 0 (PROTOCOL.md §1.5) and so do we: the ICRC protects the data.
+// It also keeps frames exact on links that leave checksum completion to hardware (veth hands
+// the peer a partial checksum that only its kernel knows to trust).
+//
+// IPv4 also sets DF on every datagram: the ICRC covers the IPv4 identification and flags
+// (PROTOCOL.md §1.9), and Linux sends ID 0 for a DF datagram from an unconnected socket, which
+// is what the transport's frame carries. Without DF the kernel picks an ID and the receiver's
+// ICRC check fails.
+void send_like_roce(int fd) {
+  set_int(fd, SOL_SOCKET, SO_NO_CHECK, 1);
+  set_int(fd, IPPROTO_UDP, UDP_NO_CHECK6_TX, 1);
+  set_int(fd, SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO);
+  set_int(fd, IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0);  // flow label 0, as our frames carry
 }
 
 }  // namespace
@@ -92,6 +113,7 @@ Result<int, PortError> UdpPort::setup() {
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
   // RoCEv2 sends UDP checksum 0 (PROTOCOL.md §1.5); IPv6 drops that unless told not to.
   set_int(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1);
+  send_like_roce(fd_);
   set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data
   set_int(fd_, SOL_SOCKET, SO_RCVBUF, kSocketBufferBytes);
   set_int(fd_, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
@@ -240,6 +262,7 @@ int UdpPort::socket_for_source_port(std::uint16_t port) {
   if (fd < 0) return fd_;
   set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 0);
   set_int(fd, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
+  send_like_roce(fd);
   if (!config_.bind_device.empty()) {
     (void)setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, config_.bind_device.data(),
                      static_cast<socklen_t>(config_.bind_device.size()));
@@ -260,6 +283,9 @@ bool UdpPort::prepare_send(const TxFrame& frame, TxSlot& t, std::uint16_t& src_p
   const auto parsed = parse_udp_frame(frame);
   if (!parsed) return false;
   const UdpEnvelope& env = parsed->env;
+  // The kernel sends IPv4 with ID 0 and DF (send_like_roce); a frame that says otherwise would
+  // arrive with an ICRC that no longer verifies.
+  if (is_v4_mapped(env.dst_ip) && (env.ipv4_id != 0 || !env.ipv4_dont_fragment)) return false;
   src_port = env.src_port;
   t.dst = {};
   t.dst.sin6_family = AF_INET6;

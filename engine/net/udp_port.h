@@ -12,7 +12,10 @@
 // On send the port strips the headers and sends the UDP payload to the frame's destination
 // address, with the frame's TOS/traffic class and TTL/hop limit as ancillary data, from the
 // frame's UDP source port (a small table of sockets bound to those ports; the 4791 socket
-// when a port cannot be bound). The kernel chooses MACs, IPv4 ID and the UDP checksum.
+// when a port cannot be bound), with UDP checksum 0 as RoCEv2 sends it, IPv4 DF with ID 0 and
+// IPv6 flow label 0. The kernel chooses the MACs. The ICRC covers the IPv4 ID and flags, which
+// a socket cannot set freely: IPv4 frames must carry ID 0 and DF (wire::encode_frame's
+// default); others are refused (tx_rejected) rather than sent with an ICRC that fails.
 //
 // Threading: as for every port, one owning thread. io_uring cancels a thread's requests when
 // the thread exits, so the receives are armed by the first receive() call: open the port

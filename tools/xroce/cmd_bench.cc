@@ -267,7 +267,12 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
       r.frame_bytes = batch[i].bytes.size();
       if (o.verify) {
         auto d = wire::decode_frame(batch[i].bytes);
-        if (!d || !d->icrc_ok) ++r.invalid;
+        if (!d || !d->icrc_ok) {
+          if (r.invalid++ == 0) {
+            fmt::print(stderr, "first invalid frame: {}\n",
+                       d ? "ICRC mismatch" : wire::to_string(d.error()));
+          }
+        }
       }
     }
     r.packets += *got;

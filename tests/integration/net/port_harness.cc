@@ -125,20 +125,6 @@ std::vector<std::uint8_t> make_frame(const Host& from, const Host& to, bool ipv6
   return f;
 }
 
-std::vector<std::uint8_t> canonical_kernel_fields(std::vector<std::uint8_t> frame) {
-  auto parsed = net::parse_udp_frame(frame);
-  if (!parsed) return frame;
-  net::UdpEnvelope env = parsed->env;
-  env.ipv4_id = 0;
-  env.udp_checksum = 0;
-  env.flow_label = 0;
-  const std::size_t header = net::envelope_bytes(env);
-  std::vector<std::uint8_t> out(header + parsed->payload.size());
-  std::memcpy(out.data() + header, parsed->payload.data(), parsed->payload.size());
-  net::write_envelope(env, parsed->payload.size(), out.data() + header);
-  return out;
-}
-
 bool send_all(net::Port& port, const std::vector<std::vector<std::uint8_t>>& frames,
               std::chrono::milliseconds deadline) {
   std::vector<net::TxFrame> views(frames.begin(), frames.end());

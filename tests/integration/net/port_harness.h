@@ -77,16 +77,12 @@ class NsPort {
   std::string error_;
 };
 
-// A RoCEv2-shaped frame from `from` to `to` of exactly frame_bytes bytes: canonical header
-// values where a UDP socket cannot choose (IPv4 ID 0, DF, UDP checksum 0, flow label 0), and a
-// random UDP payload (a BTH-sized prefix, then data).
+// A RoCEv2-shaped frame from `from` to `to` of exactly frame_bytes bytes, with the header
+// values RoCEv2 sends and a UDP port reproduces (IPv4 ID 0 with DF, UDP checksum 0, IPv6 flow
+// label 0), and a random UDP payload.
 std::vector<std::uint8_t> make_frame(const Host& from, const Host& to, bool ipv6,
                                      std::size_t frame_bytes, std::uint16_t src_port,
                                      std::uint8_t traffic_class, std::mt19937& rng);
-
-// Sets the fields the kernel's UDP stack chooses on send (IPv4 ID and header checksum, UDP
-// checksum, IPv6 flow label) to the canonical values above.
-std::vector<std::uint8_t> canonical_kernel_fields(std::vector<std::uint8_t> frame);
 
 bool send_all(net::Port& port, const std::vector<std::vector<std::uint8_t>>& frames,
               std::chrono::milliseconds deadline);
