@@ -9,18 +9,14 @@ WRITE, ACKs, and whatever retransmissions the emulated machines provoke).
 Usage: test_rxe_pair.py [path/to/xroce]   (default: build/bin/xroce of this checkout)
 """
 
-import collections
-import json
 import re
-import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from check_capture import check_capture
 from vm import HERE, Lab, log, main_wrapper
 
-ROCE_V2_PORT = 4791
 # (message size, iterations): one single-packet, one MTU-sized and one 64-packet message size
 # at the 1024-byte active MTU of rxe on a 1500-byte netdev.
 PINGPONG_RUNS = [(1, 200), (4096, 200), (65536, 40)]
@@ -30,30 +26,6 @@ JUMBO_NETDEV_MTU = 9000
 JUMBO_PINGPONG = (1 << 20, 8)
 WRITE_BW = (65536, 200)
 FIRST_TCP_PORT = 18515
-
-
-def count_roce_frames(pcap: Path) -> int:
-    """UDP frames to port 4791 in a classic pcap, counted without the project's code."""
-    data = pcap.read_bytes()
-    magic = struct.unpack_from("<I", data, 0)[0]
-    endian = {0xA1B2C3D4: "<", 0xA1B23C4D: "<", 0xD4C3B2A1: ">", 0x4D3CB2A1: ">"}[magic]
-    offset, count = 24, 0
-    while offset + 16 <= len(data):
-        incl_len = struct.unpack_from(f"{endian}I", data, offset + 8)[0]
-        frame = data[offset + 16:offset + 16 + incl_len]
-        offset += 16 + incl_len
-        ethertype, l3 = struct.unpack_from(">H", frame, 12)[0], 14
-        while ethertype in (0x8100, 0x88A8):
-            ethertype, l3 = struct.unpack_from(">H", frame, l3 + 2)[0], l3 + 4
-        if ethertype == 0x0800 and frame[l3 + 9] == 17:
-            l4 = l3 + (frame[l3] & 0x0F) * 4
-        elif ethertype == 0x86DD and frame[l3 + 6] == 17:
-            l4 = l3 + 40
-        else:
-            continue
-        if struct.unpack_from(">H", frame, l4 + 2)[0] == ROCE_V2_PORT:
-            count += 1
-    return count
 
 
 def run_pair(server, client, server_cmd: str, client_cmd: str, port: int, timeout_s: float):
@@ -92,41 +64,10 @@ def write_bw(a, b, port: int) -> None:
         f"(emulated machines: not a performance figure), {time.monotonic() - started:.1f} s")
 
 
-def check_capture(xroce: Path, pcap: Path, min_payload: int = 0) -> None:
-    expected = count_roce_frames(pcap)
-    p = subprocess.run([str(xroce), "wire", "decode", "--json", str(pcap)], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    if p.returncode != 0:
-        raise AssertionError(f"xroce wire decode exited {p.returncode}: {p.stderr}")
-    frames = json.loads(p.stdout)
-    roce = [f for f in frames if f["status"] != "skipped"]
-    bad = [f for f in roce if f["status"] != "ok" or f.get("icrc") != "ok"]
-    opcodes = collections.Counter(f["bth"]["opcode_name"] for f in roce if "bth" in f)
-    # A request seen twice (same sender, QP, PSN, opcode) is a retransmission by rxe.
-    first_seen = set()
-    resent = 0
-    for f in roce:
-        key = (f["ip"]["src"], f["bth"]["dest_qp"], f["bth"]["psn"], f["bth"]["opcode"])
-        resent += key in first_seen and f["bth"]["opcode"] != 0x11
-        first_seen.add(key)
-    log(f"capture: {len(frames)} frames, {len(roce)} RoCEv2 (independent count {expected}), "
-        f"{len(bad)} bad, {resent} retransmitted requests; opcodes {dict(opcodes)}")
-    if bad:
-        raise AssertionError(f"{len(bad)} RoCEv2 frames failed to decode or had a bad ICRC; "
-                             f"first: {json.dumps(bad[0])}")
-    if len(roce) != expected:
-        raise AssertionError(f"xroce decoded {len(roce)} RoCEv2 frames, the pcap holds {expected}")
-    # IBTA opcode values (RC): what pingpong at 1/4096/65536 B and ib_write_bw must produce.
-    needed = {0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
-              0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
-              0x11: "ACKNOWLEDGE"}
-    seen = {f["bth"]["opcode"] for f in roce}
-    missing = [name for value, name in needed.items() if value not in seen]
-    if missing:
-        raise AssertionError(f"the capture lacks {missing}: {dict(opcodes)}")
-    largest = max(f["payload_length"] for f in roce)
-    if largest < min_payload:
-        raise AssertionError(f"largest RoCEv2 payload is {largest} B, expected {min_payload}")
+# IBTA opcode values (RC): what pingpong at 1/4096/65536 B and ib_write_bw must produce.
+NEEDED_OPCODES = {0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
+                  0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
+                  0x11: "ACKNOWLEDGE"}
 
 
 def test(xroce: Path) -> None:
@@ -154,7 +95,9 @@ def test(xroce: Path) -> None:
         log(f"tcpdump: {' / '.join(cap.stop().splitlines()[-3:])}")
         if cap.dropped_by_kernel():
             raise AssertionError(f"tcpdump dropped frames, the capture is incomplete: {cap.summary}")
-        check_capture(xroce, cap.path, min_payload=4096)
+        summary = check_capture(xroce, cap.path, NEEDED_OPCODES, min_payload=4096)
+        log(f"capture: {summary['frames']} frames, {summary['roce']} RoCEv2, all decoded with "
+            f"ICRC ok; {summary['retransmitted']} retransmitted requests; {summary['opcodes']}")
     log(f"pair test took {time.monotonic() - started:.1f} s")
 
 
