@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""interop (b): two rxe VMs on one bridge run ibv_rc_pingpong (with buffer checks) and
-ib_write_bw against each other while the host captures VM a's tap; then every RoCEv2 frame of
-the capture must decode with `xroce wire decode --json` with its ICRC ok.
+"""interop (b): two rxe VMs on one bridge run ibv_rc/uc/ud_pingpong (with buffer checks),
+ib_write_bw, ib_read_bw and ib_atomic_bw against each other while the host captures VM a's
+tap; then every RoCEv2 frame of the capture must decode with `xroce wire decode --json` with
+its ICRC ok, and every opcode those programs use must appear.
 
-This proves the project's decoder and ICRC against live kernel rxe traffic (RC SEND, RDMA
-WRITE, ACKs, and whatever retransmissions the emulated machines provoke).
+This proves the project's decoder and ICRC against live kernel rxe traffic (RC, UC and UD
+sends, RDMA WRITE and READ, atomics, ACKs, 1024- and 4096-byte MTUs, and whatever
+retransmissions the emulated machines provoke).
 
 Usage: test_rxe_pair.py [path/to/xroce]   (default: build/bin/xroce of this checkout)
 """
@@ -17,15 +19,32 @@ from pathlib import Path
 from check_capture import check_capture
 from vm import HERE, Lab, log, main_wrapper
 
-# (message size, iterations): one single-packet, one MTU-sized and one 64-packet message size
-# at the 1024-byte active MTU of rxe on a 1500-byte netdev.
-PINGPONG_RUNS = [(1, 200), (4096, 200), (65536, 40)]
+# ibv_*_pingpong runs: (program, message size, iterations). RC at one single-packet, one
+# 4-packet and one 64-packet size at the 1024-byte active MTU of rxe on a 1500-byte netdev;
+# UC with a multi-packet message; UD with a single packet (UD messages fit one MTU).
+PINGPONG_RUNS = [("ibv_rc_pingpong", 1, 200), ("ibv_rc_pingpong", 4096, 200),
+                 ("ibv_rc_pingpong", 65536, 40), ("ibv_uc_pingpong", 4096, 100),
+                 ("ibv_ud_pingpong", 512, 200)]
+# perftest runs: (program, message size, iterations, extra flags).
+PERFTEST_RUNS = [("ib_write_bw", 65536, 200, ""), ("ib_read_bw", 65536, 100, ""),
+                 ("ib_atomic_bw", 8, 200, "-A FETCH_AND_ADD"),
+                 ("ib_atomic_bw", 8, 200, "-A CMP_AND_SWAP")]
 # Then the netdevs go to MTU 9000, rxe's active MTU to 4096, and a 1 MiB message crosses the
 # link as 256 full 4096-byte packets.
 JUMBO_NETDEV_MTU = 9000
-JUMBO_PINGPONG = (1 << 20, 8)
-WRITE_BW = (65536, 200)
+JUMBO_PINGPONG = ("ibv_rc_pingpong", 1 << 20, 8)
 FIRST_TCP_PORT = 18515
+
+# IBTA opcode values the runs above must put on the wire.
+NEEDED_OPCODES = {
+    0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
+    0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
+    0x0C: "RDMA_READ_REQUEST", 0x0D: "RDMA_READ_RESPONSE_FIRST",
+    0x0E: "RDMA_READ_RESPONSE_MIDDLE", 0x0F: "RDMA_READ_RESPONSE_LAST", 0x11: "ACKNOWLEDGE",
+    0x12: "ATOMIC_ACKNOWLEDGE", 0x13: "COMPARE_SWAP", 0x14: "FETCH_ADD",
+    0x20: "UC_SEND_FIRST", 0x21: "UC_SEND_MIDDLE", 0x22: "UC_SEND_LAST",
+    0x64: "UD_SEND_ONLY",
+}
 
 
 def run_pair(server, client, server_cmd: str, client_cmd: str, port: int, timeout_s: float):
@@ -40,34 +59,28 @@ def run_pair(server, client, server_cmd: str, client_cmd: str, port: int, timeou
     return srv_result.output, cli.output
 
 
-def pingpong(a, b, size: int, iters: int, port: int, path_mtu: int = 1024) -> None:
-    cmd = f"ibv_rc_pingpong -d rxe0 -g 1 -c -s {size} -n {iters} -m {path_mtu}"
+def pingpong(a, b, program: str, size: int, iters: int, port: int, path_mtu: int = 1024):
+    cmd = f"{program} -d rxe0 -g 1 -c -s {size} -n {iters}"
+    if program != "ibv_ud_pingpong":  # UD has no path MTU
+        cmd += f" -m {path_mtu}"
     started = time.monotonic()
     outputs = run_pair(a, b, cmd, cmd, port, timeout_s=120)
-    # ibv_rc_pingpong counts both directions: size * iters * 2 bytes.
+    # The pingpong programs count both directions: size * iters * 2 bytes.
     for out in outputs:
         if f"{size * iters * 2} bytes in" not in out or f"{iters} iters in" not in out:
-            raise AssertionError(f"ibv_rc_pingpong -s {size} did not report {iters} iters:\n{out}")
-    log(f"ibv_rc_pingpong -s {size} -n {iters} -m {path_mtu}: ok in "
-        f"{time.monotonic() - started:.1f} s")
+            raise AssertionError(f"`{cmd}` did not report {iters} iters:\n{out}")
+    log(f"{cmd}: ok in {time.monotonic() - started:.1f} s")
 
 
-def write_bw(a, b, port: int) -> None:
-    size, iters = WRITE_BW
-    cmd = f"ib_write_bw -d rxe0 -x 1 -s {size} -n {iters} -F --report_gbits"
+def perftest(a, b, program: str, size: int, iters: int, extra: str, port: int) -> None:
+    cmd = f"{program} -d rxe0 -x 1 -s {size} -n {iters} -F --report_gbits {extra}".strip()
     started = time.monotonic()
     _, out = run_pair(a, b, cmd, cmd, port, timeout_s=180)
     m = re.search(rf"^\s*{size}\s+{iters}\s+([\d.]+)\s+([\d.]+)", out, re.MULTILINE)
     if not m:
-        raise AssertionError(f"ib_write_bw printed no result line for {size} B x {iters}:\n{out}")
-    log(f"ib_write_bw -s {size} -n {iters}: {m.group(2)} Gbit/s average "
-        f"(emulated machines: not a performance figure), {time.monotonic() - started:.1f} s")
-
-
-# IBTA opcode values (RC): what pingpong at 1/4096/65536 B and ib_write_bw must produce.
-NEEDED_OPCODES = {0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
-                  0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
-                  0x11: "ACKNOWLEDGE"}
+        raise AssertionError(f"`{cmd}` printed no result line for {size} B x {iters}:\n{out}")
+    log(f"{cmd}: {m.group(2)} Gbit/s average (emulated machines: not a performance figure), "
+        f"{time.monotonic() - started:.1f} s")
 
 
 def test(xroce: Path) -> None:
@@ -81,11 +94,12 @@ def test(xroce: Path) -> None:
             vm.add_rxe()
         cap = lab.capture(a.tap, "pair")
         port = FIRST_TCP_PORT
-        for size, iters in PINGPONG_RUNS:
-            pingpong(a, b, size, iters, port)
+        for program, size, iters in PINGPONG_RUNS:
+            pingpong(a, b, program, size, iters, port)
             port += 1
-        write_bw(a, b, port)
-        port += 1
+        for program, size, iters, extra in PERFTEST_RUNS:
+            perftest(a, b, program, size, iters, extra, port)
+            port += 1
 
         lab.set_mtu(JUMBO_NETDEV_MTU)
         for vm in (a, b):
