@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace xroce::net {
 namespace {
@@ -23,7 +25,10 @@ constexpr std::uint32_t XDP_PKT_CONTD = 1 << 0;
 constexpr std::uint32_t kMaxDescsPerFrame = 17;  // MAX_SKB_FRAGS + 1
 constexpr std::uint64_t kReassemblyHandle = 1ULL << 63;
 constexpr std::uint32_t kReassemblyBuffers = 64;
-constexpr int kMaxTxKicks = 256;  // copy mode sends at most 32 frames per kick
+constexpr int kMaxTxKicks = 256;
+constexpr auto kBusyQueueWait = std::chrono::seconds(2);
+constexpr auto kBusyQueueRetry =
+    std::chrono::milliseconds(10);  // copy mode sends at most 32 frames per kick
 
 std::uint64_t chunk_base(std::uint64_t addr) {
   return addr & ~std::uint64_t{AfXdpPort::kChunkBytes - 1};
@@ -51,7 +56,17 @@ Result<std::unique_ptr<AfXdpPort>, PortError> AfXdpPort::open(
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (area == MAP_FAILED) return Err{PortError{"afxdp port: mmap UMEM", errno}};
   port->umem_area_ = static_cast<std::uint8_t*>(area);
-  if (auto r = port->create_socket(); !r) return Err{r.error()};
+  // A socket of a process that just died keeps its queue until the kernel's deferred release
+  // runs: EBUSY for a moment after a crash. Retry for a bounded time.
+  const auto give_up = std::chrono::steady_clock::now() + kBusyQueueWait;
+  for (;;) {
+    auto r = port->create_socket();
+    if (r) break;
+    if (r.error().errno_value != EBUSY || std::chrono::steady_clock::now() > give_up) {
+      return Err{r.error()};
+    }
+    std::this_thread::sleep_for(kBusyQueueRetry);
+  }
   if (auto r = port->steering_->set_queue_socket(config.queue_id, xsk_socket__fd(port->xsk_)); !r) {
     return Err{r.error()};
   }
