@@ -55,10 +55,12 @@ def count_roce_frames(pcap: Path) -> int:
     return count
 
 
-def check_capture(xroce: Path, pcap: Path, needed_opcodes=None, min_payload: int = 0) -> dict:
+def check_capture(xroce: Path, pcap: Path, needed_opcodes=None, min_payload: int = 0,
+                  ip_versions=()) -> dict:
     """Raises CaptureError unless every RoCEv2 frame decodes with a good ICRC; returns a summary.
 
-    needed_opcodes: {IBTA opcode value: name} that must each appear at least once."""
+    needed_opcodes: {IBTA opcode value: name} that must each appear at least once;
+    ip_versions: IP versions (4, 6) that must each carry at least one RoCEv2 frame."""
     expected = count_roce_frames(pcap)
     p = subprocess.run([str(xroce), "wire", "decode", "--json", str(pcap)], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
@@ -84,11 +86,14 @@ def check_capture(xroce: Path, pcap: Path, needed_opcodes=None, min_payload: int
     missing = [name for value, name in (needed_opcodes or {}).items() if value not in seen]
     if missing:
         raise CaptureError(f"{pcap}: the capture lacks {missing}: {dict(opcodes)}")
+    versions = collections.Counter(f["ip"]["version"] for f in roce)
+    if set(ip_versions) - set(versions):
+        raise CaptureError(f"{pcap}: no RoCEv2 frames over IPv{set(ip_versions) - set(versions)}")
     largest = max((f["payload_length"] for f in roce), default=0)
     if largest < min_payload:
         raise CaptureError(f"{pcap}: largest RoCEv2 payload is {largest} B, expected {min_payload}")
     return {"frames": len(frames), "roce": len(roce), "retransmitted": resent,
-            "largest_payload": largest, "opcodes": dict(opcodes)}
+            "largest_payload": largest, "ip_versions": dict(versions), "opcodes": dict(opcodes)}
 
 
 def main() -> int:

@@ -2,19 +2,10 @@
 """interop (a): the VM boots, rxe0 becomes ACTIVE, and `ibv_devinfo -v` in the guest lists the
 RoCE v2 GID of the guest's IPv4 address (GID 1, ::ffff:a.b.c.d) and of its global IPv6 one."""
 
-import re
 import sys
 import time
 
 from vm import Lab, log, main_wrapper
-
-
-def gid_table(devinfo: str) -> dict:
-    """`GID[  1]:  ::ffff:198.18.0.10, RoCE v2` lines of ibv_devinfo -v, as {index: (gid, type)}."""
-    table = {}
-    for m in re.finditer(r"GID\[\s*(\d+)\]:\s+(\S+?),\s+(RoCE v[12])", devinfo):
-        table[int(m.group(1))] = (m.group(2), m.group(3))
-    return table
 
 
 def test() -> None:
@@ -32,7 +23,7 @@ def test() -> None:
         for needed in ("transport:\t\t\tInfiniBand", "PORT_ACTIVE", "link_layer:\t\tEthernet"):
             if needed not in devinfo:
                 raise AssertionError(f"ibv_devinfo lacks {needed!r}:\n{devinfo}")
-        gids = gid_table(devinfo)
+        gids = vm.gid_table()
         log(f"a: GID table {gids}")
         mapped_v4 = f"::ffff:{vm.ip4}"
         if gids.get(1) != (mapped_v4, "RoCE v2"):

@@ -318,6 +318,21 @@ class Vm:
         self.wait_in_guest("rdma link show rxe0/1 | grep -q 'state ACTIVE'", timeout_s,
                            "rxe0/1 ACTIVE")
 
+    def gid_table(self) -> dict:
+        """rxe0's GIDs from `ibv_devinfo -v`: {index: (gid, "RoCE v2" or "RoCE v1")}."""
+        devinfo = self.check("ibv_devinfo -v -d rxe0")
+        return {int(m.group(1)): (m.group(2), m.group(3)) for m in
+                re.finditer(r"GID\[\s*(\d+)\]:\s+(\S+?),\s+(RoCE v[12])", devinfo)}
+
+    def gid_index(self, address: str) -> int:
+        """The index of the RoCE v2 GID of an IPv4 (as ::ffff:a.b.c.d) or IPv6 address."""
+        wanted = f"::ffff:{address}" if ipaddress.ip_address(address).version == 4 else address
+        table = self.gid_table()
+        for index, gid in table.items():
+            if gid == (wanted, "RoCE v2"):
+                return index
+        raise RuntimeError(f"{self.name}: no RoCE v2 GID for {address} in {table}")
+
     def stop(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
             return
