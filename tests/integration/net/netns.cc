@@ -63,7 +63,7 @@ bool running_as_root() {
   return geteuid() == 0;
 }
 
-VethPair::VethPair(const std::string& tag) {
+VethPair::VethPair(const std::string& tag, int queues) : queues_(queues) {
   const int n = g_pair_counter.fetch_add(1);
   const int pid = getpid();
   const int subnet = (pid + n) % 250 + 1;
@@ -87,8 +87,9 @@ VethPair::VethPair(const std::string& tag) {
 void VethPair::create() {
   must("ip netns add " + a_.ns);
   must("ip netns add " + b_.ns);
-  must(fmt::format("ip link add {} netns {} type veth peer name {} netns {}", a_.ifname, a_.ns,
-                   b_.ifname, b_.ns));
+  const std::string q = fmt::format("numtxqueues {0} numrxqueues {0}", queues_);
+  must(fmt::format("ip link add {} netns {} {} type veth peer name {} netns {} {}", a_.ifname,
+                   a_.ns, q, b_.ifname, b_.ns, q));
   for (Host* h : {&a_, &b_}) {
     must(fmt::format("ip -n {} link set lo up", h->ns));
     must(fmt::format("ip -n {} link set {} mtu 9000 up", h->ns, h->ifname));

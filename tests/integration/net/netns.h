@@ -24,7 +24,9 @@ struct Host {
 
 class VethPair {
  public:
-  explicit VethPair(const std::string& tag);
+  // `queues`: receive and transmit queues on each end (veth maps A's tx queue i to B's rx
+  // queue i, which lets a test choose the queue a frame arrives on).
+  explicit VethPair(const std::string& tag, int queues = 1);
   ~VethPair();
   VethPair(const VethPair&) = delete;
   VethPair& operator=(const VethPair&) = delete;
@@ -35,6 +37,7 @@ class VethPair {
  private:
   void create();
   void destroy();
+  int queues_ = 1;
   Host a_;
   Host b_;
 };

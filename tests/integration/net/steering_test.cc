@@ -255,6 +255,67 @@ TEST(Steering, VlanTaggedFramesAreSteered) {
   EXPECT_EQ(b.steering()->counters().redirected, frames.size());
 }
 
+// One socket per queue: with two queues, frames arriving on rx queue 1 reach the socket of
+// queue 1 and only that one (XSKMAP is indexed by rx queue). A's port sends on its queue 1,
+// which veth delivers to B's rx queue 1.
+TEST(Steering, EachQueueHasItsOwnSocket) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("queues", 2);
+  NsThread a_thread(net.a().ns);
+  NsThread b_thread(net.b().ns);
+  std::shared_ptr<net::XdpSteering> a_steer, b_steer;
+  std::unique_ptr<net::AfXdpPort> a1, b0, b1;
+  std::string error;
+  auto open_side =
+      [&](const Host& h, std::shared_ptr<net::XdpSteering>& steer,
+          std::initializer_list<std::pair<std::uint32_t, std::unique_ptr<net::AfXdpPort>*>> ports) {
+        auto s = net::XdpSteering::attach(h.ifname, net::XdpAttachMode::kAuto);
+        if (!s) return void(error = s.error().message());
+        steer = *s;
+        (void)steer->add_local_ip(h.ipv4);
+        for (auto [queue, out] : ports) {
+          net::AfXdpPortConfig cfg;
+          cfg.ifname = h.ifname;
+          cfg.queue_id = queue;
+          auto p = net::AfXdpPort::open(cfg, steer);
+          if (!p) return void(error = p.error().message());
+          *out = std::move(*p);
+        }
+      };
+  a_thread.call([&] { open_side(net.a(), a_steer, {{1, &a1}}); });
+  b_thread.call([&] { open_side(net.b(), b_steer, {{0, &b0}, {1, &b1}}); });
+  auto close_all = [&] {
+    a_thread.call([&] {
+      a1.reset();
+      a_steer.reset();
+    });
+    b_thread.call([&] {
+      b0.reset();
+      b1.reset();
+      b_steer.reset();
+    });
+  };
+  if (!error.empty()) {
+    close_all();
+    GTEST_SKIP() << "AF_XDP unavailable: " << error;
+  }
+  std::mt19937 rng(5);
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (int i = 0; i < 8; ++i)
+    frames.push_back(make_frame(net.a(), net.b(), false, 300, 0xC000, 0, rng));
+  bool sent = false;
+  a_thread.call([&] { sent = send_all(*a1, frames, kDeadline); });
+  std::vector<std::vector<std::uint8_t>> on_q1, on_q0;
+  b_thread.call([&] {
+    on_q1 = receive_n(*b1, frames.size(), kDeadline);
+    on_q0 = receive_n(*b0, 1, 100ms);
+  });
+  close_all();
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(on_q1, frames);
+  EXPECT_TRUE(on_q0.empty());
+}
+
 TEST(Steering, FramesForAQueueWithoutSocketGoToTheKernel) {
   SKIP_UNLESS_ROOT();
   VethPair net("nosock");
