@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """interop (a): the VM boots, rxe0 becomes ACTIVE, and `ibv_devinfo -v` in the guest lists the
-RoCE v2 GID of the guest's IPv4 address (GID 1, ::ffff:a.b.c.d) and of its global IPv6 one."""
+RoCE v2 GID of the guest's IPv4 address (GID 1, ::ffff:a.b.c.d) and of its global IPv6 one; a
+host-side port (where xroce will run) reaches the guest over both."""
 
 import sys
 import time
@@ -35,6 +36,15 @@ def test() -> None:
         addr = vm.check("ip -4 -o addr show dev eth0")
         if f"inet {vm.ip4}/" not in addr:
             raise AssertionError(f"eth0 does not carry {vm.ip4}: {addr}")
+
+        # The host-side port where xroce will meet rxe reaches the guest over IPv4 and IPv6.
+        host = lab.add_host_port()
+        for address in (vm.ip4, vm.ip6):
+            r = host.run(f"ping -c 1 -W 10 {address}")
+            if r.returncode != 0:
+                raise AssertionError(f"{host.ns} cannot reach {address}: {r.stdout}")
+        vm.check(f"ping -c 1 -W 10 {host.ip4}")
+        log(f"host port {host.ns} ({host.ip4}, {host.ip6}) reaches the guest and back")
     log(f"boot test took {time.monotonic() - started:.1f} s")
 
 

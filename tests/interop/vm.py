@@ -388,6 +388,25 @@ class Capture:
         return int(m.group(1)) if m else 0
 
 
+# --- the host-side peer -------------------------------------------------------------------
+
+
+@dataclass
+class HostPort:
+    """A namespace of its own with eth0 on the lab's bridge: where a host-side RoCE peer (xroce,
+    `xroce link add` on eth0) meets the VMs' rxe. Addresses 198.18.N.2+K and 2001:2:0:N::2+K."""
+
+    ns: str
+    ip4: str
+    ip6: str
+    bridge_end: str  # the veth end on br0, in the lab's namespace
+    ifname: str = "eth0"
+
+    def run(self, command: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+        return sh("ip", "netns", "exec", self.ns, "sh", "-c", command, check=False,
+                  timeout=timeout_s)
+
+
 # --- the lab ------------------------------------------------------------------------------
 
 
@@ -404,6 +423,7 @@ class Lab:
         self.mtu = mtu
         self.accel = accelerator()
         self.vms = []
+        self.host_ports = []
         self.log_dir = Path(os.environ.get("XROCE_INTEROP_LOGS", f"/tmp/{self.ns}"))
         self._stack = ExitStack()
 
@@ -463,12 +483,35 @@ class Lab:
         for vm in self.vms:
             vm.wait_ready(max(0.0, deadline - time.monotonic()))
 
+    def add_host_port(self, name: str = "h0") -> HostPort:
+        """A veth from the bridge into a new namespace <lab ns>-<name>, addressed and up."""
+        index = len(self.host_ports)
+        port = HostPort(ns=f"{self.ns}-{name}", ip4=str(self.net4.network_address + 2 + index),
+                        ip6=str(self.net6.network_address + 2 + index), bridge_end=f"v{name}")
+        sh("ip", "netns", "add", port.ns)
+        self._stack.callback(sh, "ip", "netns", "del", port.ns, check=False)
+        self._stack.callback(_kill_namespace_pids, port.ns)
+        sh("ip", "-n", self.ns, "link", "add", port.bridge_end, "mtu", self.mtu, "type", "veth",
+           "peer", "name", port.ifname, "netns", port.ns)
+        sh("ip", "-n", self.ns, "link", "set", port.bridge_end, "master", "br0", "up")
+        ipn = ("ip", "-n", port.ns)
+        sh(*ipn, "link", "set", "lo", "up")
+        sh(*ipn, "addr", "add", f"{port.ip4}/{self.net4.prefixlen}", "dev", port.ifname)
+        sh(*ipn, "-6", "addr", "add", f"{port.ip6}/{self.net6.prefixlen}", "dev", port.ifname,
+           "nodad")
+        sh(*ipn, "link", "set", port.ifname, "mtu", self.mtu, "up")
+        self.host_ports.append(port)
+        return port
+
     def set_mtu(self, mtu: int) -> None:
         """Sets the MTU of the bridge, every tap and every guest's eth0 (rxe follows eth0)."""
         for dev in ["br0"] + [vm.tap for vm in self.vms]:
             sh("ip", "-n", self.ns, "link", "set", "dev", dev, "mtu", mtu)
         for vm in self.vms:
             vm.check(f"ip link set dev eth0 mtu {mtu}")
+        for port in self.host_ports:
+            sh("ip", "-n", self.ns, "link", "set", "dev", port.bridge_end, "mtu", mtu)
+            sh("ip", "-n", port.ns, "link", "set", "dev", port.ifname, "mtu", mtu)
         self.mtu = mtu
 
     def capture(self, interface: str, name: str) -> Capture:
