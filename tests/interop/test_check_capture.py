@@ -6,7 +6,6 @@ interop capture check means something.
 Usage: test_check_capture.py path/to/xroce captures-dir
 """
 
-import shutil
 import struct
 import sys
 import tempfile
@@ -42,8 +41,7 @@ def main() -> int:
         print(f"{pcap.name}: {summary}")
     with tempfile.TemporaryDirectory(prefix="xri-check-") as tmp:
         corrupted = Path(tmp) / "corrupted.pcap"
-        shutil.copy(pcaps[0], corrupted)
-        data = bytearray(corrupted.read_bytes())
+        data = bytearray(pcaps[0].read_bytes())
         data[first_roce_payload_offset(data)] ^= 0x01
         corrupted.write_bytes(data)
         try:
