@@ -19,12 +19,12 @@ std::uint64_t seeds(std::uint64_t dflt) {
 }
 
 std::string describe(const ScenarioConfig& c, const Summary& s) {
-  return "seed " + std::to_string(c.seed) + ": " + s.failure + "\n  reproduce: " +
-         reproduce_command(c) + "\n  posted " + std::to_string(s.posted) + " completed " +
-         std::to_string(s.completed) + " received " + std::to_string(s.received) + " lost " +
-         std::to_string(s.lost) + " retransmitted " + std::to_string(s.retransmitted_packets) +
-         " timeouts " + std::to_string(s.timeouts) + " sim_time_us " +
-         std::to_string(s.sim_time_us);
+  return "seed " + std::to_string(c.seed) + ": " + s.failure +
+         "\n  reproduce: " + reproduce_command(c) + "\n  posted " + std::to_string(s.posted) +
+         " completed " + std::to_string(s.completed) + " received " + std::to_string(s.received) +
+         " lost " + std::to_string(s.lost) + " retransmitted " +
+         std::to_string(s.retransmitted_packets) + " timeouts " + std::to_string(s.timeouts) +
+         " sim_time_us " + std::to_string(s.sim_time_us);
 }
 
 // Seeds vary the scenario too: MTU, QP count, message sizes, and which faults dominate.
@@ -51,6 +51,7 @@ TEST(SimWorkload, FaultySeedsLoseNothing) {
   const std::uint64_t n = seeds(200);
   std::uint64_t retransmitted = 0;
   std::uint64_t bad_frames = 0;
+  std::uint64_t unsignaled = 0;
   for (std::uint64_t seed = 1; seed <= n; ++seed) {
     const ScenarioConfig c = scenario_for(seed, true);
     const Summary s = run_scenario(c);
@@ -59,10 +60,12 @@ TEST(SimWorkload, FaultySeedsLoseNothing) {
     ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
     retransmitted += s.retransmitted_packets;
     bad_frames += s.frames_dropped_bad;
+    unsignaled += s.posted_unsignaled;
   }
   // The faults were real: the transport had to recover, and the ICRC caught corruption.
   EXPECT_GT(retransmitted, 0u);
   EXPECT_GT(bad_frames, 0u);
+  EXPECT_GT(unsignaled, 0u);
 }
 
 TEST(SimWorkload, CleanSeedsCompleteWithoutRetransmission) {

@@ -37,6 +37,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
   return {{"seed", s.seed},
           {"ok", s.ok()},
           {"posted", s.posted},
+          {"posted_unsignaled", s.posted_unsignaled},
           {"completed", s.completed},
           {"received", s.received},
           {"bytes_verified", s.bytes_verified},

@@ -56,8 +56,9 @@ struct ScenarioConfig {
 struct Summary {
   std::uint64_t seed = 0;
   std::uint64_t posted = 0;
-  std::uint64_t completed = 0;  // send-queue completions matched to their work request
-  std::uint64_t received = 0;   // receive completions matched to a SEND / WRITE_WITH_IMM
+  std::uint64_t posted_unsignaled = 0;  // completed silently, retired by a later CQE
+  std::uint64_t completed = 0;          // send-queue completions matched to their work request
+  std::uint64_t received = 0;           // receive completions matched to a SEND / WRITE_WITH_IMM
   std::uint64_t bytes_verified = 0;
   std::uint64_t data_errors = 0;
   std::uint64_t completion_errors = 0;  // wrong status, order, duplicate or unexpected
