@@ -142,17 +142,11 @@ Result<int, PortError> UdpPort::setup() {
   for (RxSlot& s : rx_)
     s.buffer.resize(kMaxEnvelopeBytes + max_datagram);
   tx_.resize(kTxBatch);
-  return 0;
-}
-
-// io_uring cancels a task's requests when that task exits, so the receives are armed by the
-// thread that receives (the owning worker), on its first call, not by whoever opened the port.
-Result<int, PortError> UdpPort::arm_all_on_owner_thread() {
+  // Armed now, so that wait_fd() works before the first receive().
   for (std::uint32_t i = 0; i < rx_.size(); ++i)
     arm(i);
-  const int rc = io_uring_submit(&rx_ring_);
+  rc = io_uring_submit(&rx_ring_);
   if (rc < 0) return Err{PortError{"udp port: io_uring_submit (rx)", -rc}};
-  armed_ = true;
   return 0;
 }
 
@@ -219,9 +213,6 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
 }
 
 Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
-  if (!armed_) {
-    if (auto r = arm_all_on_owner_thread(); !r) return Err{r.error()};
-  }
   std::size_t n = 0;
   bool rearmed = false;
   io_uring_cqe* cqe = nullptr;
@@ -231,6 +222,13 @@ Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
     io_uring_cqe_seen(&rx_ring_, cqe);
     RxSlot& s = rx_[slot];
     const std::size_t max_datagram = s.buffer.size() - kMaxEnvelopeBytes - 1;
+    if (res == -ECANCELED) {
+      // io_uring cancels a thread's requests when the thread exits: the port was opened on a
+      // thread that is gone. Arm again from this one, the owner; nothing was lost.
+      arm(slot);
+      rearmed = true;
+      continue;
+    }
     if (res < 0 || static_cast<std::size_t>(res) > max_datagram) {
       ++stats_.rx_drops;  // a socket error or a datagram larger than any frame we carry
       arm(slot);

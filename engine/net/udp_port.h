@@ -17,9 +17,11 @@
 // a socket cannot set freely: IPv4 frames must carry ID 0 and DF (wire::encode_frame's
 // default); others are refused (tx_rejected) rather than sent with an ICRC that fails.
 //
-// Threading: as for every port, one owning thread. io_uring cancels a thread's requests when
-// the thread exits, so the receives are armed by the first receive() call: open the port
-// anywhere, but receive on the thread that will keep receiving.
+// Threading: as for every port, one owning thread. The receives are armed when the port opens;
+// io_uring cancels them if the opening thread exits, and receive() then arms them again from
+// the calling (owning) thread, so a port may be opened on one thread and handed to another.
+// Sockets for new source ports are made on the owning thread, which must be in the port's
+// network namespace (else the frame goes out from the 4791 socket).
 #pragma once
 
 #include <liburing.h>
@@ -70,7 +72,6 @@ class UdpPort final : public Port {
   struct TxSlot;
   explicit UdpPort(const UdpPortConfig& config);
   Result<int, PortError> setup();
-  Result<int, PortError> arm_all_on_owner_thread();
   void arm(std::uint32_t slot);
   std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
   int socket_for_source_port(std::uint16_t port);
@@ -83,7 +84,6 @@ class UdpPort final : public Port {
   io_uring tx_ring_{};
   bool rx_ring_ok_ = false;
   bool tx_ring_ok_ = false;
-  bool armed_ = false;
   std::vector<RxSlot> rx_;
   std::vector<TxSlot> tx_;
   std::unordered_map<std::uint16_t, int> source_port_fds_;

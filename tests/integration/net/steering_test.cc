@@ -409,6 +409,30 @@ TEST(Steering, StaleProgramOfAKilledProcessIsReplaced) {
   EXPECT_FALSE(xdp_attached(net.b()));
 }
 
+// A UDP port opened on a thread that then exits (io_uring cancels that thread's receives)
+// still receives when its owner calls receive() from another thread.
+TEST(UdpPort, OpenedOnAThreadThatExits) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("handover");
+  std::unique_ptr<net::UdpPort> port;
+  run_in_netns(net.b().ns, [&] {
+    net::UdpPortConfig cfg;
+    cfg.local_mac = net.b().mac;
+    cfg.peer_mac = net.a().mac;
+    auto p = net::UdpPort::open(cfg);
+    if (p) port = std::move(*p);
+  });
+  ASSERT_TRUE(port);
+  Fd sender(udp_socket_in(net.a().ns, 0));
+  ASSERT_TRUE(send_udp(sender.fd, net.b().ipv4_text, net::kRoceUdpPort, "handed over"));
+  auto got = receive_n(*port, 1, kDeadline);
+  ASSERT_EQ(got.size(), 1u);
+  const auto parsed = net::parse_udp_frame(got[0]);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(std::string(parsed->payload.begin(), parsed->payload.end()), "handed over");
+  EXPECT_EQ(port->stats().rx_drops, 0u);
+}
+
 // Exit codes of the unprivileged child, for the failure message.
 enum ChildExit : int {
   kChildOk = 0,
