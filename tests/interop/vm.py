@@ -178,14 +178,19 @@ class GuestCommand:
     def __init__(self, vm: "Vm", command: str, connect_timeout_s: float = 10):
         self.vm = vm
         self.command = command
-        self.sock = socket_in_netns(vm.lab.ns)
-        self.sock.settimeout(connect_timeout_s)
-        self.sock.connect((vm.ip4, vm.agent_port))
-        # The subshell keeps the command off the script's stdin; the marker carries $?.
-        script = f". /etc/xroce/profile\n( {command}\n) </dev/null 2>&1\nprintf '\\n{_RC_MARK}%d\\n' $?\n"
-        self.sock.sendall(script.encode())
-        self.sock.shutdown(socket.SHUT_WR)
         self.chunks = []
+        self.sock = socket_in_netns(vm.lab.ns)
+        # The subshell keeps the command off the script's stdin; the marker carries $?.
+        script = (f". /etc/xroce/profile\n( {command}\n) </dev/null 2>&1\n"
+                  f"printf '\\n{_RC_MARK}%d\\n' $?\n")
+        try:
+            self.sock.settimeout(connect_timeout_s)
+            self.sock.connect((vm.ip4, vm.agent_port))
+            self.sock.sendall(script.encode())
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self.sock.close()
+            raise
 
     def wait(self, timeout_s: float) -> GuestResult:
         deadline = time.monotonic() + timeout_s
