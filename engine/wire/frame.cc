@@ -302,12 +302,11 @@ std::optional<FrameError> decode_udp(Cursor& c, const std::uint8_t* ip, bool v6,
 }
 
 std::optional<FrameError> decode_transport(Cursor& c, DecodedFrame& f) {
-  auto hdr = decode_transport_headers(Bytes(c.p, c.left));
-  if (!hdr) {
-    f.header_error = hdr.error();
+  if (auto e = decode_transport_headers_into(Bytes(c.p, c.left), f.hdr)) {
+    f.hdr = TransportHeaders{};
+    f.header_error = *e;
     return FrameError::kBadHeaders;
   }
-  f.hdr = *hdr;
   const OpcodeInfo& info = f.hdr.info();
   const std::size_t data_len = c.left - info.header_bytes();
   if (f.hdr.bth.pad_count > data_len) return FrameError::kBadPad;
@@ -323,8 +322,10 @@ std::optional<FrameError> decode_transport(Cursor& c, DecodedFrame& f) {
 
 }  // namespace
 
-std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& f) {
-  f = DecodedFrame{};
+namespace {
+
+// decode_frame_into on a freshly constructed DecodedFrame.
+std::optional<FrameError> decode_fresh(Bytes frame, DecodedFrame& f) {
   Cursor c{frame.data(), frame.size()};
   bool v6 = false;
   if (auto e = decode_ethernet(c, f, &v6)) return e;
@@ -339,10 +340,18 @@ std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& f) {
   return std::nullopt;
 }
 
+}  // namespace
+
+std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& f) {
+  f = DecodedFrame{};
+  return decode_fresh(frame, f);
+}
+
 Result<DecodedFrame, FrameError> decode_frame(Bytes frame) {
-  DecodedFrame f;
-  if (auto e = decode_frame_into(frame, f)) return Err{*e};
-  return f;
+  // Decoded in place in the result (one return object, so no copy of the ~270-byte frame).
+  Result<DecodedFrame, FrameError> r{DecodedFrame{}};
+  if (auto e = decode_fresh(frame, *r)) r = Err{*e};
+  return r;
 }
 
 }  // namespace xroce::wire

@@ -89,16 +89,16 @@ const char* to_string(HeaderError e) {
   return "unknown header error";
 }
 
-Result<TransportHeaders, HeaderError> decode_transport_headers(Bytes bytes) {
-  if (bytes.size() < kBthBytes) return Err{HeaderError::kTruncated};
+std::optional<HeaderError> decode_transport_headers_into(Bytes bytes, TransportHeaders& h) {
+  if (bytes.size() < kBthBytes) return HeaderError::kTruncated;
   const std::uint8_t* p = bytes.data();
   const OpcodeInfo* info = find_opcode(p[0]);
-  if (info == nullptr) return Err{HeaderError::kUnknownOpcode};
-  if (bytes.size() < info->header_bytes()) return Err{HeaderError::kTruncated};
+  if (info == nullptr) return HeaderError::kUnknownOpcode;
+  if (bytes.size() < info->header_bytes()) return HeaderError::kTruncated;
 
-  TransportHeaders h;
+  h = TransportHeaders{};
   h.bth = decode_bth(p);
-  if (h.bth.tver != 0) return Err{HeaderError::kBadTver};
+  if (h.bth.tver != 0) return HeaderError::kBadTver;
   p += kBthBytes;
   // Header order after the BTH (PROTOCOL.md §1.7): DETH, RETH|AtomicETH|AETH, ImmDt|IETH,
   // AtomicAckETH after AETH.
@@ -132,6 +132,12 @@ Result<TransportHeaders, HeaderError> decode_transport_headers(Bytes bytes) {
     h.atomic_ack_orig = load_be64(p);
     p += kAtomicAckEthBytes;
   }
+  return std::nullopt;
+}
+
+Result<TransportHeaders, HeaderError> decode_transport_headers(Bytes bytes) {
+  TransportHeaders h;
+  if (auto e = decode_transport_headers_into(bytes, h)) return Err{*e};
   return h;
 }
 

@@ -120,6 +120,9 @@ const char* to_string(HeaderError e);
 
 // Decodes the BTH and the extended headers its opcode calls for from the front of `bytes`.
 Result<TransportHeaders, HeaderError> decode_transport_headers(Bytes bytes);
+// The same into a caller's TransportHeaders (no copy on the packet path); `out` is unspecified
+// on error.
+std::optional<HeaderError> decode_transport_headers_into(Bytes bytes, TransportHeaders& out);
 
 // Writes the headers into `out` (which must hold info().header_bytes()); returns bytes written.
 Result<std::size_t, HeaderError> encode_transport_headers(const TransportHeaders& h,

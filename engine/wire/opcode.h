@@ -224,12 +224,24 @@ inline constexpr auto kOpcodeTable = [] {
   };
 }();
 
-// Lookup by wire value; nullopt for opcodes the project does not speak.
-constexpr const OpcodeInfo* find_opcode(std::uint8_t value) {
-  for (const auto& info : kOpcodeTable) {
-    if (static_cast<std::uint8_t>(info.opcode) == value) return &info;
+namespace detail {
+// Wire value -> index into kOpcodeTable (kNoOpcode where absent): a lookup on every packet.
+inline constexpr std::uint8_t kNoOpcode = 0xFF;
+static_assert(kOpcodeTable.size() < kNoOpcode);
+inline constexpr auto kOpcodeIndex = [] {
+  std::array<std::uint8_t, 256> index{};
+  index.fill(kNoOpcode);
+  for (std::size_t i = 0; i < kOpcodeTable.size(); ++i) {
+    index[static_cast<std::uint8_t>(kOpcodeTable[i].opcode)] = static_cast<std::uint8_t>(i);
   }
-  return nullptr;
+  return index;
+}();
+}  // namespace detail
+
+// Lookup by wire value; nullptr for opcodes the project does not speak.
+constexpr const OpcodeInfo* find_opcode(std::uint8_t value) {
+  const std::uint8_t i = detail::kOpcodeIndex[value];
+  return i == detail::kNoOpcode ? nullptr : &kOpcodeTable[i];
 }
 constexpr const OpcodeInfo& opcode_info(Opcode op) {
   return *find_opcode(static_cast<std::uint8_t>(op));
