@@ -11,7 +11,15 @@
 namespace xroce::testing {
 
 const char* to_string(PortKind k) {
-  return k == PortKind::kAfXdp ? "afxdp" : "udp";
+  switch (k) {
+    case PortKind::kAfXdp:
+      return "afxdp";
+    case PortKind::kAfXdpSkb:
+      return "afxdpskb";
+    case PortKind::kUdp:
+      return "udp";
+  }
+  return "?";
 }
 
 NsThread::NsThread(const std::string& ns) {
@@ -76,7 +84,8 @@ NsPort::NsPort(const Host& host, const Host& peer, PortKind kind, net::XdpAttach
       port_ = std::move(*p);
       return;
     }
-    auto s = net::XdpSteering::attach(host.ifname, mode);
+    auto s = net::XdpSteering::attach(
+        host.ifname, kind == PortKind::kAfXdpSkb ? net::XdpAttachMode::kSkb : mode);
     if (!s) {
       error_ = s.error().message();
       return;

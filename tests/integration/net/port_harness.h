@@ -41,7 +41,8 @@ class NsThread {
   std::thread thread_;
 };
 
-enum class PortKind { kAfXdp, kUdp };
+// kAfXdp: the default mode order (native XDP first); kAfXdpSkb: generic (SKB) XDP only.
+enum class PortKind { kAfXdp, kUdp, kAfXdpSkb };
 const char* to_string(PortKind k);
 
 // A port living in one namespace and owned by one thread that stays there (the ports'
