@@ -1,5 +1,6 @@
 // The request handlers of ControlServer: one per control::Op.
 #include <net/if.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -63,6 +64,13 @@ bool range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write)
   return covered_to >= end;
 }
 
+// The daemon writes events only into sockets the client made for the purpose, never into
+// whatever else a client might pass.
+bool is_socket(int fd) {
+  struct stat st {};
+  return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 const char* port_kind_name(control::PortKind kind) {
   return kind == control::PortKind::udp ? "udp" : "afxdp";
 }
@@ -71,7 +79,7 @@ const char* port_kind_name(control::PortKind kind) {
 
 ControlServer::Reply ControlServer::hello(Client& client, const std::string& body, int passed_fd) {
   control::HelloRequest request{};
-  if (!parse(body, request) || passed_fd < 0 || !client.device.empty()) {
+  if (!parse(body, request) || !is_socket(passed_fd) || !client.device.empty()) {
     if (passed_fd >= 0) close(passed_fd);
     return {EINVAL, {}};
   }
@@ -90,7 +98,10 @@ ControlServer::Reply ControlServer::hello(Client& client, const std::string& bod
 // The channel's fd lives in the application (its own socketpair, made by the provider); the
 // daemon keeps the other end to send completion events on, for as long as the context lives.
 ControlServer::Reply ControlServer::create_comp_channel(Client& client, int passed_fd) {
-  if (passed_fd < 0) return {EINVAL, {}};
+  if (!is_socket(passed_fd)) {
+    if (passed_fd >= 0) close(passed_fd);
+    return {EINVAL, {}};
+  }
   if (device_of(client) == nullptr) {
     close(passed_fd);
     return {ENODEV, {}};

@@ -216,6 +216,29 @@ TEST_F(DeviceTest, CompletionChannelsComeFromThePreloadLibrary) {
   EXPECT_NE(pingpong.output.find("Couldn't create CQ"), std::string::npos) << pingpong.output;
 }
 
+TEST_F(DeviceTest, PortAndGidChangesArriveAsAsyncEvents) {
+  Host host("xre2e-events", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  Child child(host.in_netns({xroce_bin(), "exec", "--", probe_bin(), "xre0", "events"}));
+  ASSERT_EQ(child.read_line(seconds(20)), "ready");
+  auto wait_for = [&](const std::string& wanted) {
+    for (std::string line = child.read_line(seconds(10)); !line.empty();
+         line = child.read_line(seconds(10))) {
+      if (line == wanted) return true;
+    }
+    return false;
+  };
+  ASSERT_EQ(host.exec({"ip", "addr", "add", "198.19.88.8/24", "dev", "xr0a"}).status, 0);
+  EXPECT_TRUE(wait_for("async_event GID table change"));
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0a", "down"}).status, 0);
+  EXPECT_TRUE(wait_for("async_event port error"));
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0a", "up"}).status, 0);
+  EXPECT_TRUE(wait_for("async_event port active"));
+  ASSERT_EQ(host.exec({xroce_bin(), "link", "del", "xre0"}).status, 0);
+  EXPECT_TRUE(wait_for("async_event local catastrophic error"));
+  EXPECT_EQ(child.wait(seconds(10)), 0);
+}
+
 TEST_F(DeviceTest, AProcessThatDiesReleasesItsObjects) {
   Host host("xre2e-release", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);

@@ -5,6 +5,7 @@
 //   verbs_probe DEV unsup    verbs the device does not do yet fail cleanly (no false success)
 //   verbs_probe DEV channel  a completion channel works (run with libxroce-preload.so)
 //   verbs_probe DEV nochannel  without the preload, creating one fails cleanly
+//   verbs_probe DEV events   print async events as they come, until DEVICE_FATAL or EOF
 //   verbs_probe DEV hold     alloc a PD and an MR, print "ready", wait for an async event, then
 //                            try another verb (the daemon is stopped meanwhile)
 //
@@ -115,6 +116,21 @@ int channel(ibv_context* ctx, bool expect_preload) {
   return 0;
 }
 
+// Prints every async event as it comes, until the device is gone.
+int events(ibv_context* ctx) {
+  std::printf("ready\n");
+  std::fflush(stdout);
+  ibv_async_event event{};
+  while (ibv_get_async_event(ctx, &event) == 0) {
+    std::printf("async_event %s\n", ibv_event_type_str(event.event_type));
+    std::fflush(stdout);
+    const bool fatal = event.event_type == IBV_EVENT_DEVICE_FATAL;
+    ibv_ack_async_event(&event);
+    if (fatal) break;
+  }
+  return 0;
+}
+
 int hold(ibv_context* ctx) {
   ibv_pd* pd = ibv_alloc_pd(ctx);
   static char buf[8192];
@@ -140,7 +156,7 @@ int hold(ibv_context* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|hold\n");
+    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|events|hold\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -153,6 +169,7 @@ int main(int argc, char** argv) {
   if (mode == "pdmr") rc = pdmr(ctx);
   if (mode == "unsup") rc = unsupported(ctx);
   if (mode == "hold") rc = hold(ctx);
+  if (mode == "events") rc = events(ctx);
   if (mode == "channel") rc = channel(ctx, true);
   if (mode == "nochannel") rc = channel(ctx, false);
   ibv_close_device(ctx);
