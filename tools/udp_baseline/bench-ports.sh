@@ -49,8 +49,11 @@ run_pair() {  # kind size frames
     rx=("$bin/xroce-udp-baseline" --role rx)
     tx=("$bin/xroce-udp-baseline" --role tx --dst $ip_b)
   else
-    rx=("$bin/xroce" bench port --dev "$if_b" --port "$kind" --role rx)
-    tx=("$bin/xroce" bench port --dev "$if_a" --port "$kind" --role tx --dst $ip_b --dst-mac "$mac_b")
+    local port=$kind mode=()
+    if [[ $kind == afxdp-skb ]]; then port=afxdp mode=(--xdp-mode skb); fi
+    rx=("$bin/xroce" bench port --dev "$if_b" --port "$port" "${mode[@]}" --role rx)
+    tx=("$bin/xroce" bench port --dev "$if_a" --port "$port" "${mode[@]}" --role tx --dst $ip_b
+      --dst-mac "$mac_b")
   fi
   in_ns "$ns_b" "${rx[@]}" --frames "$frames" --size "$size" --idle-ms 1000 --json \
     >"$out/rx.json" 2>"$out/rx.err" &
@@ -63,7 +66,7 @@ import json, sys
 kind, size, txf, rxf = sys.argv[1:]
 tx = json.load(open(txf)); rx = json.load(open(rxf))
 lost = tx["packets"] - rx["packets"]
-print(f"{kind:9} {size:>5} B  mode {rx['mode']:<18} tx {tx['pps']/1e6:7.3f} Mpps  "
+print(f"{kind:10} {size:>5} B  mode {rx['mode']:<18} tx {tx['pps']/1e6:7.3f} Mpps  "
       f"rx {rx['pps']/1e6:7.3f} Mpps {rx['gbps']:7.2f} Gbit/s  sent {tx['packets']} "
       f"received {rx['packets']} lost {lost} rx-drops {rx['drops']}")
 PY
@@ -72,7 +75,7 @@ PY
 for size in "${sizes[@]}"; do
   frames=1000000
   [[ $size -gt 1500 ]] && frames=200000
-  for kind in baseline udp afxdp; do
+  for kind in baseline udp afxdp afxdp-skb; do
     run_pair $kind "$size" $frames
   done
 done
