@@ -53,6 +53,8 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"ack_timeout_exp", s.timeout_exp},
           {"posted_by_kind", by_kind},
           {"mix", c.mix.to_string()},
+          {"nodes", c.nodes},
+          {"qps", c.qps},
           {"failure", s.failure}};
 }
 
@@ -60,8 +62,9 @@ void run_sim(const SimFlags& f, ExitStatus& status) {
   transport::sim::ScenarioConfig c = f.config;
   const auto mix = transport::sim::Mix::parse(f.mix);
   const auto mtu = parse_mtu(f.mtu);
-  if (!mix || !mtu || c.qps == 0 || c.max_outstanding == 0) {
-    fmt::print(stderr, "xroce sim: bad --mix, --mtu (256..4096), --qps or --outstanding\n");
+  if (!mix || !mtu || c.qps == 0 || c.max_outstanding == 0 || c.nodes < 2 || c.nodes > 250) {
+    fmt::print(stderr,
+               "xroce sim: bad --mix, --mtu (256..4096), --nodes, --qps or --outstanding\n");
     status.code = 2;
     return;
   }
@@ -85,7 +88,8 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   transport::sim::ScenarioConfig& c = f->config;
   cmd->add_option("--seed", c.seed, "Seed of the run (workload and network)");
   cmd->add_option("--ops", c.ops, "Operations to post, both directions together");
-  cmd->add_option("--qps", c.qps, "QP pairs between the two nodes");
+  cmd->add_option("--nodes", c.nodes, "Hosts on the simulated switch (2..250)");
+  cmd->add_option("--qps", c.qps, "QP pairs between every two nodes");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
                   "read, cas, faa, atomic");

@@ -65,11 +65,11 @@ std::string Mix::to_string() const {
 std::string reproduce_command(const ScenarioConfig& c) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "xroce sim --seed %llu --ops %llu --qps %u --mix %s --mtu %u --loss %g "
+                "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --mix %s --mtu %u --loss %g "
                 "--reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g",
                 static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops),
-                c.qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
-                c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps);
+                c.nodes, c.qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder,
+                c.dup, c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps);
   return buf;
 }
 

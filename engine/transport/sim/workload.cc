@@ -67,6 +67,7 @@ struct Endpoint {
   Node* node = nullptr;
   Endpoint* peer = nullptr;
   std::unique_ptr<Qp> qp;
+  wire::FrameAddress addr;  // Ethernet/IP/UDP around this QP's packets
   std::uint64_t base = 0;
   MemoryRegion mr;
   std::uint64_t src = 0, target = 0, recv = 0, atomic_word = 0, inv_area = 0;
@@ -80,7 +81,6 @@ struct Node {
   LocalMemory mem;
   MemoryRegionTable mrs{mem};
   ns::NodeId host = 0;
-  wire::FrameAddress to_peer;
   std::vector<std::unique_ptr<Endpoint>> eps;
   std::unordered_map<std::uint32_t, Endpoint*> by_qpn;
 };
@@ -96,6 +96,7 @@ class Driver {
   std::uint8_t pick_timeout_exp() const;
   void build_network();
   void build_nodes();
+  Endpoint& make_endpoint(std::size_t node);
   void connect_qp(Endpoint& e, std::uint32_t peer_qpn);
   void post_work();
   void post_one(Endpoint& e);
@@ -117,7 +118,7 @@ class Driver {
   ScenarioConfig cfg_;
   ns::Rng rng_;
   ns::Network net_;
-  std::array<Node, 2> nodes_;
+  std::vector<std::unique_ptr<Node>> nodes_;
   std::uint32_t slot_bytes_ = 0;
   std::uint32_t recv_slots_ = 0;
   std::uint8_t timeout_exp_ = 0;
@@ -132,7 +133,8 @@ std::uint8_t Driver::pick_timeout_exp() const {
   // bottleneck, plus propagation both ways.
   const double rate_bps = cfg_.rate_gbps > 0 ? cfg_.rate_gbps * 1e9 : 1e15;
   const double window_bytes = 128.0 * (mtu_bytes(cfg_.mtu) + 80);
-  const double queued_ns = 2.0 * cfg_.qps * window_bytes * 8 / rate_bps * 1e9;
+  const double flows_into_a_node = 2.0 * cfg_.qps * (cfg_.nodes - 1);
+  const double queued_ns = flows_into_a_node * window_bytes * 8 / rate_bps * 1e9;
   const double rtt_ns = queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000;
   std::uint8_t t = 1;
   while (t < 31 && static_cast<double>(std::uint64_t{4096} << t) < 4 * rtt_ns)
@@ -154,64 +156,69 @@ void Driver::build_network() {
   switch_egress.link.propagation_ns = 0;
 
   const ns::NodeId sw = net_.add_switch("sw");
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+  for (std::uint32_t i = 0; i < cfg_.nodes; ++i) {
     ns::HostConfig h;
-    h.name = i == 0 ? "a" : "b";
-    h.mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(i + 1)};
-    h.ips = {wire::IpAddr::v4(0xC6120001 + static_cast<std::uint32_t>(i))};  // 198.18.0.x
-    nodes_[i].host = net_.add_host(h);
-    net_.connect(nodes_[i].host, sw, host_egress, switch_egress);
-  }
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    const auto& self = net_.host(nodes_[i].host);
-    const auto& peer = net_.host(nodes_[1 - i].host);
-    nodes_[i].to_peer.src_mac = self.mac;
-    nodes_[i].to_peer.dst_mac = peer.mac;
-    nodes_[i].to_peer.src_ip = self.ips[0];
-    nodes_[i].to_peer.dst_ip = peer.ips[0];
+    h.name = "n" + std::to_string(i);
+    h.mac = {0x02, 0, 0, 0, static_cast<std::uint8_t>(i >> 8), static_cast<std::uint8_t>(i + 1)};
+    h.ips = {wire::IpAddr::v4(0xC6120001 + i)};  // 198.18.0.(i + 1)
+    nodes_.push_back(std::make_unique<Node>());
+    nodes_.back()->host = net_.add_host(h);
+    net_.connect(nodes_.back()->host, sw, host_egress, switch_egress);
   }
 }
 
-void Driver::build_nodes() {
-  slot_bytes_ = std::max<std::uint32_t>(cfg_.max_msg_bytes, 8);
-  recv_slots_ = cfg_.max_outstanding * 2;
+Endpoint& Driver::make_endpoint(std::size_t n) {
+  Node& node = *nodes_[n];
   const std::uint64_t slots = cfg_.max_outstanding;
   const std::uint64_t bytes = (2 * slots + recv_slots_) * slot_bytes_ + 8 + slots * kInvMrBytes;
   const std::uint32_t all_access =
       access::kLocalWrite | access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
-  for (std::size_t n = 0; n < nodes_.size(); ++n) {
-    for (std::uint32_t q = 0; q < cfg_.qps; ++q) {
-      auto e = std::make_unique<Endpoint>();
-      e->node = &nodes_[n];
-      QpConfig qc;
-      qc.qpn = wire::Qpn(kQpnBase + q * 2 + static_cast<std::uint32_t>(n));
-      qc.max_send_wr = cfg_.max_outstanding;
-      qc.max_recv_wr = recv_slots_;
-      qc.max_inline_data = kMaxInlineBytes;
-      e->qp = std::make_unique<Qp>(qc, nodes_[n].mrs);
-      e->base = nodes_[n].mem.allocate(bytes);
-      e->mr = nodes_[n].mrs.register_region(e->base, bytes - slots * kInvMrBytes, all_access);
-      e->src = e->base;
-      e->target = e->src + slots * slot_bytes_;
-      e->recv = e->target + slots * slot_bytes_;
-      e->atomic_word = e->recv + std::uint64_t{recv_slots_} * slot_bytes_;
-      e->inv_area = e->atomic_word + 8;
-      for (std::uint32_t s = 0; s < slots; ++s)
-        e->free_slots.push_back(static_cast<std::uint32_t>(slots - 1 - s));
-      nodes_[n].by_qpn[qc.qpn.value()] = e.get();
-      nodes_[n].eps.push_back(std::move(e));
-    }
-  }
-  for (std::uint32_t q = 0; q < cfg_.qps; ++q) {
-    Endpoint& a = *nodes_[0].eps[q];
-    Endpoint& b = *nodes_[1].eps[q];
-    a.peer = &b;
-    b.peer = &a;
-    connect_qp(a, b.qp->qpn().value());
-    connect_qp(b, a.qp->qpn().value());
-    for (std::uint32_t s = 0; s < recv_slots_; ++s) {
-      post_recv(a, s);
-      post_recv(b, s);
+  auto e = std::make_unique<Endpoint>();
+  e->node = &node;
+  QpConfig qc;
+  qc.qpn = wire::Qpn(kQpnBase + static_cast<std::uint32_t>(node.eps.size()));
+  qc.max_send_wr = cfg_.max_outstanding;
+  qc.max_recv_wr = recv_slots_;
+  qc.max_inline_data = kMaxInlineBytes;
+  e->qp = std::make_unique<Qp>(qc, node.mrs);
+  e->base = node.mem.allocate(bytes);
+  e->mr = node.mrs.register_region(e->base, bytes - slots * kInvMrBytes, all_access);
+  e->src = e->base;
+  e->target = e->src + slots * slot_bytes_;
+  e->recv = e->target + slots * slot_bytes_;
+  e->atomic_word = e->recv + std::uint64_t{recv_slots_} * slot_bytes_;
+  e->inv_area = e->atomic_word + 8;
+  for (std::uint64_t s = 0; s < slots; ++s)
+    e->free_slots.push_back(static_cast<std::uint32_t>(slots - 1 - s));
+  node.by_qpn[qc.qpn.value()] = e.get();
+  node.eps.push_back(std::move(e));
+  return *node.eps.back();
+}
+
+// Every pair of nodes gets `qps` connected QP pairs; traffic flows both ways on each.
+void Driver::build_nodes() {
+  slot_bytes_ = std::max<std::uint32_t>(cfg_.max_msg_bytes, 8);
+  recv_slots_ = cfg_.max_outstanding * 2;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    for (std::size_t j = i + 1; j < nodes_.size(); ++j) {
+      const auto& hi = net_.host(nodes_[i]->host);
+      const auto& hj = net_.host(nodes_[j]->host);
+      for (std::uint32_t q = 0; q < cfg_.qps; ++q) {
+        Endpoint& a = make_endpoint(i);
+        Endpoint& b = make_endpoint(j);
+        a.peer = &b;
+        b.peer = &a;
+        a.addr.src_mac = b.addr.dst_mac = hi.mac;
+        a.addr.dst_mac = b.addr.src_mac = hj.mac;
+        a.addr.src_ip = b.addr.dst_ip = hi.ips[0];
+        a.addr.dst_ip = b.addr.src_ip = hj.ips[0];
+        connect_qp(a, b.qp->qpn().value());
+        connect_qp(b, a.qp->qpn().value());
+        for (std::uint32_t s = 0; s < recv_slots_; ++s) {
+          post_recv(a, s);
+          post_recv(b, s);
+        }
+      }
     }
   }
 }
@@ -306,7 +313,7 @@ void Driver::post_one(Endpoint& e) {
   // Some work is unsignaled: it completes silently, retired by a later signaled completion.
   // The newest WQE of an endpoint, and everything near the end of the run, stays signaled so
   // every unsignaled WQE has a signaled one behind it.
-  const std::uint64_t endpoints = 2 * cfg_.qps;
+  const std::uint64_t endpoints = std::uint64_t{cfg_.qps} * cfg_.nodes * (cfg_.nodes - 1);
   const bool may_skip = e.free_slots.size() > 1 && summary_.posted + 2 * endpoints < cfg_.ops;
   op.signaled = !(may_skip && rng_.below(4) == 0);
   WorkRequest wr;
@@ -394,8 +401,8 @@ void Driver::post_work() {
   bool progress = true;
   while (progress && summary_.posted < cfg_.ops) {
     progress = false;
-    for (Node& n : nodes_) {
-      for (auto& e : n.eps) {
+    for (auto& np : nodes_) {
+      for (auto& e : np->eps) {
         if (summary_.posted >= cfg_.ops) return;
         if (e->free_slots.empty() || e->qp->state() != QpState::kRts) continue;
         post_one(*e);
@@ -406,10 +413,10 @@ void Driver::post_work() {
 }
 
 void Driver::transmit_all() {
-  for (Node& n : nodes_) {
-    for (auto& e : n.eps) {
+  for (auto& np : nodes_) {
+    for (auto& e : np->eps) {
       while (auto t = e->qp->poll_transmit(now_, payload_)) {
-        wire::FrameAddress addr = n.to_peer;
+        wire::FrameAddress addr = e->addr;
         addr.udp_src_port =
             static_cast<std::uint16_t>(kUdpPortBase + (e->qp->qpn().value() & 0x3FFF));
         if (t->ect) addr.traffic_class = static_cast<std::uint8_t>(wire::Ecn::kEct0);
@@ -421,7 +428,7 @@ void Driver::transmit_all() {
           return;
         }
         frame.resize(*len);
-        net_.send(now_, n.host, std::move(frame));
+        net_.send(now_, np->host, std::move(frame));
         ++summary_.frames_sent;
       }
     }
@@ -429,15 +436,15 @@ void Driver::transmit_all() {
 }
 
 void Driver::deliver_all() {
-  for (Node& n : nodes_) {
-    while (auto d = net_.receive(n.host)) {
+  for (auto& np : nodes_) {
+    while (auto d = net_.receive(np->host)) {
       auto f = wire::decode_frame(d->frame);
       if (!f || !f->icrc_ok) {
         ++summary_.frames_dropped_bad;  // the ICRC (or a header check) caught the corruption
         continue;
       }
-      auto it = n.by_qpn.find(f->hdr.bth.dest_qp.value());
-      if (it == n.by_qpn.end()) {
+      auto it = np->by_qpn.find(f->hdr.bth.dest_qp.value());
+      if (it == np->by_qpn.end()) {
         ++summary_.frames_dropped_bad;
         continue;
       }
@@ -449,14 +456,14 @@ void Driver::deliver_all() {
 }
 
 void Driver::fire_timers() {
-  for (Node& n : nodes_)
-    for (auto& e : n.eps)
+  for (auto& np : nodes_)
+    for (auto& e : np->eps)
       if (auto d = e->qp->next_deadline(); d && *d <= now_) e->qp->handle_timeout(now_);
 }
 
 void Driver::poll_completions() {
-  for (Node& n : nodes_) {
-    for (auto& e : n.eps) {
+  for (auto& np : nodes_) {
+    for (auto& e : np->eps) {
       while (auto c = e->qp->poll_completion()) {
         if (c->is_recv()) {
           on_recv_completion(*e, *c);
@@ -568,8 +575,8 @@ void Driver::on_recv_completion(Endpoint& e, const Completion& c) {
 
 bool Driver::done() const {
   if (summary_.posted < cfg_.ops) return false;
-  for (const Node& n : nodes_)
-    for (const auto& e : n.eps)
+  for (const auto& np : nodes_)
+    for (const auto& e : np->eps)
       if (!e->outstanding.empty() || !e->expected_recvs.empty()) return false;
   return true;
 }
@@ -579,8 +586,8 @@ void Driver::fail(const std::string& why) {
 }
 
 void Driver::finish() {
-  for (const Node& n : nodes_) {
-    for (const auto& e : n.eps) {
+  for (const auto& np : nodes_) {
+    for (const auto& e : np->eps) {
       summary_.lost += e->outstanding.size() + e->expected_recvs.size();
       const QpCounters& k = e->qp->counters();
       summary_.retransmitted_packets += k.retransmitted_packets;
@@ -608,8 +615,8 @@ Summary Driver::run() {
     post_work();
     transmit_all();
     std::optional<std::uint64_t> next = net_.next_event_time();
-    for (Node& n : nodes_)
-      for (auto& e : n.eps)
+    for (auto& np : nodes_)
+      for (auto& e : np->eps)
         if (auto d = e->qp->next_deadline(); d && (!next || *d < *next)) next = *d;
     if (!next) {
       fail("deadlock: work outstanding but no packet in flight and no timer armed");

@@ -42,7 +42,8 @@ struct Mix {
 struct ScenarioConfig {
   std::uint64_t seed = 1;
   std::uint64_t ops = 1000;  // operations posted in total, both directions
-  std::uint32_t qps = 4;     // QP pairs between the two nodes; traffic flows both ways
+  std::uint32_t nodes = 2;   // hosts on one switch (2..250)
+  std::uint32_t qps = 4;     // QP pairs between every two nodes; traffic flows both ways
   Mix mix;
   PathMtu mtu = PathMtu::k1024;
   double loss = 0, reorder = 0, dup = 0, corrupt = 0;  // per frame, on each host's egress
