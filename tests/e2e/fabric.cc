@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -141,7 +143,55 @@ bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds de
   }
 }
 
+namespace {
+
+bool is_xroced(pid_t pid) {
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  comm >> name;
+  return name == "xroced";
+}
+
+// Stops the daemon serving a namespace (found through its lock file, checked by name) and
+// removes its run directory.
+void stop_daemon_of(const std::string& netns) {
+  auto ino = run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
+  const std::string dir = "/run/xroce/ns-" + ino.output.substr(0, ino.output.find('\n'));
+  std::ifstream lock(dir + "/xroced.lock");
+  pid_t pid = 0;
+  lock >> pid;
+  if (pid > 0 && is_xroced(pid)) {
+    kill(pid, SIGTERM);
+    if (!Host::wait_gone(pid, std::chrono::seconds(5)) && is_xroced(pid)) kill(pid, SIGKILL);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// A test process killed mid-test (a ctest timeout) leaves its namespaces behind; the first
+// Host of a later run removes those of e2e processes that no longer exist.
+void sweep_dead_runs() {
+  static std::atomic<bool> swept{false};
+  if (swept.exchange(true)) return;
+  const auto list = run({"ip", "netns", "list"});
+  std::istringstream lines(list.output);
+  std::string line;
+  const std::regex ours("^(xre2e-[a-z0-9-]*?)-([0-9]+)-([0-9]+)( .*)?$");
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, ours)) continue;
+    const pid_t owner = static_cast<pid_t>(std::stol(m[2].str()));
+    if (owner == getpid() || kill(owner, 0) == 0 || errno != ESRCH) continue;
+    const std::string netns = line.substr(0, line.find(' '));
+    stop_daemon_of(netns);
+    run({"ip", "netns", "del", netns});
+  }
+}
+
+}  // namespace
+
 Host::Host(const std::string& prefix, int subnet) : subnet_(subnet) {
+  sweep_dead_runs();
   netns_ = prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(host_counter++);
   run({"ip", "netns", "add", netns_});
   exec({"ip", "link", "add", "xr0a", "type", "veth", "peer", "name", "xr0b"});
