@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -114,31 +115,30 @@ ControlServer::Reply ControlServer::create_comp_channel(Client& client, int pass
 ControlServer::Reply ControlServer::query_device(const Client& client) {
   const device::Device* dev = device_of(client);
   if (dev == nullptr) return {ENODEV, {}};
+  const device::DeviceLimits& limits = dev->limits();
   control::DeviceAttr attr{};
-  std::strncpy(attr.fw_ver, "0.1.0", sizeof(attr.fw_ver) - 1);
+  std::snprintf(attr.fw_ver, sizeof(attr.fw_ver), "%s", device::kFirmwareVersion);
   attr.node_guid = htobe64(dev->node_guid());
   attr.sys_image_guid = attr.node_guid;
-  attr.max_mr_size = dev->limits().max_mr_size;
-  attr.page_size_cap = 0xfffff000;
-  attr.vendor_id = 0xffffff;  // no IEEE OUI of our own; rxe reports the same
-  attr.vendor_part_id = 0;
-  attr.hw_ver = 0;
-  attr.max_qp = 0x10000;
-  attr.max_qp_wr = 0x4000;
+  attr.max_mr_size = limits.max_mr_size;
+  attr.page_size_cap = limits.page_size_cap;
+  attr.vendor_id = limits.vendor_id;
+  attr.max_qp = limits.max_qp;
+  attr.max_qp_wr = limits.max_qp_wr;
   attr.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
-  attr.max_sge = 32;
-  attr.max_cq = 0x4000;
-  attr.max_cqe = (1 << 15) - 1;
-  attr.max_mr = dev->limits().max_mr;
-  attr.max_pd = dev->limits().max_pd;
-  attr.max_qp_rd_atom = 128;
-  attr.max_qp_init_rd_atom = 128;
-  attr.max_srq = 0x4000;
-  attr.max_srq_wr = 0x4000;
-  attr.max_srq_sge = 27;
-  attr.max_ah = 0x8000;
+  attr.max_sge = limits.max_sge;
+  attr.max_cq = limits.max_cq;
+  attr.max_cqe = limits.max_cqe;
+  attr.max_mr = limits.max_mr;
+  attr.max_pd = limits.max_pd;
+  attr.max_qp_rd_atom = limits.max_qp_rd_atom;
+  attr.max_qp_init_rd_atom = limits.max_qp_rd_atom;
+  attr.max_srq = limits.max_srq;
+  attr.max_srq_wr = limits.max_srq_wr;
+  attr.max_srq_sge = limits.max_srq_sge;
+  attr.max_ah = limits.max_ah;
   attr.atomic_cap = IBV_ATOMIC_HCA;
-  attr.max_pkeys = 1;
+  attr.max_pkeys = limits.max_pkeys;
   attr.phys_port_cnt = 1;
   return {0, bytes_of(attr)};
 }
@@ -156,8 +156,8 @@ ControlServer::Reply ControlServer::query_port(const Client& client, const std::
   attr.active_mtu = device::active_ib_mtu(netdev.mtu);
   attr.gid_tbl_len = static_cast<uint32_t>(dev->gids().size());
   attr.port_cap_flags = IBV_PORT_CM_SUP;
-  attr.max_msg_sz = 1u << 31;
-  attr.pkey_tbl_len = 1;
+  attr.max_msg_sz = dev->limits().max_msg_bytes;
+  attr.pkey_tbl_len = dev->limits().max_pkeys;
   attr.active_width = rate.width;
   attr.active_speed = rate.speed;
   attr.phys_state = device::phys_state(netdev);

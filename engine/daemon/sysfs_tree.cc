@@ -60,10 +60,14 @@ int SysfsTree::write_device(const device::Device& device, const std::string& uve
   const std::string ibdev = ibdev_dir(device.name());
   const std::string guid = device::guid_sysfs_text(device.node_guid());
   const std::pair<std::string, std::string> files[] = {
-      {verbs + "/abi_version", abi},  {ibdev + "/node_type", "1: CA"},
-      {ibdev + "/node_guid", guid},   {ibdev + "/sys_image_guid", guid},
-      {ibdev + "/fw_ver", "0.1.0"},   {ibdev + "/node_desc", "xroce " + device.netdev().name},
-      {ibdev + "/hca_type", "xroce"}, {ibdev + "/" + control::kControlPathFile, control_socket},
+      {verbs + "/abi_version", abi},
+      {ibdev + "/node_type", "1: CA"},
+      {ibdev + "/node_guid", guid},
+      {ibdev + "/sys_image_guid", guid},
+      {ibdev + "/fw_ver", device::kFirmwareVersion},
+      {ibdev + "/node_desc", "xroce " + device.netdev().name},
+      {ibdev + "/hca_type", "xroce"},
+      {ibdev + "/" + control::kControlPathFile, control_socket},
   };
   for (const auto& [path, text] : files) {
     if (int err = write_file(path, text)) return err;

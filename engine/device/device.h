@@ -22,12 +22,29 @@ using ClientId = uint64_t;
 using wire::Err;
 using wire::Result;
 
-// Limits the device advertises (ibv_query_device); the model enforces the PD and MR counts.
+// What the device advertises (ibv_query_device), modelled on rxe's rxe_param.h; the model
+// enforces the PD and MR counts, the transport the rest.
 struct DeviceLimits {
   uint32_t max_pd = 64 * 1024;
   uint32_t max_mr = 256 * 1024;
   uint64_t max_mr_size = uint64_t{1} << 40;
+  uint64_t page_size_cap = 0xfffff000;  // 4 KiB and up
+  uint32_t max_qp = 0x10000;
+  uint32_t max_qp_wr = 0x4000;
+  uint32_t max_sge = 32;
+  uint32_t max_cq = 0x4000;
+  uint32_t max_cqe = (1u << 15) - 1;
+  uint32_t max_qp_rd_atom = 128;  // outstanding RDMA READ/atomic per QP, both directions
+  uint32_t max_srq = 0x4000;
+  uint32_t max_srq_wr = 0x4000;
+  uint32_t max_srq_sge = 27;
+  uint32_t max_ah = 0x8000;
+  uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
+  uint16_t max_pkeys = 1;             // the default P_Key only
+  uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
 };
+
+inline constexpr const char* kFirmwareVersion = "0.1.0";
 
 struct MemoryRegion {
   ClientId owner = 0;
