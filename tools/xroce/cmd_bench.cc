@@ -33,7 +33,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kBatch = 64;
-constexpr std::size_t kDistinctFrames = 256;  // a ring of frames with consecutive PSNs
+constexpr std::size_t kDistinctFrames = 256;
+constexpr int kSpinsBeforeSleep = 256;  // empty receive() calls before sleeping in poll()  // a
+                                        // ring of frames with consecutive PSNs
 
 struct BenchOptions {
   std::string dev;
@@ -248,6 +250,7 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
   BenchResult r;
   std::optional<Clock::time_point> first, last;
   const auto start = Clock::now();
+  int empty_polls = 0;
   while (r.packets < o.frames) {
     auto got = port.receive(batch);
     if (!got) break;
@@ -256,10 +259,14 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
       const auto idle = now - last.value_or(start);
       const int limit_ms = last ? o.idle_ms : o.start_timeout_ms;
       if (idle > std::chrono::milliseconds(limit_ms)) break;
+      // Spin a little before sleeping, as an engine worker does (ARCHITECTURE.md decision 7).
+      if (++empty_polls < kSpinsBeforeSleep) continue;
+      empty_polls = 0;
       pollfd p{port.wait_fd(), POLLIN, 0};
       poll(&p, 1, 1);
       continue;
     }
+    empty_polls = 0;
     if (!first) first = now;
     last = now;
     for (std::size_t i = 0; i < *got; ++i) {
