@@ -271,6 +271,16 @@ ControlServer::Reply ControlServer::link_show() {
       gids.push_back(
           {{"index", i}, {"gid", device::gid_display_text(dev.gids().at(i))}, {"type", "RoCE v2"}});
     }
+    nlohmann::json regions = nlohmann::json::array();
+    for (const auto& [handle, mr] : dev.memory_regions()) {
+      regions.push_back({{"handle", handle},
+                         {"pid", mr.pid},
+                         {"addr", mr.addr},
+                         {"length", mr.length},
+                         {"access", mr.access},
+                         {"lkey", mr.lkey},
+                         {"rkey", mr.rkey}});
+    }
     int contexts = 0;
     for (const auto& [fd, c] : clients_)
       contexts += c.device == name ? 1 : 0;
@@ -292,6 +302,7 @@ ControlServer::Reply ControlServer::link_show() {
                    {"contexts", contexts},
                    {"pds", dev.pd_count()},
                    {"mrs", dev.memory_regions().size()},
+                   {"memory_regions", regions},
                    {"gids", gids}});
   }
   const std::string text = out.dump();

@@ -253,6 +253,14 @@ TEST_F(DeviceTest, AProcessThatDiesReleasesItsObjects) {
     EXPECT_EQ(links[0]["pds"], 1);
     EXPECT_EQ(links[0]["mrs"], 1);
     EXPECT_EQ(links[0]["contexts"], 1);
+    // The daemon recorded who registered what (ip netns exec and xroce exec both exec, so the
+    // probe kept the child's pid).
+    ASSERT_EQ(links[0]["memory_regions"].size(), 1u) << links.dump();
+    const auto& region = links[0]["memory_regions"][0];
+    EXPECT_EQ(region["pid"], child.pid());
+    EXPECT_EQ(region["length"], 8192);
+    EXPECT_EQ(region["access"], 1);  // IBV_ACCESS_LOCAL_WRITE
+    EXPECT_NE(region["lkey"], 0);
     // Child's destructor kills the probe (SIGKILL at a zero deadline).
   }
   EXPECT_TRUE(eventually(

@@ -34,6 +34,7 @@ class Child {
   std::string read_line(std::chrono::milliseconds deadline);
   // Waits for exit up to the deadline (then kills it); returns the status as run() does.
   int wait(std::chrono::milliseconds deadline);
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
