@@ -162,7 +162,7 @@ void ControlServer::serve_client(int fd) {
   } else {
     const std::string body(buf.data() + sizeof(header),
                            static_cast<std::size_t>(n) - sizeof(header));
-    reply = dispatch(fd, clients_.at(fd), header.op, body, passed_fd);
+    reply = dispatch(clients_.at(fd), header.op, body, passed_fd);
   }
   header.status = reply.status;
   std::string out(reinterpret_cast<const char*>(&header), sizeof(header));
@@ -188,9 +188,8 @@ device::Device* ControlServer::device_of(const Client& client) {
   return it == devices_.end() ? nullptr : it->second.model.get();
 }
 
-ControlServer::Reply ControlServer::dispatch(int fd, Client& client, control::Op op,
+ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
                                              const std::string& body, int passed_fd) {
-  (void)fd;
   if (op == control::Op::hello) return hello(client, body, passed_fd);
   if (op == control::Op::create_comp_channel) return create_comp_channel(client, passed_fd);
   if (passed_fd >= 0) close(passed_fd);

@@ -58,7 +58,7 @@ class ControlServer {
   void accept_client();
   void serve_client(int fd);
   void drop_client(int fd);
-  Reply dispatch(int fd, Client& client, control::Op op, const std::string& body, int passed_fd);
+  Reply dispatch(Client& client, control::Op op, const std::string& body, int passed_fd);
   Reply hello(Client& client, const std::string& body, int passed_fd);
   Reply query_device(const Client& client);
   Reply query_port(const Client& client, const std::string& body);

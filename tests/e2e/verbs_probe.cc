@@ -5,6 +5,7 @@
 //   verbs_probe DEV unsup    verbs the device does not do yet fail cleanly (no false success)
 //   verbs_probe DEV channel  a completion channel works (run with libxroce-preload.so)
 //   verbs_probe DEV nochannel  without the preload, creating one fails cleanly
+//   verbs_probe DEV pdloop N time N alloc_pd/dealloc_pd pairs (control-path latency)
 //   verbs_probe DEV events   print async events as they come, until DEVICE_FATAL or EOF
 //   verbs_probe DEV hold     alloc a PD and an MR, print "ready", wait for an async event, then
 //                            try another verb (the daemon is stopped meanwhile)
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -116,6 +118,22 @@ int channel(ibv_context* ctx, bool expect_preload) {
   return 0;
 }
 
+// Times a control-path verb pair (ibv_alloc_pd + ibv_dealloc_pd: two daemon round trips).
+int pd_loop(ibv_context* ctx, int iterations) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    ibv_pd* pd = ibv_alloc_pd(ctx);
+    if (pd == nullptr || ibv_dealloc_pd(pd) != 0) {
+      check(false, "pd_loop");
+      return 1;
+    }
+  }
+  const auto ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  std::printf("alloc_pd+dealloc_pd %.0f ns per pair over %d\n", ns / iterations, iterations);
+  return 0;
+}
+
 // Prints every async event as it comes, until the device is gone.
 int events(ibv_context* ctx) {
   std::printf("ready\n");
@@ -155,8 +173,9 @@ int hold(ibv_context* ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|events|hold\n");
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|events|hold|pdloop N\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -170,6 +189,7 @@ int main(int argc, char** argv) {
   if (mode == "unsup") rc = unsupported(ctx);
   if (mode == "hold") rc = hold(ctx);
   if (mode == "events") rc = events(ctx);
+  if (mode == "pdloop") rc = pd_loop(ctx, argc > 3 ? std::atoi(argv[3]) : 10000);
   if (mode == "channel") rc = channel(ctx, true);
   if (mode == "nochannel") rc = channel(ctx, false);
   ibv_close_device(ctx);
