@@ -30,76 +30,78 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
                                 wire::Bytes payload) {
   now_ns_ = now_ns;
   const Response r{hdr, payload, hdr.info(), hdr.bth.psn};
-  SendWqe* w = nullptr;
   CompleterState s = CompleterState::kGetWqe;
-  while (s != CompleterState::kDone) {
-    switch (s) {
-      case CompleterState::kGetWqe:
-        w = ctx_.sq_head == ctx_.sq_tail ? nullptr : &ctx_.wqe(ctx_.sq_head);
-        if (w == nullptr || w->stage != WqeStage::kStarted) {
-          ++ctx_.counters.ghost_acks;  // nothing outstanding this could answer
-          s = CompleterState::kDone;
-        } else {
-          s = CompleterState::kCheckPsn;
-        }
-        break;
-      case CompleterState::kCheckPsn:
-        s = check_psn(r, *w);
-        break;
-      case CompleterState::kCheckAck:
-        s = check_ack(r, *w);
-        break;
-      case CompleterState::kRead:
-        s = do_read(r, *w);
-        break;
-      case CompleterState::kAtomic:
-        s = do_atomic(r, *w);
-        break;
-      case CompleterState::kWriteSend:
-        s = r.psn == w->last_psn ? CompleterState::kCompAck : CompleterState::kUpdateComp;
-        break;
-      case CompleterState::kCompAck:
-        advance_comp_psn(now_ns, r.psn + 1);
-        complete_head(WcStatus::kSuccess);
-        s = CompleterState::kDone;
-        break;
-      case CompleterState::kUpdateComp:
-        advance_comp_psn(now_ns, r.psn + 1);
-        s = CompleterState::kDone;
-        break;
-      case CompleterState::kRetry:
-        // One retry at a time: a NAK for the PSN a retry already restarted from is stale, and
-        // while an RNR timer runs the RNR retry owns the restart.
-        if (ctx_.rnr_deadline_ns == 0 && !(retry_started_ && retry_psn_ == ctx_.comp_psn)) {
-          start_retry(now_ns, false);
-        }
-        s = CompleterState::kDone;
-        break;
-      case CompleterState::kRnrRetry:
-        ++ctx_.counters.rnr_naks_received;
-        if (ctx_.rnr_deadline_ns == 0) {
-          if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns, r.psn);
-          if (ctx_.rnr_retry_left == 0) {
-            fail(WcStatus::kRnrRetryExcErr);
-          } else {
-            if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (IBA 9.7.5.2.8)
-            ctx_.rnr_deadline_ns =
-                now_ns + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
-            ctx_.retransmit_deadline_ns = 0;
-          }
-        }
-        s = CompleterState::kDone;
-        break;
-      case CompleterState::kFatalError:
-        fail(fatal_status_);
-        s = CompleterState::kDone;
-        break;
-      case CompleterState::kDrop:
-      case CompleterState::kDone:
-        s = CompleterState::kDone;
-        break;
-    }
+  while (s != CompleterState::kDone)
+    s = step(s, r);
+}
+
+// The dispatch: every state's handler returns the next state. The WQE examined is always the
+// oldest incomplete one (sq_head), fetched again after each completion.
+CompleterState Completer::step(CompleterState s, const Response& r) {
+  SendWqe& w = ctx_.wqe(ctx_.sq_head);
+  switch (s) {
+    case CompleterState::kGetWqe:
+      return get_wqe();
+    case CompleterState::kCheckPsn:
+      return check_psn(r, w);
+    case CompleterState::kCheckAck:
+      return check_ack(r, w);
+    case CompleterState::kRead:
+      return do_read(r, w);
+    case CompleterState::kAtomic:
+      return do_atomic(r, w);
+    case CompleterState::kWriteSend:
+      return r.psn == w.last_psn ? CompleterState::kCompAck : CompleterState::kUpdateComp;
+    case CompleterState::kCompAck:
+      advance_comp_psn(now_ns_, r.psn + 1);
+      complete_head(WcStatus::kSuccess);
+      return CompleterState::kDone;
+    case CompleterState::kUpdateComp:
+      advance_comp_psn(now_ns_, r.psn + 1);
+      return CompleterState::kDone;
+    case CompleterState::kRetry:
+      return retry_once();
+    case CompleterState::kRnrRetry:
+      return rnr_retry(r);
+    case CompleterState::kFatalError:
+      fail(fatal_status_);
+      return CompleterState::kDone;
+    case CompleterState::kDrop:
+    case CompleterState::kDone:
+      break;
   }
+  return CompleterState::kDone;
+}
+
+CompleterState Completer::get_wqe() {
+  if (ctx_.sq_head == ctx_.sq_tail || ctx_.wqe(ctx_.sq_head).stage != WqeStage::kStarted) {
+    ++ctx_.counters.ghost_acks;  // nothing outstanding this could answer
+    return CompleterState::kDone;
+  }
+  return CompleterState::kCheckPsn;
+}
+
+CompleterState Completer::retry_once() {
+  // One retry at a time: a NAK for the PSN a retry already restarted from is stale, and while
+  // an RNR timer runs the RNR retry owns the restart.
+  if (ctx_.rnr_deadline_ns == 0 && !(retry_started_ && retry_psn_ == ctx_.comp_psn)) {
+    start_retry(now_ns_, false);
+  }
+  return CompleterState::kDone;
+}
+
+CompleterState Completer::rnr_retry(const Response& r) {
+  ++ctx_.counters.rnr_naks_received;
+  if (ctx_.rnr_deadline_ns != 0) return CompleterState::kDone;  // already waiting
+  if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns_, r.psn);
+  if (ctx_.rnr_retry_left == 0) {
+    fail(WcStatus::kRnrRetryExcErr);
+    return CompleterState::kDone;
+  }
+  if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (PROTOCOL.md §3.10)
+  ctx_.rnr_deadline_ns = now_ns_ + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
+  ctx_.retransmit_deadline_ns = 0;  // the RNR timer owns the restart
+  return CompleterState::kDone;
 }
 
 CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
@@ -109,8 +111,8 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   }
   if (r.psn.before(ctx_.comp_psn)) return CompleterState::kDrop;  // late duplicate
   if (r.psn.after(w.last_psn)) {
-    // A response beyond this WQE: it acknowledges a SEND/WRITE implicitly (coalesced ACK,
-    // C9-?) but means a READ/ATOMIC's response was lost: implied NAK (PROTOCOL.md §3.8).
+    // A response beyond this WQE acknowledges a SEND/WRITE implicitly (a coalesced ACK) but
+    // means a READ/ATOMIC's response was lost: implied NAK (PROTOCOL.md §3.8).
     if (w.is_read_or_atomic()) return CompleterState::kRetry;
     advance_comp_psn(now_ns_, w.last_psn + 1);
     complete_head(WcStatus::kSuccess);
@@ -164,7 +166,7 @@ CompleterState Completer::check_nak(const Response& r, SendWqe& w) {
   ++ctx_.counters.naks_received;
   const wire::NakCode code = r.hdr.aeth->nak_code();
   if (code == wire::NakCode::kPsnSequenceError) {
-    // Everything before the NAK's PSN arrived (C9-115): complete up to it, then go back.
+    // Everything before the NAK's PSN arrived: complete up to it, then go back.
     if (r.psn.after(ctx_.comp_psn) && !w.is_read_or_atomic()) advance_comp_psn(now_ns_, r.psn);
     return CompleterState::kRetry;
   }

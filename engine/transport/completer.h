@@ -45,6 +45,10 @@ class Completer {
     wire::Psn psn;
   };
 
+  CompleterState step(CompleterState s, const Response& r);
+  CompleterState get_wqe();
+  CompleterState retry_once();
+  CompleterState rnr_retry(const Response& r);
   CompleterState check_psn(const Response& r, SendWqe& w);
   CompleterState check_ack(const Response& r, SendWqe& w);
   CompleterState check_read_response(const Response& r, SendWqe& w);

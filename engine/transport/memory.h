@@ -79,14 +79,14 @@ class MemoryRegionTable {
   const MemoryRegion& register_region(std::uint64_t addr, std::uint64_t length,
                                       std::uint32_t access);
   bool deregister(wire::Lkey lkey);
-  // Remote invalidation (SEND_WITH_INV, IBA 10.6.8.2 / o10-37): the rkey stops working.
+  // Remote invalidation (SEND_WITH_INV): the rkey stops working.
   bool invalidate(wire::Rkey rkey);
 
   // Local access through an SGE: `need` is access::kLocalWrite when the HCA writes the buffer.
   wire::Result<const MemoryRegion*, MemError> check_local(wire::Lkey lkey, std::uint64_t addr,
                                                           std::uint64_t len,
                                                           std::uint32_t need) const;
-  // Remote access through an R_Key (C9-88 .. C9-92): bounds and the remote access flag `need`.
+  // Remote access through an R_Key : bounds and the remote access flag `need`.
   wire::Result<const MemoryRegion*, MemError> check_remote(wire::Rkey rkey, std::uint64_t addr,
                                                            std::uint64_t len,
                                                            std::uint32_t need) const;

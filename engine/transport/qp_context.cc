@@ -79,7 +79,8 @@ bool sges_valid(const MemoryRegionTable& mrs, std::span<const Sge> sges, std::ui
 }
 
 void QpContext::push_send_completion(const SendWqe& w, WcStatus status) {
-  // Unsignaled WQEs complete silently unless they fail (IBA 10.8.1 / ibv_post_send).
+  // Unsignaled WQEs complete silently unless they fail (ibv_post_send: IBV_SEND_SIGNALED,
+  // sq_sig_all).
   if (status == WcStatus::kSuccess && !config.sq_sig_all &&
       !(w.wr.send_flags & send_flags::kSignaled)) {
     return;

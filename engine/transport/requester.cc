@@ -31,7 +31,7 @@ std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
   return std::max<std::uint32_t>(1, (length + mtu - 1) / mtu);
 }
 
-// IBA 10.2.4.3 (via ibv_post_send): a WR Q_Key with the high-order bit set means "use the
+// Verbs (ibv_post_send on UD): a WR Q_Key with the high-order bit set means "use the
 // QP's own Q_Key".
 constexpr std::uint32_t kQkeyUseQpBit = 0x80000000;
 
@@ -212,7 +212,7 @@ void Requester::finish_local_error(SendWqe& w, WcStatus status) {
   ++ctx_.sq_next;
   ++ctx_.sq_head;
   if (ctx_.config.type == QpType::kUd) {
-    ctx_.state = QpState::kSqe;  // IBA 10.8.3.2: UD send errors stop the send queue only
+    ctx_.state = QpState::kSqe;  // UD send errors stop the send queue only
   } else {
     ctx_.fatal_pending = true;
   }

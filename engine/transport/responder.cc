@@ -42,76 +42,75 @@ void Responder::handle_request(std::uint64_t now_ns, const wire::TransportHeader
   (void)now_ns;
   const Request r{hdr, payload, hdr.info(), hdr.bth.psn};
   ResponderState s = ResponderState::kCheckPsn;
-  while (s != ResponderState::kDone) {
-    switch (s) {
-      case ResponderState::kCheckPsn:
-        s = check_psn(r);
-        break;
-      case ResponderState::kCheckOpSeq:
-        s = check_op_seq(r);
-        break;
-      case ResponderState::kCheckOpValid:
-        s = check_op_valid(r);
-        break;
-      case ResponderState::kCheckResource:
-        s = check_resource(r);
-        break;
-      case ResponderState::kCheckLength:
-        s = check_length(r);
-        break;
-      case ResponderState::kCheckRkey:
-        s = check_rkey(r);
-        break;
-      case ResponderState::kExecute:
-        s = execute(r);
-        break;
-      case ResponderState::kComplete:
-        s = complete(r);
-        break;
-      case ResponderState::kAcknowledge:
-        // C9-?: ACK only what asked for it; coalescing folds queued ACKs (queue_ack).
-        if (r.hdr.bth.ack_req && is_send_or_write(r.info.operation)) {
-          queue_ack(r.psn, wire::Aeth::ack(msn_));
-        }
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kDuplicate:
-        s = duplicate(r);
-        break;
-      case ResponderState::kNakPsnSeq:
-        ++ctx_.counters.out_of_sequence;
-        if (!nak_sent_) {  // one NAK per gap (PROTOCOL.md §3.5)
-          queue_nak(epsn_, wire::NakCode::kPsnSequenceError);
-          nak_sent_ = true;
-        }
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kRnrNak:
-        jobs_.push_back(
-            Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}});
-        ++ctx_.counters.naks_sent;
-        ++ctx_.counters.rnr_naks_sent;
-        nak_sent_ = true;  // what follows the refused packet is dropped silently
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kErrInvalidRequest:
-        fatal(r, wire::NakCode::kInvalidRequest, WcStatus::kLocQpOpErr);
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kErrRemoteAccess:
-        fatal(r, wire::NakCode::kRemoteAccessError, WcStatus::kLocAccessErr);
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kErrRemoteOp:
-        fatal(r, wire::NakCode::kRemoteOperationalError, WcStatus::kLocProtErr);
-        s = ResponderState::kDone;
-        break;
-      case ResponderState::kDrop:
-      case ResponderState::kDone:
-        s = ResponderState::kDone;
-        break;
-    }
+  while (s != ResponderState::kDone)
+    s = step(s, r);
+}
+
+// The dispatch: every state's handler returns the next state.
+ResponderState Responder::step(ResponderState s, const Request& r) {
+  switch (s) {
+    case ResponderState::kCheckPsn:
+      return check_psn(r);
+    case ResponderState::kCheckOpSeq:
+      return check_op_seq(r);
+    case ResponderState::kCheckOpValid:
+      return check_op_valid(r);
+    case ResponderState::kCheckResource:
+      return check_resource(r);
+    case ResponderState::kCheckLength:
+      return check_length(r);
+    case ResponderState::kCheckRkey:
+      return check_rkey(r);
+    case ResponderState::kExecute:
+      return execute(r);
+    case ResponderState::kComplete:
+      return complete(r);
+    case ResponderState::kAcknowledge:
+      return acknowledge(r);
+    case ResponderState::kDuplicate:
+      return duplicate(r);
+    case ResponderState::kNakPsnSeq:
+      return nak_psn_sequence();
+    case ResponderState::kRnrNak:
+      return rnr_nak(r);
+    case ResponderState::kErrInvalidRequest:
+      return fatal(r, wire::NakCode::kInvalidRequest, WcStatus::kLocQpOpErr);
+    case ResponderState::kErrRemoteAccess:
+      return fatal(r, wire::NakCode::kRemoteAccessError, WcStatus::kLocAccessErr);
+    case ResponderState::kErrRemoteOp:
+      return fatal(r, wire::NakCode::kRemoteOperationalError, WcStatus::kLocProtErr);
+    case ResponderState::kDrop:
+    case ResponderState::kDone:
+      break;
   }
+  return ResponderState::kDone;
+}
+
+ResponderState Responder::acknowledge(const Request& r) {
+  // ACK only what asked for it (PROTOCOL.md §3.3); queue_ack coalesces.
+  if (r.hdr.bth.ack_req && is_send_or_write(r.info.operation)) {
+    queue_ack(r.psn, wire::Aeth::ack(msn_));
+  }
+  return ResponderState::kDone;
+}
+
+ResponderState Responder::nak_psn_sequence() {
+  ++ctx_.counters.out_of_sequence;
+  if (!nak_sent_) {  // one NAK per gap (PROTOCOL.md §3.5)
+    queue_nak(epsn_, wire::NakCode::kPsnSequenceError);
+    nak_sent_ = true;
+  }
+  return ResponderState::kDone;
+}
+
+ResponderState Responder::rnr_nak(const Request& r) {
+  // The refused packet's PSN and our min_rnr_timer; the QP stays RTS (PROTOCOL.md §3.5).
+  jobs_.push_back(
+      Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}});
+  ++ctx_.counters.naks_sent;
+  ++ctx_.counters.rnr_naks_sent;
+  nak_sent_ = true;  // what follows the refused packet is dropped silently
+  return ResponderState::kDone;
 }
 
 ResponderState Responder::check_psn(const Request& r) {
@@ -158,7 +157,7 @@ ResponderState Responder::check_op_valid(const Request& r) const {
     default:
       break;
   }
-  // The QP's own access flags gate remote operations (C9-?; rxe check_op_valid).
+  // The QP's own access flags gate remote operations (rxe check_op_valid; PROTOCOL.md §3.5 step 3).
   if ((ctx_.attr.qp_access_flags & need) != need) return ResponderState::kErrInvalidRequest;
   return ResponderState::kCheckResource;
 }
@@ -239,7 +238,7 @@ ResponderState Responder::check_rkey(const Request& r) {
     }
   } else if (op == Operation::kCompareSwap || op == Operation::kFetchAdd) {
     const wire::AtomicEth& a = *r.hdr.atomic_eth;
-    if (a.va % 8 != 0) return ResponderState::kErrInvalidRequest;  // C9-? natural alignment
+    if (a.va % 8 != 0) return ResponderState::kErrInvalidRequest;  // 8-byte alignment (§3.5)
     if (!ctx_.mrs->check_remote(a.rkey, a.va, 8, access::kRemoteAtomic)) {
       return ResponderState::kErrRemoteAccess;
     }
@@ -327,7 +326,7 @@ ResponderState Responder::complete(const Request& r) {
     c.imm_data = *r.hdr.imm;
   }
   if (r.hdr.ieth) {
-    // SEND_WITH_INV (o10-37): an rkey that cannot be invalidated is an invalid request.
+    // SEND_WITH_INV: an rkey that cannot be invalidated is an invalid request.
     if (!ctx_.mrs->invalidate(*r.hdr.ieth)) return ResponderState::kErrInvalidRequest;
     c.wc_flags |= wc_flags::kWithInv;
     c.invalidated_rkey = *r.hdr.ieth;
@@ -396,7 +395,7 @@ void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
   ++ctx_.counters.naks_sent;
 }
 
-void Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
+ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
   // Class C errors: NAK the packet's PSN, then the QP goes to ERR (PROTOCOL.md §3.5).
   final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
   ++ctx_.counters.naks_sent;
@@ -413,6 +412,7 @@ void Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status
     recv_.reset();
   }
   ctx_.fatal_pending = true;
+  return ResponderState::kDone;
 }
 
 ResponderResource& Responder::new_resource() {
@@ -509,7 +509,7 @@ Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool
 
 void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload,
                           const RxMeta& meta) {
-  // C10-?: a UD packet whose Q_Key differs from the QP's is dropped silently.
+  // PROTOCOL.md §6 check 5: a UD packet whose Q_Key differs from the QP's is dropped silently.
   if (hdr.deth->qkey != ctx_.attr.qkey) {
     ++ctx_.counters.dropped;
     return;

@@ -84,6 +84,7 @@ class Responder {
     ResponderResource res;  // kRead: a copy, so recycling the ring cannot change a reply
   };
 
+  ResponderState step(ResponderState s, const Request& r);
   ResponderState check_psn(const Request& r);
   ResponderState check_op_seq(const Request& r) const;
   ResponderState check_op_valid(const Request& r) const;
@@ -97,7 +98,10 @@ class Responder {
   ResponderState execute_atomic(const Request& r);
   void queue_ack(wire::Psn psn, wire::Aeth aeth);
   void queue_nak(wire::Psn psn, wire::NakCode code);
-  void fatal(const Request& r, wire::NakCode code, WcStatus recv_status);
+  ResponderState acknowledge(const Request& r);
+  ResponderState nak_psn_sequence();
+  ResponderState rnr_nak(const Request& r);
+  ResponderState fatal(const Request& r, wire::NakCode code, WcStatus recv_status);
   ResponderResource& new_resource();
   std::optional<RecvRequest> take_recv();
   bool recv_sges_ok(const RecvRequest& recv) const;

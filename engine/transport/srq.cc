@@ -22,7 +22,8 @@ std::optional<RecvRequest> Srq::take() {
   if (wqes_.empty()) return std::nullopt;
   RecvRequest wr = std::move(wqes_.front());
   wqes_.pop_front();
-  // IBA 10.2.9.2: the event fires when the WQE count drops below the limit while armed.
+  // ibv_modify_srq(srq_limit): the event fires when the WQE count drops below the limit while
+  // armed.
   if (armed_ && wqes_.size() < limit_) {
     armed_ = false;
     event_pending_ = true;

@@ -21,7 +21,7 @@ struct Sge {
 struct UdDestination {
   std::uint32_t av_id = 0;  // address vector handle the port resolves to a FrameAddress
   wire::Qpn remote_qpn;
-  wire::Qkey remote_qkey;  // high-order bit set: use the QP's own Q_Key (IBA 10.2.4.3)
+  wire::Qkey remote_qkey;  // high-order bit set: use the QP's own Q_Key (verbs)
 };
 
 // ibv_send_wr, one at a time.
