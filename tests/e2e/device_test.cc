@@ -81,6 +81,15 @@ TEST_F(DeviceTest, IbvDevinfoShowsActivePortAndRoceV2Gids) {
   EXPECT_NE(r.output.find("phys_state:\t\tLINK_UP (5)"), std::string::npos) << r.output;
   // veth MTU 1500 leaves room for 1024-byte payloads (PROTOCOL.md 4.1).
   EXPECT_NE(r.output.find("active_mtu:\t\t1024 (3)"), std::string::npos) << r.output;
+  // veth says 10000 Mb/s: 1X FDR10, as the kernel's ib_get_eth_speed() maps it.
+  EXPECT_NE(r.output.find("active_width:\t\t1X (1)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("active_speed:\t\t10.0 Gbps (8)"), std::string::npos) << r.output;
+  auto env = host.exec({xroce_bin(), "env"});
+  const auto at = env.output.find("SYSFS_PATH='");
+  ASSERT_NE(at, std::string::npos) << env.output;
+  const std::string sysfs = env.output.substr(at + 12, env.output.find('\'', at + 12) - at - 12);
+  auto rate = run({"cat", sysfs + "/class/infiniband/xre0/ports/1/rate"});
+  EXPECT_EQ(rate.output, "10 Gb/sec (1X FDR10)\n");
   EXPECT_TRUE(std::regex_search(
       r.output,
       std::regex("GID\\[ *\\d+\\]:\\s+::ffff:" +
