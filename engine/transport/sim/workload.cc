@@ -100,6 +100,9 @@ class Driver {
   void connect_qp(Endpoint& e, std::uint32_t peer_qpn);
   void post_work();
   void post_one(Endpoint& e);
+  void prepare_send_write(Endpoint& e, PendingOp& op, WorkRequest& wr);
+  void prepare_read(Endpoint& e, PendingOp& op, WorkRequest& wr);
+  void prepare_atomic(Endpoint& e, PendingOp& op, WorkRequest& wr);
   OpKind pick_kind();
   std::uint32_t pick_length(OpKind k);
   std::vector<Sge> split_sges(const Endpoint& e, std::uint64_t addr, std::uint32_t len);
@@ -303,7 +306,6 @@ std::vector<Sge> Driver::split_sges(const Endpoint& e, std::uint64_t addr, std::
 }
 
 void Driver::post_one(Endpoint& e) {
-  Endpoint& p = *e.peer;
   PendingOp op;
   op.kind = pick_kind();
   op.length = pick_length(op.kind);
@@ -319,72 +321,17 @@ void Driver::post_one(Endpoint& e) {
   WorkRequest wr;
   wr.wr_id = op.wr_id;
   wr.send_flags = op.signaled ? send_flags::kSignaled : 0;
-  const std::uint64_t src = e.src + std::uint64_t{op.slot} * slot_bytes_;
-  const std::uint64_t target = p.target + std::uint64_t{op.slot} * slot_bytes_;
-  Node& en = *e.node;
-  ExpectedRecv expect{op.kind, op.length, op.pattern, 0, {}};
   switch (op.kind) {
-    case OpKind::kSend:
-    case OpKind::kSendImm:
-    case OpKind::kSendInv:
-    case OpKind::kWrite:
-    case OpKind::kWriteImm: {
-      fill_pattern(en.mem.view(src, op.length), op.pattern);
-      wr.sg_list = split_sges(e, src, op.length);
-      if (op.length <= kMaxInlineBytes && rng_.below(4) == 0) wr.send_flags |= send_flags::kInline;
-      const bool is_write = op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm;
-      wr.opcode = op.kind == OpKind::kSend      ? WrOpcode::kSend
-                  : op.kind == OpKind::kSendImm ? WrOpcode::kSendWithImm
-                  : op.kind == OpKind::kSendInv ? WrOpcode::kSendWithInv
-                  : op.kind == OpKind::kWrite   ? WrOpcode::kRdmaWrite
-                                                : WrOpcode::kRdmaWriteWithImm;
-      if (is_write) {
-        wr.remote_addr = target;
-        wr.rkey = p.mr.rkey;
-      }
-      if (op.kind == OpKind::kSendImm || op.kind == OpKind::kWriteImm) {
-        wr.imm_data = static_cast<std::uint32_t>(op.pattern >> 32);
-        expect.imm = wr.imm_data;
-      }
-      if (op.kind == OpKind::kSendInv) {
-        // A fresh MR at the peer for the message to invalidate.
-        const MemoryRegion inv = p.node->mrs.register_region(
-            p.inv_area + std::uint64_t{op.slot} * kInvMrBytes, kInvMrBytes, access::kRemoteRead);
-        wr.invalidate_rkey = inv.rkey;
-        expect.inv_rkey = inv.rkey;
-      }
-      if (op.kind != OpKind::kWrite) p.expected_recvs.push_back(expect);
+    case OpKind::kRead:
+      prepare_read(e, op, wr);
       break;
-    }
-    case OpKind::kRead: {
-      fill_pattern(p.node->mem.view(target, op.length), op.pattern);
-      auto dst = en.mem.view(src, op.length);
-      std::fill(dst.begin(), dst.end(), std::uint8_t{0});
-      wr.opcode = WrOpcode::kRdmaRead;
-      wr.sg_list = split_sges(e, src, op.length);
-      wr.remote_addr = target;
-      wr.rkey = p.mr.rkey;
-      break;
-    }
     case OpKind::kCmpSwap:
-    case OpKind::kFetchAdd: {
-      wr.opcode =
-          op.kind == OpKind::kCmpSwap ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kAtomicFetchAndAdd;
-      wr.sg_list = {Sge{src, 8, e.mr.lkey}};
-      wr.remote_addr = p.atomic_word;
-      wr.rkey = p.mr.rkey;
-      op.expected_original = e.atomic_model;
-      if (op.kind == OpKind::kFetchAdd) {
-        wr.compare_add = op.pattern;
-        e.atomic_model += op.pattern;
-      } else {
-        const bool hit = rng_.below(2) == 0;
-        wr.compare_add = hit ? e.atomic_model : e.atomic_model + 1;
-        wr.swap = op.pattern;
-        if (hit) e.atomic_model = op.pattern;
-      }
+    case OpKind::kFetchAdd:
+      prepare_atomic(e, op, wr);
       break;
-    }
+    default:
+      prepare_send_write(e, op, wr);
+      break;
   }
   if (e.qp->post_send(wr) != 0) {
     fail("post_send refused");
@@ -395,6 +342,74 @@ void Driver::post_one(Endpoint& e) {
   ++summary_.posted;
   if (!op.signaled) ++summary_.posted_unsignaled;
   ++summary_.posted_by_kind[static_cast<std::size_t>(op.kind)];
+}
+
+// SEND / SEND_WITH_IMM / SEND_WITH_INV / WRITE / WRITE_WITH_IMM: pattern bytes from our source
+// slot; what the peer must receive goes into its expected-receive queue, in posting order.
+void Driver::prepare_send_write(Endpoint& e, PendingOp& op, WorkRequest& wr) {
+  Endpoint& p = *e.peer;
+  const std::uint64_t src = e.src + std::uint64_t{op.slot} * slot_bytes_;
+  fill_pattern(e.node->mem.view(src, op.length), op.pattern);
+  wr.sg_list = split_sges(e, src, op.length);
+  if (op.length <= kMaxInlineBytes && rng_.below(4) == 0) wr.send_flags |= send_flags::kInline;
+  wr.opcode = op.kind == OpKind::kSend      ? WrOpcode::kSend
+              : op.kind == OpKind::kSendImm ? WrOpcode::kSendWithImm
+              : op.kind == OpKind::kSendInv ? WrOpcode::kSendWithInv
+              : op.kind == OpKind::kWrite   ? WrOpcode::kRdmaWrite
+                                            : WrOpcode::kRdmaWriteWithImm;
+  if (op.kind == OpKind::kWrite || op.kind == OpKind::kWriteImm) {
+    wr.remote_addr = p.target + std::uint64_t{op.slot} * slot_bytes_;
+    wr.rkey = p.mr.rkey;
+  }
+  ExpectedRecv expect{op.kind, op.length, op.pattern, 0, {}};
+  if (op.kind == OpKind::kSendImm || op.kind == OpKind::kWriteImm) {
+    wr.imm_data = static_cast<std::uint32_t>(op.pattern >> 32);
+    expect.imm = wr.imm_data;
+  }
+  if (op.kind == OpKind::kSendInv) {
+    // A fresh MR at the peer for the message to invalidate.
+    const MemoryRegion inv = p.node->mrs.register_region(
+        p.inv_area + std::uint64_t{op.slot} * kInvMrBytes, kInvMrBytes, access::kRemoteRead);
+    wr.invalidate_rkey = inv.rkey;
+    expect.inv_rkey = inv.rkey;
+  }
+  if (op.kind != OpKind::kWrite) p.expected_recvs.push_back(expect);
+}
+
+// READ: the peer's target slot holds the pattern (as its application would have put it there);
+// our destination slot is zeroed so missing bytes show.
+void Driver::prepare_read(Endpoint& e, PendingOp& op, WorkRequest& wr) {
+  Endpoint& p = *e.peer;
+  const std::uint64_t src = e.src + std::uint64_t{op.slot} * slot_bytes_;
+  const std::uint64_t target = p.target + std::uint64_t{op.slot} * slot_bytes_;
+  fill_pattern(p.node->mem.view(target, op.length), op.pattern);
+  auto dst = e.node->mem.view(src, op.length);
+  std::fill(dst.begin(), dst.end(), std::uint8_t{0});
+  wr.opcode = WrOpcode::kRdmaRead;
+  wr.sg_list = split_sges(e, src, op.length);
+  wr.remote_addr = target;
+  wr.rkey = p.mr.rkey;
+}
+
+// Atomics on the peer's word execute in posting order, so the original value each returns is
+// predicted by a model of the word.
+void Driver::prepare_atomic(Endpoint& e, PendingOp& op, WorkRequest& wr) {
+  const std::uint64_t src = e.src + std::uint64_t{op.slot} * slot_bytes_;
+  wr.opcode =
+      op.kind == OpKind::kCmpSwap ? WrOpcode::kAtomicCmpAndSwp : WrOpcode::kAtomicFetchAndAdd;
+  wr.sg_list = {Sge{src, 8, e.mr.lkey}};
+  wr.remote_addr = e.peer->atomic_word;
+  wr.rkey = e.peer->mr.rkey;
+  op.expected_original = e.atomic_model;
+  if (op.kind == OpKind::kFetchAdd) {
+    wr.compare_add = op.pattern;
+    e.atomic_model += op.pattern;
+    return;
+  }
+  const bool hit = rng_.below(2) == 0;
+  wr.compare_add = hit ? e.atomic_model : e.atomic_model + 1;
+  wr.swap = op.pattern;
+  if (hit) e.atomic_model = op.pattern;
 }
 
 void Driver::post_work() {
