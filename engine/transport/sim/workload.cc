@@ -97,7 +97,7 @@ class Driver {
   void build_network();
   void build_nodes();
   Endpoint& make_endpoint(std::size_t node);
-  void connect_qp(Endpoint& e, std::uint32_t peer_qpn);
+  void connect_qp(Endpoint& e, std::uint32_t peer_qpn, wire::Psn sq_psn, wire::Psn rq_psn);
   void post_work();
   void post_one(Endpoint& e);
   void prepare_send_write(Endpoint& e, PendingOp& op, WorkRequest& wr);
@@ -215,8 +215,11 @@ void Driver::build_nodes() {
         a.addr.dst_mac = b.addr.src_mac = hj.mac;
         a.addr.src_ip = b.addr.dst_ip = hi.ips[0];
         a.addr.dst_ip = b.addr.src_ip = hj.ips[0];
-        connect_qp(a, b.qp->qpn().value());
-        connect_qp(b, a.qp->qpn().value());
+        // Start just below the 24-bit wrap so every run crosses it (PROTOCOL.md §3.1).
+        const wire::Psn a_to_b(0xFFFFFF - static_cast<std::uint32_t>(rng_.below(512)));
+        const wire::Psn b_to_a(0xFFFFFF - static_cast<std::uint32_t>(rng_.below(512)));
+        connect_qp(a, b.qp->qpn().value(), a_to_b, b_to_a);
+        connect_qp(b, a.qp->qpn().value(), b_to_a, a_to_b);
         for (std::uint32_t s = 0; s < recv_slots_; ++s) {
           post_recv(a, s);
           post_recv(b, s);
@@ -226,14 +229,14 @@ void Driver::build_nodes() {
   }
 }
 
-void Driver::connect_qp(Endpoint& e, std::uint32_t peer_qpn) {
+void Driver::connect_qp(Endpoint& e, std::uint32_t peer_qpn, wire::Psn sq_psn, wire::Psn rq_psn) {
   namespace m = qp_attr;
   QpAttr a;
   a.qp_access_flags = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
   a.path_mtu = cfg_.mtu;
   a.dest_qp_num = wire::Qpn(peer_qpn);
-  a.rq_psn = wire::Psn(static_cast<std::uint32_t>(peer_qpn * 0x10001));  // peer's sq_psn
-  a.sq_psn = wire::Psn(e.qp->qpn().value() * 0x10001);
+  a.rq_psn = rq_psn;
+  a.sq_psn = sq_psn;
   a.max_rd_atomic = 4;
   a.max_dest_rd_atomic = 4;
   a.min_rnr_timer = 1;
