@@ -86,11 +86,36 @@ struct UdpPort::TxSlot {
 UdpPort::UdpPort(const UdpPortConfig& config) : config_(config) {}
 
 UdpPort::~UdpPort() {
-  if (rx_ring_ok_) io_uring_queue_exit(&rx_ring_);  // cancels the outstanding receives
+  if (rx_ring_ok_) {
+    drain_receives();
+    io_uring_queue_exit(&rx_ring_);
+  }
   if (tx_ring_ok_) io_uring_queue_exit(&tx_ring_);
   for (auto& [port, fd] : source_port_fds_)
     close(fd);
   if (fd_ >= 0) close(fd_);
+}
+
+// The receive buffers are freed after this object: first cancel every outstanding receive and
+// wait for its completion, so the kernel cannot write into them afterwards.
+void UdpPort::drain_receives() {
+  constexpr std::uint64_t kCancelTag = ~std::uint64_t{0};
+  constexpr __kernel_timespec kWait{.tv_sec = 1, .tv_nsec = 0};
+  if (in_flight_ > 0) {
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&rx_ring_)) {
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+      io_uring_sqe_set_data64(sqe, kCancelTag);
+      io_uring_submit(&rx_ring_);
+    }
+  }
+  while (in_flight_ > 0) {
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_wait_cqe_timeout(&rx_ring_, &cqe, const_cast<__kernel_timespec*>(&kWait)) < 0) {
+      break;  // nothing more completes: the ring's teardown cancels what is left
+    }
+    if (io_uring_cqe_get_data64(cqe) != kCancelTag) --in_flight_;
+    io_uring_cqe_seen(&rx_ring_, cqe);
+  }
 }
 
 Result<std::unique_ptr<UdpPort>, PortError> UdpPort::open(const UdpPortConfig& config) {
@@ -168,6 +193,7 @@ void UdpPort::arm(std::uint32_t slot) {
   assert(sqe && "the rx ring has two entries per slot");
   io_uring_prep_recvmsg(sqe, fd_, &s.msg, 0);
   io_uring_sqe_set_data64(sqe, slot);
+  ++in_flight_;
 }
 
 std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
@@ -220,6 +246,7 @@ Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
     const auto slot = static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqe));
     const int res = cqe->res;
     io_uring_cqe_seen(&rx_ring_, cqe);
+    --in_flight_;
     RxSlot& s = rx_[slot];
     const std::size_t max_datagram = s.buffer.size() - kMaxEnvelopeBytes - 1;
     if (res == -ECANCELED) {

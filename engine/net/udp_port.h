@@ -73,6 +73,7 @@ class UdpPort final : public Port {
   explicit UdpPort(const UdpPortConfig& config);
   Result<int, PortError> setup();
   void arm(std::uint32_t slot);
+  void drain_receives();
   std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
   int socket_for_source_port(std::uint16_t port);
   bool prepare_send(const TxFrame& frame, TxSlot& slot, std::uint16_t& src_port);
@@ -88,6 +89,7 @@ class UdpPort final : public Port {
   std::vector<TxSlot> tx_;
   std::unordered_map<std::uint16_t, int> source_port_fds_;
   PortStats stats_;
+  std::uint32_t in_flight_ = 0;     // receives armed and not yet completed
   std::uint32_t socket_drops_ = 0;  // datagrams the socket dropped (SO_RXQ_OVFL, cumulative)
 };
 
