@@ -42,7 +42,25 @@ enum class Op : uint16_t {
   link_del,             // LinkDelRequest -> (empty); root only
   link_show,            // -> TextReply (JSON array of devices)
   create_comp_channel,  // (+ fd: the daemon's end of the channel) -> HandleReply
+  // The data path objects (include/xroce/queues.h). Replies marked "+ fds" carry file
+  // descriptors with SCM_RIGHTS, in the order given.
+  create_cq,    // CreateCqRequest -> CqReply + fds [ring memfd]
+  destroy_cq,   // HandleRequest -> (empty); EBUSY while a QP uses it
+  resize_cq,    // ResizeCqRequest -> CqReply + fds [new ring memfd]
+  create_qp,    // CreateQpRequest -> CreateQpReply + fds [ring memfd, doorbell eventfd]
+  modify_qp,    // ModifyQpRequest -> (empty)
+  query_qp,     // HandleRequest -> QueryQpReply
+  destroy_qp,   // HandleRequest -> (empty)
+  create_srq,   // CreateSrqRequest -> SrqReply + fds [ring memfd, doorbell eventfd]
+  modify_srq,   // ModifySrqRequest -> (empty)
+  query_srq,    // HandleRequest -> SrqAttr
+  destroy_srq,  // HandleRequest -> (empty); EBUSY while a QP uses it
+  create_ah,    // CreateAhRequest -> HandleReply
+  destroy_ah,   // HandleRequest -> (empty)
 };
+
+// The most file descriptors one reply carries.
+inline constexpr int kMaxReplyFds = 2;
 
 struct Header {
   uint32_t magic = kMagic;
@@ -163,6 +181,150 @@ struct CompletionEvent {
   uint64_t cq_handle;
 };
 
+// ---- Data path objects ----------------------------------------------------------------------
+// `cookie` fields hold the provider's ibv_cq / ibv_qp / ibv_srq pointer: the daemon echoes it in
+// CompletionEvent::cq_handle and AsyncEvent::element, which libibverbs hands back to the app.
+
+struct CreateCqRequest {
+  uint32_t cqe;          // at least this many entries (ibv_create_cq)
+  uint32_t channel;      // create_comp_channel handle, 0 = none
+  uint32_t comp_vector;  // < num_comp_vectors (1)
+  uint32_t reserved = 0;
+  uint64_t cookie;
+};
+
+struct ResizeCqRequest {
+  uint32_t handle;
+  uint32_t cqe;
+};
+
+struct CqReply {
+  uint32_t handle;
+  uint32_t cqe;         // ibv_cq.cqe: the entries the application may rely on
+  uint32_t slot_count;  // ring slots (power of two, > cqe)
+  uint32_t reserved = 0;
+  uint64_t region_bytes;
+};
+
+// ibv_ah_attr with a global route (RoCE always has one).
+struct AhAttr {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+  uint8_t is_global;
+  uint8_t port_num;
+  uint8_t static_rate;
+  uint8_t src_path_bits;
+  uint16_t dlid;
+  uint8_t reserved[2] = {};
+};
+
+struct QpCap {
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+};
+
+struct CreateQpRequest {
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint32_t srq;      // 0 = none
+  uint32_t qp_type;  // ibv_qp_type: IBV_QPT_RC or IBV_QPT_UD
+  uint32_t sq_sig_all;
+  QpCap cap;
+  uint64_t cookie;
+};
+
+struct CreateQpReply {
+  uint32_t handle;
+  uint32_t qpn;
+  QpCap cap;  // what the device gave (>= what was asked)
+  uint32_t send_slots;
+  uint32_t send_slot_bytes;
+  uint32_t recv_slots;  // 0 on an SRQ
+  uint32_t recv_slot_bytes;
+  uint64_t recv_offset;
+  uint64_t region_bytes;
+};
+
+// The ibv_qp_attr fields xroce keeps, with ibv_qp_attr_mask numbering for `mask`.
+struct QpAttr {
+  uint32_t qp_state;  // ibv_qp_state
+  uint32_t cur_qp_state;
+  uint32_t path_mtu;  // ibv_mtu
+  uint32_t qkey;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t dest_qp_num;
+  uint32_t qp_access_flags;
+  uint16_t pkey_index;
+  uint8_t en_sqd_async_notify;
+  uint8_t sq_draining;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t reserved = 0;
+  AhAttr ah_attr;
+};
+
+struct ModifyQpRequest {
+  uint32_t handle;
+  uint32_t mask;  // ibv_qp_attr_mask
+  QpAttr attr;
+};
+
+struct QueryQpReply {
+  QpAttr attr;
+  QpCap cap;
+  uint32_t qp_type;
+  uint32_t sq_sig_all;
+};
+
+struct CreateSrqRequest {
+  uint32_t pd;
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+  uint64_t cookie;
+};
+
+struct SrqAttr {
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+};
+
+struct SrqReply {
+  uint32_t handle;
+  SrqAttr attr;  // what the device gave
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint32_t reserved = 0;
+  uint64_t region_bytes;
+};
+
+struct ModifySrqRequest {
+  uint32_t handle;
+  uint32_t mask;  // ibv_srq_attr_mask: IBV_SRQ_MAX_WR = 1, IBV_SRQ_LIMIT = 2
+  SrqAttr attr;
+};
+
+struct CreateAhRequest {
+  uint32_t pd;
+  AhAttr attr;
+};
+
+static_assert(std::is_trivially_copyable_v<QpAttr> && std::is_trivially_copyable_v<AhAttr>);
 static_assert(sizeof(AsyncEvent) == 16);
 static_assert(sizeof(CompletionEvent) == 8);
 static_assert(sizeof(Header) == 16);

@@ -1,0 +1,279 @@
+// The data path shared by the provider and xroced (ARCHITECTURE.md decision 4): work queues and
+// completion queues in shared memory.
+//
+// Memory. For each CQ, each QP (send and receive queue in one region) and each SRQ, the daemon
+// creates a memfd, sizes it, maps it, and passes it to the provider with SCM_RIGHTS in the reply
+// of the create op (include/xroce/control.h says which reply carries which fds). The provider
+// maps it MAP_SHARED. The daemon never trusts what a client writes in the region: it reads each
+// index once, bounds-checks it against the ring size it keeps itself (not the copy in the
+// region), and copies a slot out before validating it.
+//
+// A region holds one or two rings. Each ring is a RingHeader followed by `slot_count` slots of
+// `slot_bytes` bytes each (slot_count a power of two). Indices are free-running uint32 counters;
+// slot i lives at (i & (slot_count - 1)). A ring is full when producer - consumer == slot_count.
+//
+// Who writes what, and with which memory order:
+//
+//   ring       producer (writes slots, then `producer` with release)   consumer (reads
+//                                                                       `producer` with acquire,
+//                                                                       then slots, then
+//                                                                       `consumer` with release)
+//   SQ, RQ     provider (ibv_post_send / ibv_post_recv)                 daemon worker
+//   SRQ        provider (ibv_post_srq_recv)                             daemon worker
+//   CQ         daemon worker (writes CQEs)                              provider (ibv_poll_cq)
+//
+//   The producer reads `consumer` with acquire to learn which slots it may overwrite.
+//
+// Doorbells (the AF_XDP need_wakeup idea). A daemon worker that is about to sleep stores
+// kEngineAsleep in `wakeup` of every work ring it serves (seq_cst), then re-reads each ring's
+// `producer` before it really sleeps; a worker that wakes stores kEngineAwake. After publishing
+// `producer` (seq_cst store) the provider loads `wakeup` (seq_cst); only when it reads
+// kEngineAsleep does it write 1 to the doorbell eventfd passed with the queue. While the engine
+// is awake, posting makes no system call. The seq_cst pair on both sides (store then load of
+// the other's word) is the Dekker pattern: either the worker sees the new producer index, or the
+// provider sees kEngineAsleep and rings.
+//
+// CQ notification (ibv_req_notify_cq). The provider stores kArmNext or kArmSolicited in `arm`
+// (seq_cst). A worker that has published CQEs (seq_cst store of `producer`) exchanges `arm` with
+// kArmNone (seq_cst) when the new CQE qualifies (any CQE for kArmNext; a CQE with
+// kCqeSolicited or an error status for kArmSolicited) and, if it took an arm, writes one
+// control::CompletionEvent{cq cookie} on the CQ's completion channel. As with hardware, a CQE
+// that was in the ring before arming does not raise an event: the application polls once more
+// after arming, as every verbs program does.
+//
+// CQ overflow: a worker that finds the CQ full does not overwrite; it sets `overflow` and raises
+// IBV_EVENT_CQ_ERR on the context's async socket (as real devices do).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+namespace xroce::queues {
+
+inline constexpr uint32_t kRingMagic = 0x58524e47;  // "XRNG"
+inline constexpr uint32_t kRingVersion = 1;
+inline constexpr std::size_t kCacheLine = 64;
+
+// `wakeup` values.
+inline constexpr uint32_t kEngineAwake = 0;
+inline constexpr uint32_t kEngineAsleep = 1;
+
+// `arm` values (ibv_req_notify_cq(cq, solicited_only)).
+inline constexpr uint32_t kArmNone = 0;
+inline constexpr uint32_t kArmNext = 1;
+inline constexpr uint32_t kArmSolicited = 2;
+
+enum class RingKind : uint32_t { send = 1, recv = 2, srq = 3, cq = 4 };
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
+              "ring indices are shared between processes: they must be address-free");
+
+struct RingHeader {
+  // Written once by the daemon before the fd is passed; read-only afterwards. Both sides use
+  // their own copy of slot_count/slot_bytes (from the control reply), these are for debugging
+  // and for the provider to check what it mapped.
+  uint32_t magic = kRingMagic;
+  uint32_t version = kRingVersion;
+  RingKind kind = RingKind::send;
+  uint32_t slot_count = 0;
+  uint32_t slot_bytes = 0;
+  uint32_t reserved0[11] = {};
+
+  // Written by the producer only (release), read by the consumer (acquire).
+  alignas(kCacheLine) std::atomic<uint32_t> producer{0};
+  // Written by the consumer only (release), read by the producer (acquire).
+  alignas(kCacheLine) std::atomic<uint32_t> consumer{0};
+  // Written by the daemon only: kEngineAwake / kEngineAsleep (work rings); for CQs, nonzero
+  // once the CQ overflowed.
+  alignas(kCacheLine) std::atomic<uint32_t> wakeup{kEngineAwake};
+  std::atomic<uint32_t> overflow{0};
+  // CQ only. Written by the provider (kArmNext/kArmSolicited), taken back to kArmNone by the
+  // daemon's exchange.
+  alignas(kCacheLine) std::atomic<uint32_t> arm{kArmNone};
+  uint32_t reserved1[15] = {};
+};
+static_assert(sizeof(RingHeader) == 5 * kCacheLine);
+static_assert(offsetof(RingHeader, producer) == kCacheLine);
+static_assert(offsetof(RingHeader, consumer) == 2 * kCacheLine);
+
+// One scatter/gather element, as ibv_sge.
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+static_assert(sizeof(Sge) == 16);
+
+// WQE flags beyond ibv_send_flags (which keep their own bits in send_flags).
+inline constexpr uint32_t kMaxInlineData = 256;  // as rxe (and transport::QpConfig)
+
+// A send WQE: the fixed part, then `num_sge` Sge, or `inline_bytes` bytes of inline data when
+// send_flags has IBV_SEND_INLINE. All integers in host order except imm_data, which holds
+// ibv_send_wr.imm_data as the application gave it (network order).
+struct SendWqe {
+  uint64_t wr_id;
+  uint32_t opcode;      // ibv_wr_opcode
+  uint32_t send_flags;  // ibv_send_flags
+  uint32_t num_sge;
+  uint32_t inline_bytes;
+  uint32_t imm_data;         // SEND_WITH_IMM, RDMA_WRITE_WITH_IMM (network order)
+  uint32_t invalidate_rkey;  // SEND_WITH_INV
+  uint64_t remote_addr;      // RDMA and atomics
+  uint32_t rkey;
+  uint32_t reserved0;
+  uint64_t compare_add;  // ATOMIC_CMP_AND_SWP compare, ATOMIC_FETCH_AND_ADD add
+  uint64_t swap;         // ATOMIC_CMP_AND_SWP swap
+  // UD: the address handle (a control handle of create_ah) and destination.
+  uint32_t ah_handle;
+  uint32_t remote_qpn;
+  uint32_t remote_qkey;
+  uint32_t reserved1;
+  // followed by Sge[num_sge] or inline bytes
+};
+static_assert(sizeof(SendWqe) == 80);
+static_assert(std::is_trivially_copyable_v<SendWqe>);
+
+// A receive WQE (RQ and SRQ): the fixed part, then Sge[num_sge].
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+  // followed by Sge[num_sge]
+};
+static_assert(sizeof(RecvWqe) == 16);
+
+// CQE flags beyond ibv_wc_flags.
+inline constexpr uint8_t kCqeSolicited = 1;  // the message carried SE
+
+// A completion: every ibv_wc field. imm_data is in network order as ibv_wc holds it; for
+// IBV_WC_WITH_INV it holds the invalidated rkey in host order (the ibv_wc union).
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t status;  // ibv_wc_status
+  uint32_t opcode;  // ibv_wc_opcode
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  uint32_t imm_data;
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;  // ibv_wc_flags
+  uint16_t pkey_index;
+  uint16_t slid;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint8_t flags;  // kCqeSolicited
+  uint8_t reserved[17];
+};
+static_assert(sizeof(Cqe) == 64);
+static_assert(std::is_trivially_copyable_v<Cqe>);
+
+inline constexpr uint32_t send_slot_bytes(uint32_t max_sge, uint32_t max_inline) {
+  const uint32_t sges = max_sge * static_cast<uint32_t>(sizeof(Sge));
+  const uint32_t payload = sges > max_inline ? sges : max_inline;
+  return (static_cast<uint32_t>(sizeof(SendWqe)) + payload + 15u) & ~15u;
+}
+inline constexpr uint32_t recv_slot_bytes(uint32_t max_sge) {
+  return static_cast<uint32_t>(sizeof(RecvWqe) + max_sge * sizeof(Sge));
+}
+inline constexpr uint32_t round_up_pow2(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n)
+    p <<= 1;
+  return p;
+}
+inline constexpr std::size_t kPageBytes = 4096;
+inline constexpr std::size_t page_round(std::size_t n) {
+  return (n + kPageBytes - 1) & ~(kPageBytes - 1);
+}
+// Bytes one ring takes in its region (header + slots, page-rounded so a second ring starts on
+// its own page).
+inline constexpr std::size_t ring_bytes(uint32_t slot_count, uint32_t slot_bytes) {
+  return page_round(sizeof(RingHeader) + std::size_t{slot_count} * slot_bytes);
+}
+
+// One ring as either side sees it: the header and slots at `base`, with the geometry the side
+// holds itself. No allocation, no system call; not thread-safe (verbs on one queue are
+// serialised by the provider's per-queue lock; one worker owns a queue in the daemon).
+class Ring {
+ public:
+  Ring() = default;
+  Ring(void* base, uint32_t slot_count, uint32_t slot_bytes)
+      : header_(static_cast<RingHeader*>(base)),
+        slots_(static_cast<uint8_t*>(base) + sizeof(RingHeader)),
+        mask_(slot_count - 1),
+        slot_bytes_(slot_bytes) {}
+
+  // The daemon formats a fresh ring once, before passing it on.
+  static void format(void* base, RingKind kind, uint32_t slot_count, uint32_t slot_bytes) {
+    auto* h = new (base) RingHeader{};
+    h->kind = kind;
+    h->slot_count = slot_count;
+    h->slot_bytes = slot_bytes;
+  }
+
+  bool valid() const { return header_ != nullptr; }
+  RingHeader& header() const { return *header_; }
+  uint32_t slot_count() const { return mask_ + 1; }
+  uint32_t slot_bytes() const { return slot_bytes_; }
+  uint8_t* slot(uint32_t index) const { return slots_ + std::size_t{index & mask_} * slot_bytes_; }
+
+  // Producer side.
+  // Slots free for writing, from the producer's private index `next`.
+  uint32_t free_slots(uint32_t next) const {
+    const uint32_t used = next - header_->consumer.load(std::memory_order_acquire);
+    return used >= slot_count() ? 0 : slot_count() - used;
+  }
+  // Makes slots up to (not including) `next` visible to the consumer. Returns true when the
+  // consumer said it sleeps and the doorbell must be rung.
+  bool publish(uint32_t next) const {
+    header_->producer.store(next, std::memory_order_seq_cst);
+    return header_->wakeup.load(std::memory_order_seq_cst) == kEngineAsleep;
+  }
+
+  // Consumer side.
+  // Slots ready to read, from the consumer's private index `next`; a count beyond slot_count
+  // means a corrupt producer and is reported as 0 (the daemon treats it as a fatal QP error).
+  uint32_t ready(uint32_t next) const {
+    const uint32_t available = header_->producer.load(std::memory_order_acquire) - next;
+    return available > slot_count() ? 0 : available;
+  }
+  bool corrupt(uint32_t next) const {
+    return header_->producer.load(std::memory_order_acquire) - next > slot_count();
+  }
+  void release(uint32_t next) const { header_->consumer.store(next, std::memory_order_release); }
+
+ private:
+  RingHeader* header_ = nullptr;
+  uint8_t* slots_ = nullptr;
+  uint32_t mask_ = 0;
+  uint32_t slot_bytes_ = 0;
+};
+
+// Layout of a QP's region: the send ring at offset 0, the receive ring right after it (absent
+// for a QP on an SRQ: recv_slots == 0).
+struct QpRegionLayout {
+  uint32_t send_slots;
+  uint32_t send_slot_bytes;
+  uint32_t recv_slots;
+  uint32_t recv_slot_bytes;
+  uint64_t recv_offset;
+  uint64_t total_bytes;
+};
+
+inline QpRegionLayout qp_region_layout(uint32_t send_slots, uint32_t send_bytes,
+                                       uint32_t recv_slots, uint32_t recv_bytes) {
+  QpRegionLayout l{};
+  l.send_slots = send_slots;
+  l.send_slot_bytes = send_bytes;
+  l.recv_slots = recv_slots;
+  l.recv_slot_bytes = recv_bytes;
+  l.recv_offset = ring_bytes(send_slots, send_bytes);
+  l.total_bytes = l.recv_offset + (recv_slots == 0 ? 0 : ring_bytes(recv_slots, recv_bytes));
+  return l;
+}
+
+}  // namespace xroce::queues
