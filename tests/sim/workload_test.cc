@@ -83,6 +83,20 @@ TEST(SimWorkload, CleanSeedsCompleteWithoutRetransmission) {
   }
 }
 
+// The checker itself can fail: a network that loses everything must be reported, with the
+// retry-exhausted completions the transport gives.
+TEST(SimWorkload, TotalLossIsReportedAsAFailure) {
+  ScenarioConfig c;
+  c.seed = 77;
+  c.ops = 10;
+  c.loss = 1.0;
+  const Summary s = run_scenario(c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.failure.find("RETRY_EXC_ERR"), std::string::npos) << s.failure;
+  EXPECT_GT(s.lost, 0u);
+  EXPECT_GT(s.timeouts, 0u);
+}
+
 TEST(SimWorkload, SameSeedSameRun) {
   const ScenarioConfig c = scenario_for(7, true);
   const Summary a = run_scenario(c);

@@ -483,6 +483,7 @@ void Driver::poll_completions() {
   for (auto& np : nodes_) {
     for (auto& e : np->eps) {
       while (auto c = e->qp->poll_completion()) {
+        if (!summary_.failure.empty()) return;  // report the first failure, not its fallout
         if (c->is_recv()) {
           on_recv_completion(*e, *c);
         } else {
@@ -611,6 +612,7 @@ void Driver::finish() {
       summary_.retransmitted_packets += k.retransmitted_packets;
       summary_.naks_sent += k.naks_sent;
       summary_.timeouts += k.timeouts;
+      if (!summary_.failure.empty()) continue;
       // The atomic word each peer holds must equal the model of what was posted to it.
       std::uint64_t v = 0;
       std::memcpy(&v, e->peer->node->mem.view(e->peer->atomic_word, 8).data(), 8);
