@@ -1,0 +1,140 @@
+// The device's counters: the hw_counters rxe exposes (named exactly as
+// drivers/infiniband/sw/rxe/rxe_hw_counters.c names them, so tools that read rxe's
+// /sys/class/infiniband/<dev>/ports/1/hw_counters/<name> read ours the same way) and xroce's own.
+//
+// Threading contract (no locks on the packet path):
+//   - A DeviceCounters holds one CounterBlock per writer: one per worker, plus kControlWriter for
+//     the control thread. Each block has exactly one writing thread; it calls add() on it with
+//     relaxed atomic load + store (no read-modify-write, no lock prefix), which is correct only
+//     because nobody else writes that block.
+//   - Any thread may read(): it sums every block with relaxed loads. A total is a sum of values
+//     each of which was current at some moment during the read; counters never go backwards.
+//   - Blocks are cache-line aligned so writers never share a line.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace xroce::device {
+
+enum class Counter : std::uint8_t {
+  // rxe's hw_counters, in rxe's order (enum rxe_counters).
+  kSentPkts,             // every packet the device transmitted
+  kRcvdPkts,             // every packet accepted for a QP
+  kDuplicateRequest,     // responder: a request PSN already executed (PROTOCOL.md §3.6)
+  kOutOfSeqRequest,      // responder: a request PSN ahead of the expected one (NAK-PSN sent)
+  kRcvdRnrErr,           // requester: RNR NAKs received
+  kSendRnrErr,           // responder: RNR NAKs sent
+  kRcvdSeqErr,           // requester: PSN sequence error NAKs received
+  kAckDeferred,          // completer: an ACK coalesced instead of sent at once
+  kRetryExceededErr,     // a WQE completed with IBV_WC_RETRY_EXC_ERR
+  kRetryRnrExceededErr,  // a WQE completed with IBV_WC_RNR_RETRY_EXC_ERR
+  kCompleterRetryErr,    // retransmissions started (timeout or NAK-PSN)
+  kSendErr,              // the port refused a packet
+  kLinkDowned,           // the netdev went from up to down
+  kRdmaSends,            // SEND messages transmitted
+  kRdmaRecvs,            // SEND messages received
+  // xroce's own.
+  kRxIcrcErrors,       // frames dropped for a bad ICRC
+  kRxMalformed,        // frames dropped because they did not decode (headers, lengths)
+  kRxUnknownQp,        // frames for a QPN the device does not have
+  kRxHandoffDrops,     // frames dropped because the owning worker's handoff ring was full
+  kTxBytes,            // RoCEv2 frame bytes transmitted (Ethernet header to ICRC)
+  kRxBytes,            // RoCEv2 frame bytes received
+  kCnpSent,            // congestion notification packets sent (notification point)
+  kCnpRcvd,            // congestion notification packets received (reaction point)
+  kEcnMarkedRcvd,      // frames received with ECN CE
+  kDmaErrors,          // registered-memory accesses that failed (the process is gone)
+  kNeighbourFailures,  // destinations whose MAC could not be resolved
+  kCount
+};
+
+inline constexpr std::size_t kCounterCount = static_cast<std::size_t>(Counter::kCount);
+// The first counter that rxe does not have.
+inline constexpr Counter kFirstXroceCounter = Counter::kRxIcrcErrors;
+
+// Names as files in hw_counters/ and keys in `xroce stat --json`.
+inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
+    "sent_pkts",
+    "rcvd_pkts",
+    "duplicate_request",
+    "out_of_seq_request",
+    "rcvd_rnr_err",
+    "send_rnr_err",
+    "rcvd_seq_err",
+    "ack_deferred",
+    "retry_exceeded_err",
+    "retry_rnr_exceeded_err",
+    "completer_retry_err",
+    "send_err",
+    "link_downed",
+    "rdma_sends",
+    "rdma_recvs",
+    "rx_icrc_errors",
+    "rx_malformed",
+    "rx_unknown_qp",
+    "rx_handoff_drops",
+    "tx_bytes",
+    "rx_bytes",
+    "cnp_sent",
+    "cnp_rcvd",
+    "ecn_marked_rcvd",
+    "dma_errors",
+    "neighbour_failures",
+};
+
+constexpr std::string_view counter_name(Counter c) {
+  return kCounterNames[static_cast<std::size_t>(c)];
+}
+std::optional<Counter> counter_from_name(std::string_view name);
+
+// hw_counters/lifespan as rxe's sysfs has it: how long, in milliseconds, a reader may cache the
+// values (the rdma core's default, RDMA_HW_STATS_DEFAULT_LIFESPAN).
+inline constexpr std::uint32_t kCounterLifespanMs = 10;
+
+using CounterValues = std::array<std::uint64_t, kCounterCount>;
+
+// One writer's counters. See the threading contract at the top.
+class alignas(64) CounterBlock {
+ public:
+  // Only the block's owning thread may call this.
+  void add(Counter c, std::uint64_t n = 1) {
+    std::atomic<std::uint64_t>& v = values_[static_cast<std::size_t>(c)];
+    v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  std::uint64_t load(Counter c) const {
+    return values_[static_cast<std::size_t>(c)].load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kCounterCount> values_{};
+};
+
+class DeviceCounters {
+ public:
+  // The control thread's block (link state changes, neighbour failures seen there).
+  static constexpr std::size_t kControlWriter = 0;
+
+  // `workers` worker blocks, numbered 1..workers, plus the control block.
+  explicit DeviceCounters(std::size_t workers);
+
+  std::size_t writers() const { return writers_; }
+  // Worker w (0-based) writes worker_block(w); the control thread writes control_block().
+  CounterBlock& worker_block(std::size_t w);
+  CounterBlock& control_block() { return blocks_[kControlWriter]; }
+
+  // Sums every block with relaxed loads; callable from any thread.
+  CounterValues read() const;
+  std::uint64_t read(Counter c) const;
+
+ private:
+  std::size_t writers_;
+  std::unique_ptr<CounterBlock[]> blocks_;
+};
+
+}  // namespace xroce::device
