@@ -181,6 +181,19 @@ Result<int, PortError> XdpSteering::add_local_ip(const Ip16& ip) {
   return 0;
 }
 
+void XdpSteering::remove_local_ip(const Ip16& ip) {
+  // ENOENT when it was never added: nothing to do either way.
+  if (is_v4_mapped(ip)) {
+    std::uint32_t key;
+    std::memcpy(&key, ip.data() + 12, 4);
+    (void)bpf_map__delete_elem(skel_->maps.local_ipv4, &key, sizeof(key), 0);
+  } else {
+    xroce_ipv6_key key;
+    std::memcpy(key.addr, ip.data(), 16);
+    (void)bpf_map__delete_elem(skel_->maps.local_ipv6, &key, sizeof(key), 0);
+  }
+}
+
 Result<int, PortError> XdpSteering::set_queue_socket(std::uint32_t queue, int xsk_fd) {
   const int rc =
       bpf_map__update_elem(skel_->maps.xsks, &queue, sizeof(queue), &xsk_fd, sizeof(xsk_fd), 0);

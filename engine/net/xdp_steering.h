@@ -50,6 +50,8 @@ class XdpSteering {
 
   // Frames to these addresses are ours (IPv4 in mapped form).
   Result<int, PortError> add_local_ip(const Ip16& ip);
+  // Frames to this address go to the kernel again (the address left the interface).
+  void remove_local_ip(const Ip16& ip);
   // Frames for `queue` go to this AF_XDP socket from now on; clear to send them to the kernel.
   Result<int, PortError> set_queue_socket(std::uint32_t queue, int xsk_fd);
   void clear_queue_socket(std::uint32_t queue);

@@ -202,6 +202,12 @@ TEST(Steering, OnlyOurFramesAreTaken) {
   EXPECT_EQ(c.redirected, 1u);
   EXPECT_GT(c.passed, 0u);
   EXPECT_EQ(c.malformed, 0u);
+
+  // Once the address is removed from the map, its frames are the kernel's again.
+  b.steering()->remove_local_ip(net.b().ipv4);
+  ASSERT_TRUE(send_udp(sender.fd, net.b().ipv4_text, net::kRoceUdpPort, "no longer ours"));
+  EXPECT_EQ(recv_udp(roce_kernel.fd, kDeadline), "no longer ours");
+  EXPECT_EQ(b.steering()->counters().redirected, 1u);
 }
 
 // 802.1Q-tagged RoCEv2 frames for an address of ours are steered to the port, tag and all.
