@@ -10,6 +10,9 @@ namespace xroce::wire {
 
 template <typename E>
 struct Err {
+  // A constructor, not an aggregate: clang 14 (the fuzz build) lacks C++20 parenthesized
+  // aggregate initialization, so `Err(e)` would not compile there.
+  constexpr explicit Err(E e) : error(std::move(e)) {}
   E error;
 };
 template <typename E>
