@@ -362,6 +362,48 @@ TEST(Steering, DetachLeavesNoProgram) {
   EXPECT_TRUE(bpf_program_freed(id));
 }
 
+// Another XDP program already on the interface stays there: with libxdp's dispatcher both
+// run and our detach leaves the other; where the dispatcher cannot load (freplace refused, as
+// on the kernel this was written on) our attach fails and the interface is left untouched.
+TEST(Steering, AnotherProgramOnTheInterfaceIsLeftInPlace) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("coexist");
+  const std::string other = "/usr/lib/x86_64-linux-gnu/bpf/xdpfilt_alw_all.o";
+  const std::string in_b = "nsenter --net=/var/run/netns/" + net.b().ns + " ";
+  if (shell(in_b + "xdp-loader load -m skb " + net.b().ifname + " " + other) != 0) {
+    GTEST_SKIP() << "cannot load xdp-tools' " << other;
+  }
+  auto other_loaded = [&] {
+    std::string out;
+    shell(in_b + "xdp-loader status " + net.b().ifname, &out);
+    return out.find("xdpfilt_alw_all") != std::string::npos;
+  };
+  ASSERT_TRUE(other_loaded());
+  std::string error;
+  std::shared_ptr<net::XdpSteering> steering;
+  {
+    NsThread b_thread(net.b().ns);
+    b_thread.call([&] {
+      auto s = net::XdpSteering::attach(net.b().ifname, net::XdpAttachMode::kSkb);
+      if (s) {
+        steering = *s;
+      } else {
+        error = s.error().message();
+      }
+    });
+    if (steering) {
+      std::string out;
+      shell(in_b + "xdp-loader status " + net.b().ifname, &out);
+      EXPECT_NE(out.find("xroce_steer"), std::string::npos) << out;
+      b_thread.call([&] { steering.reset(); });
+    } else {
+      RecordProperty("attach_error", error);
+    }
+  }
+  EXPECT_TRUE(other_loaded()) << "attach error (if any): " << error;
+  shell(in_b + "xdp-loader unload --all " + net.b().ifname);
+}
+
 // A child process attaches and is killed; the next attach finds its program and replaces it,
 // and the next detach leaves the interface clean.
 TEST(Steering, StaleProgramOfAKilledProcessIsReplaced) {
