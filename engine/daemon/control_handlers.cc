@@ -168,7 +168,7 @@ ControlServer::Reply ControlServer::query_port(const Client& client, const std::
 ControlServer::Reply ControlServer::alloc_pd(const Client& client) {
   device::Device* dev = device_of(client);
   if (dev == nullptr) return {ENODEV, {}};
-  auto pd = dev->alloc_pd(client.id);
+  auto pd = dev->alloc_pd(client.id, client.pid);
   if (!pd) return {pd.error(), {}};
   return {0, bytes_of(control::HandleReply{*pd})};
 }

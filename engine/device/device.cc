@@ -1,23 +1,35 @@
 #include "device/device.h"
 
 #include <cerrno>
+#include <span>
 #include <utility>
 
 namespace xroce::device {
 
 namespace {
 
-// An MR key is the region's index in the upper 24 bits and 8 varying bits below, as rxe
-// builds them, so that a stale key for a reused index is unlikely to match.
-constexpr uint32_t kMrIndexLimit = 1u << 24;
+// QPNs 0 and 1 are the special QPs (IBA 10.2.5); rxe starts ordinary QPs at 16.
+constexpr uint32_t kFirstQpn = 0x11;
+constexpr uint32_t kQpnSpace = 1u << 24;
+
+// The memory of a PD when the daemon gives no way to reach client memory: every access is an
+// operating failure (the transport completes with a local error), never a silent success.
+class UnreachableMemory final : public transport::MemoryAccess {
+ public:
+  bool read(uint64_t, std::span<uint8_t>) override { return false; }
+  bool write(uint64_t, std::span<const uint8_t>) override { return false; }
+  bool atomic_cmp_swap(uint64_t, uint64_t, uint64_t, uint64_t*) override { return false; }
+  bool atomic_fetch_add(uint64_t, uint64_t, uint64_t*) override { return false; }
+};
 
 }  // namespace
 
-Device::Device(std::string name, NetdevState netdev, uint32_t seed)
+Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory)
     : name_(std::move(name)),
       netdev_(std::move(netdev)),
       node_guid_(node_guid_from_mac(netdev_.mac)),
-      key_bits_(seed == 0 ? 1 : seed) {}
+      memory_(std::move(memory)),
+      qpn_cursor_(seed % (kQpnSpace - kFirstQpn)) {}
 
 bool Device::update_netdev(const NetdevState& netdev) {
   if (netdev == netdev_) return false;
@@ -29,30 +41,41 @@ bool Device::update_addresses(const std::vector<IpAddress>& addresses) {
   return gids_.update(addresses);
 }
 
-Result<uint32_t, int> Device::alloc_pd(ClientId owner) {
+Result<uint32_t, int> Device::alloc_pd(ClientId owner, int pid) {
   if (pds_.size() >= limits_.max_pd) return Err{ENOMEM};
+  ProtectionDomain pd;
+  pd.owner = owner;
+  pd.pid = pid;
+  pd.memory = memory_ ? memory_(pid) : nullptr;
+  if (pd.memory == nullptr) pd.memory = std::make_unique<UnreachableMemory>();
+  pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory);
   const uint32_t handle = next_pd_++;
-  pds_.emplace(handle, owner);
+  pds_.emplace(handle, std::move(pd));
   return handle;
 }
 
-int Device::dealloc_pd(ClientId owner, uint32_t pd) {
+ProtectionDomain* Device::owned_pd(ClientId owner, uint32_t pd) {
   auto it = pds_.find(pd);
-  if (it == pds_.end() || it->second != owner) return EINVAL;
-  for (const auto& [handle, mr] : mrs_) {
+  return it == pds_.end() || it->second.owner != owner ? nullptr : &it->second;
+}
+
+int Device::dealloc_pd(ClientId owner, uint32_t pd) {
+  if (owned_pd(owner, pd) == nullptr) return EINVAL;
+  for (const auto& [handle, mr] : mrs_)
     if (mr.pd == pd) return EBUSY;
-  }
-  pds_.erase(it);
+  for (const auto& [handle, qp] : qps_)
+    if (qp->pd == pd) return EBUSY;
+  for (const auto& [handle, srq] : srqs_)
+    if (srq->pd == pd) return EBUSY;
+  for (const auto& [handle, ah] : ahs_)
+    if (ah.pd == pd) return EBUSY;
+  pds_.erase(pd);
   return 0;
 }
 
-uint32_t Device::next_mr_key(uint32_t index) {
-  return (index << 8) | static_cast<uint32_t>(key_bits_() & 0xff);
-}
-
 Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
-  auto pd = pds_.find(request.pd);
-  if (pd == pds_.end() || pd->second != owner) return Err{EINVAL};
+  ProtectionDomain* pd = owned_pd(owner, request.pd);
+  if (pd == nullptr) return Err{EINVAL};
   if ((request.access & ~kAccessSupported) != 0) return Err{EINVAL};
   // IBA 10.6.3.1 via rdma-core: remote write or atomic access requires local write.
   if ((request.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
@@ -61,7 +84,7 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   }
   if (request.length == 0 || request.length > limits_.max_mr_size) return Err{EINVAL};
   if (request.addr + request.length < request.addr) return Err{EINVAL};
-  if (mrs_.size() >= limits_.max_mr || next_mr_ >= kMrIndexLimit) return Err{ENOMEM};
+  if (mrs_.size() >= limits_.max_mr) return Err{ENOMEM};
 
   const uint32_t handle = next_mr_++;
   MemoryRegion mr;
@@ -72,8 +95,12 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   mr.length = request.length;
   mr.iova = request.iova;
   mr.access = request.access;
-  mr.lkey = next_mr_key(handle);
-  mr.rkey = mr.lkey;
+  // The transport checks addresses as the application's virtual addresses (iova == addr for
+  // ibv_reg_mr); its table issues the keys, so the keys the app gets are the keys it checks.
+  const transport::MemoryRegion& region =
+      pd->regions->register_region(request.addr, request.length, request.access);
+  mr.lkey = region.lkey.value();
+  mr.rkey = region.rkey.value();
   mrs_.emplace(handle, mr);
   return MrKeys{handle, mr.lkey, mr.rkey};
 }
@@ -81,13 +108,22 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
 int Device::dereg_mr(ClientId owner, uint32_t mr) {
   auto it = mrs_.find(mr);
   if (it == mrs_.end() || it->second.owner != owner) return EINVAL;
+  pds_.at(it->second.pd).regions->deregister(wire::Lkey(it->second.lkey));
   mrs_.erase(it);
   return 0;
 }
 
 void Device::release_client(ClientId owner) {
+  // Users before what they use: QPs, then SRQs, CQs and AHs, MRs, and PDs last.
+  for (const auto& [handle, qp] : qps_) {
+    if (qp->owner == owner && qp->hosted) runner_->unhost(*qp);
+  }
+  std::erase_if(qps_, [owner](const auto& entry) { return entry.second->owner == owner; });
+  std::erase_if(srqs_, [owner](const auto& entry) { return entry.second->owner == owner; });
+  std::erase_if(cqs_, [owner](const auto& entry) { return entry.second->owner == owner; });
+  std::erase_if(ahs_, [owner](const auto& entry) { return entry.second.owner == owner; });
   std::erase_if(mrs_, [owner](const auto& entry) { return entry.second.owner == owner; });
-  std::erase_if(pds_, [owner](const auto& entry) { return entry.second == owner; });
+  std::erase_if(pds_, [owner](const auto& entry) { return entry.second.owner == owner; });
 }
 
 }  // namespace xroce::device

@@ -1,24 +1,27 @@
 // One xroce device: the model a NIC's firmware keeps for a netdev — its port, GID table,
-// protection domains and memory regions — and who owns each object.
+// protection domains, memory regions, CQs, QPs, SRQs and AHs — and who owns each object.
 //
 // Threading: a Device is owned by the daemon's control thread; nothing here locks.
-// Ownership: every PD and MR belongs to one client (a verbs context, i.e. one control
+// Ownership: every object belongs to one client (a verbs context, i.e. one control
 // connection); a client can name only its own objects, and release_client() drops them all.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "device/gid_table.h"
+#include "device/objects.h"
 #include "device/port.h"
+#include "transport/memory.h"
 #include "wire/result.h"
 
 namespace xroce::device {
 
-using ClientId = uint64_t;
 using wire::Err;
 using wire::Result;
 
@@ -39,6 +42,7 @@ struct DeviceLimits {
   uint32_t max_srq_wr = 0x4000;
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
+  uint32_t max_inline_data = queues::kMaxInlineData;
   uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
@@ -56,6 +60,42 @@ struct MemoryRegion {
   uint32_t access = 0;  // ibv_access_flags
   uint32_t lkey = 0;
   uint32_t rkey = 0;
+};
+
+// Reaches one client process's memory for the transport (ARCHITECTURE.md decision 5); the
+// daemon supplies engine/device/dma's implementation. One is made per protection domain.
+using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(int pid)>;
+
+struct ProtectionDomain {
+  ClientId owner = 0;
+  int pid = 0;
+  std::unique_ptr<transport::MemoryAccess> memory;
+  // Issues the lkeys/rkeys the application sees, and is the table the transport checks.
+  std::unique_ptr<transport::MemoryRegionTable> regions;
+};
+
+struct CqRequest {
+  uint32_t cqe;
+  uint32_t channel;
+  uint32_t comp_vector;
+  uint64_t cookie;
+};
+
+struct QpRequest {
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint32_t srq;
+  uint32_t qp_type;  // ibv_qp_type
+  bool sq_sig_all;
+  control::QpCap cap;
+  uint64_t cookie;
+};
+
+struct SrqRequest {
+  uint32_t pd;
+  control::SrqAttr attr;
+  uint64_t cookie;
 };
 
 struct MrKeys {
@@ -83,7 +123,7 @@ inline constexpr uint32_t kAccessSupported =
 
 class Device {
  public:
-  Device(std::string name, NetdevState netdev, uint32_t seed);
+  Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory = nullptr);
 
   const std::string& name() const { return name_; }
   const NetdevState& netdev() const { return netdev_; }
@@ -95,29 +135,71 @@ class Device {
   bool update_netdev(const NetdevState& netdev);
   bool update_addresses(const std::vector<IpAddress>& addresses);
 
-  Result<uint32_t, int> alloc_pd(ClientId owner);
+  // `pid` is the process whose memory the PD's regions describe.
+  Result<uint32_t, int> alloc_pd(ClientId owner, int pid);
   // 0, or EINVAL (not the caller's PD), or EBUSY (MRs still use it), as uverbs answers.
   int dealloc_pd(ClientId owner, uint32_t pd);
   Result<MrKeys, int> reg_mr(ClientId owner, const MrRequest& request);
   int dereg_mr(ClientId owner, uint32_t mr);
+
+  // Errors as uverbs gives them: EINVAL for a bad handle or attribute (including another
+  // client's handle), ENOMEM beyond the advertised limits, EBUSY destroying an object in use.
+  Result<uint32_t, int> create_cq(ClientId owner, const CqRequest& request);
+  int resize_cq(ClientId owner, uint32_t cq, uint32_t cqe);
+  int destroy_cq(ClientId owner, uint32_t cq);
+  Result<uint32_t, int> create_qp(ClientId owner, const QpRequest& request);
+  int modify_qp(ClientId owner, uint32_t qp, const control::QpAttr& attr, uint32_t mask);
+  Result<control::QueryQpReply, int> query_qp(ClientId owner, uint32_t qp);
+  int destroy_qp(ClientId owner, uint32_t qp);
+  Result<uint32_t, int> create_srq(ClientId owner, const SrqRequest& request);
+  int modify_srq(ClientId owner, uint32_t srq, const control::SrqAttr& attr, uint32_t mask);
+  Result<control::SrqAttr, int> query_srq(ClientId owner, uint32_t srq) const;
+  int destroy_srq(ClientId owner, uint32_t srq);
+  Result<uint32_t, int> create_ah(ClientId owner, uint32_t pd, const control::AhAttr& attr);
+  int destroy_ah(ClientId owner, uint32_t ah);
+
+  // The owner's object, or nullptr (not found, or someone else's).
+  CompletionQueue* cq(ClientId owner, uint32_t handle);
+  QueuePair* qp(ClientId owner, uint32_t handle);
+  SharedReceiveQueue* srq(ClientId owner, uint32_t handle);
+  const AddressHandle* ah(uint32_t handle) const;
+
   void release_client(ClientId owner);
 
+  // From now on new QPs run on `runner` (not owned; nullptr: the device keeps them).
+  void set_runner(QpRunner* runner) { runner_ = runner; }
+  // Runs fn on the QP's transport core, wherever it lives.
+  void with_core(QueuePair& qp, const std::function<void(transport::Qp&)>& fn);
+
   const std::map<uint32_t, MemoryRegion>& memory_regions() const { return mrs_; }
+  const std::map<uint32_t, std::unique_ptr<QueuePair>>& queue_pairs() const { return qps_; }
   std::size_t pd_count() const { return pds_.size(); }
+  std::size_t cq_count() const { return cqs_.size(); }
 
  private:
-  uint32_t next_mr_key(uint32_t index);
+  ProtectionDomain* owned_pd(ClientId owner, uint32_t pd);
+  uint32_t next_qpn();
 
   std::string name_;
   NetdevState netdev_;
   GidTable gids_;
   DeviceLimits limits_;
   uint64_t node_guid_;
-  std::map<uint32_t, ClientId> pds_;  // handle -> owner
+  MemoryAccessFactory memory_;
+  QpRunner* runner_ = nullptr;
+  std::map<uint32_t, ProtectionDomain> pds_;
   std::map<uint32_t, MemoryRegion> mrs_;
+  std::map<uint32_t, std::unique_ptr<CompletionQueue>> cqs_;
+  std::map<uint32_t, std::unique_ptr<QueuePair>> qps_;
+  std::map<uint32_t, std::unique_ptr<SharedReceiveQueue>> srqs_;
+  std::map<uint32_t, AddressHandle> ahs_;
   uint32_t next_pd_ = 1;
   uint32_t next_mr_ = 1;
-  std::minstd_rand key_bits_;
+  uint32_t next_cq_ = 1;
+  uint32_t next_qp_ = 1;
+  uint32_t next_srq_ = 1;
+  uint32_t next_ah_ = 1;
+  uint32_t qpn_cursor_ = 0;
 };
 
 }  // namespace xroce::device

@@ -1,0 +1,368 @@
+// Device: the data path objects (CQ, QP, SRQ, AH) and their checks.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "device/device.h"
+
+namespace xroce::device {
+
+namespace {
+
+// QPNs 0 and 1 are the special QPs (IBA 10.2.5); rxe starts ordinary QPs at 16.
+constexpr uint32_t kFirstQpn = 0x11;
+constexpr uint32_t kQpnSpace = 1u << 24;
+constexpr uint32_t kQpTypeRc = 2;  // ibv_qp_type
+constexpr uint32_t kQpTypeUd = 4;
+constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
+constexpr uint32_t kSrqLimit = 2;
+
+template <typename Map>
+auto* owned(Map& map, ClientId owner, uint32_t handle) {
+  auto it = map.find(handle);
+  return it == map.end() || it->second->owner != owner ? nullptr : it->second.get();
+}
+
+Result<SharedRegion, int> cq_region(uint32_t slots) {
+  auto region = SharedRegion::create("xroce-cq", queues::ring_bytes(slots, sizeof(queues::Cqe)));
+  if (region)
+    queues::Ring::format(region->base(), queues::RingKind::cq, slots, sizeof(queues::Cqe));
+  return region;
+}
+
+transport::QpAttr to_transport(const control::QpAttr& a) {
+  transport::QpAttr t;
+  t.qp_state = static_cast<transport::QpState>(a.qp_state);
+  t.cur_qp_state = static_cast<transport::QpState>(a.cur_qp_state);
+  t.path_mtu = static_cast<transport::PathMtu>(a.path_mtu);
+  t.qkey = wire::Qkey(a.qkey);
+  t.rq_psn = wire::Psn(a.rq_psn);
+  t.sq_psn = wire::Psn(a.sq_psn);
+  t.dest_qp_num = wire::Qpn(a.dest_qp_num);
+  t.qp_access_flags = a.qp_access_flags;
+  t.pkey_index = a.pkey_index;
+  t.en_sqd_async_notify = a.en_sqd_async_notify;
+  t.max_rd_atomic = a.max_rd_atomic;
+  t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  t.min_rnr_timer = a.min_rnr_timer;
+  t.port_num = a.port_num;
+  t.timeout = a.timeout;
+  t.retry_cnt = a.retry_cnt;
+  t.rnr_retry = a.rnr_retry;
+  return t;
+}
+
+control::QpAttr from_transport(const transport::QpAttr& t, transport::QpState state) {
+  control::QpAttr a{};
+  a.qp_state = static_cast<uint32_t>(state);
+  a.cur_qp_state = static_cast<uint32_t>(state);
+  a.path_mtu = static_cast<uint32_t>(t.path_mtu);
+  a.qkey = t.qkey.value();
+  a.rq_psn = t.rq_psn.value();
+  a.sq_psn = t.sq_psn.value();
+  a.dest_qp_num = t.dest_qp_num.value();
+  a.qp_access_flags = t.qp_access_flags;
+  a.pkey_index = t.pkey_index;
+  a.en_sqd_async_notify = t.en_sqd_async_notify;
+  a.max_rd_atomic = t.max_rd_atomic;
+  a.max_dest_rd_atomic = t.max_dest_rd_atomic;
+  a.min_rnr_timer = t.min_rnr_timer;
+  a.port_num = t.port_num;
+  a.timeout = t.timeout;
+  a.retry_cnt = t.retry_cnt;
+  a.rnr_retry = t.rnr_retry;
+  return a;
+}
+
+}  // namespace
+
+CompletionQueue* Device::cq(ClientId owner, uint32_t handle) {
+  return owned(cqs_, owner, handle);
+}
+QueuePair* Device::qp(ClientId owner, uint32_t handle) {
+  return owned(qps_, owner, handle);
+}
+SharedReceiveQueue* Device::srq(ClientId owner, uint32_t handle) {
+  return owned(srqs_, owner, handle);
+}
+const AddressHandle* Device::ah(uint32_t handle) const {
+  auto it = ahs_.find(handle);
+  return it == ahs_.end() ? nullptr : &it->second;
+}
+
+uint32_t Device::next_qpn() {
+  for (;;) {
+    const uint32_t qpn = kFirstQpn + qpn_cursor_;
+    qpn_cursor_ = (qpn_cursor_ + 1) % (kQpnSpace - kFirstQpn);
+    bool used = false;
+    for (const auto& [handle, qp] : qps_)
+      used = used || qp->qpn.value() == qpn;
+    if (!used) return qpn;
+  }
+}
+
+Result<uint32_t, int> Device::create_cq(ClientId owner, const CqRequest& request) {
+  if (request.cqe == 0 || request.cqe > limits_.max_cqe) return Err{EINVAL};
+  if (request.comp_vector != 0) return Err{EINVAL};  // one completion vector
+  if (cqs_.size() >= limits_.max_cq) return Err{ENOMEM};
+  const uint32_t slots = queues::round_up_pow2(request.cqe);
+  auto region = cq_region(slots);
+  if (!region) return Err{region.error()};
+  auto cq = std::make_unique<CompletionQueue>();
+  cq->owner = owner;
+  cq->cookie = request.cookie;
+  cq->channel = request.channel;
+  cq->cqe = slots;
+  cq->region = std::move(*region);
+  cq->ring = queues::Ring(cq->region.base(), slots, sizeof(queues::Cqe));
+  const uint32_t handle = next_cq_++;
+  cqs_.emplace(handle, std::move(cq));
+  return handle;
+}
+
+// Copies the CQEs not yet polled into a new ring. Runs on the control thread: the contract with
+// the workers is that a CQ is resized only while no worker writes it (engine/daemon/worker.h).
+int Device::resize_cq(ClientId owner, uint32_t handle, uint32_t cqe) {
+  CompletionQueue* cq = this->cq(owner, handle);
+  if (cq == nullptr || cqe == 0 || cqe > limits_.max_cqe) return EINVAL;
+  const uint32_t consumer = cq->ring.header().consumer.load(std::memory_order_acquire);
+  const uint32_t pending = cq->producer - consumer;
+  const uint32_t slots = queues::round_up_pow2(cqe);
+  if (pending > cq->ring.slot_count() || pending > slots) return EINVAL;
+  auto region = cq_region(slots);
+  if (!region) return region.error();
+  queues::Ring ring(region->base(), slots, sizeof(queues::Cqe));
+  for (uint32_t i = 0; i < pending; ++i)
+    std::memcpy(ring.slot(i), cq->ring.slot(consumer + i), sizeof(queues::Cqe));
+  ring.header().producer.store(pending, std::memory_order_release);
+  ring.header().arm.store(cq->ring.header().arm.load(std::memory_order_acquire));
+  cq->region = std::move(*region);
+  cq->ring = ring;
+  cq->producer = pending;
+  cq->cqe = slots;
+  return 0;
+}
+
+int Device::destroy_cq(ClientId owner, uint32_t handle) {
+  CompletionQueue* cq = this->cq(owner, handle);
+  if (cq == nullptr) return EINVAL;
+  if (cq->users != 0) return EBUSY;
+  cqs_.erase(handle);
+  return 0;
+}
+
+Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& request) {
+  if (owned_pd(owner, request.pd) == nullptr) return Err{EINVAL};
+  const control::SrqAttr& a = request.attr;
+  if (a.max_wr == 0 || a.max_wr > limits_.max_srq_wr || a.max_sge > limits_.max_srq_sge ||
+      a.srq_limit > a.max_wr) {
+    return Err{EINVAL};
+  }
+  if (srqs_.size() >= limits_.max_srq) return Err{ENOMEM};
+  auto srq = std::make_unique<SharedReceiveQueue>();
+  const uint32_t slots = queues::round_up_pow2(a.max_wr);
+  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
+  const uint32_t slot_bytes = queues::recv_slot_bytes(max_sge);
+  auto region = SharedRegion::create("xroce-srq", queues::ring_bytes(slots, slot_bytes));
+  if (!region) return Err{region.error()};
+  auto doorbell = EventFd::create();
+  if (!doorbell) return Err{doorbell.error()};
+  queues::Ring::format(region->base(), queues::RingKind::srq, slots, slot_bytes);
+  srq->owner = owner;
+  srq->pd = request.pd;
+  srq->cookie = request.cookie;
+  srq->attr = control::SrqAttr{slots, max_sge, a.srq_limit};
+  srq->region = std::move(*region);
+  srq->ring = queues::Ring(srq->region.base(), slots, slot_bytes);
+  srq->doorbell = std::move(*doorbell);
+  srq->srq = std::make_unique<transport::Srq>(slots, max_sge);
+  if (a.srq_limit != 0) (void)srq->srq->set_limit(a.srq_limit);
+  const uint32_t handle = next_srq_++;
+  srqs_.emplace(handle, std::move(srq));
+  return handle;
+}
+
+int Device::modify_srq(ClientId owner, uint32_t handle, const control::SrqAttr& attr,
+                       uint32_t mask) {
+  SharedReceiveQueue* srq = this->srq(owner, handle);
+  if (srq == nullptr || mask == 0 || (mask & ~(kSrqMaxWr | kSrqLimit)) != 0) return EINVAL;
+  // Resizing an SRQ (IBV_SRQ_RESIZE_SRQ) is not supported: the ring is fixed at creation.
+  if ((mask & kSrqMaxWr) != 0) return EINVAL;
+  if (attr.srq_limit > srq->attr.max_wr) return EINVAL;
+  if (int err = srq->srq->set_limit(attr.srq_limit)) return err;
+  srq->attr.srq_limit = attr.srq_limit;
+  return 0;
+}
+
+Result<control::SrqAttr, int> Device::query_srq(ClientId owner, uint32_t handle) const {
+  auto it = srqs_.find(handle);
+  if (it == srqs_.end() || it->second->owner != owner) return Err{EINVAL};
+  return it->second->attr;
+}
+
+int Device::destroy_srq(ClientId owner, uint32_t handle) {
+  SharedReceiveQueue* srq = this->srq(owner, handle);
+  if (srq == nullptr) return EINVAL;
+  if (srq->users != 0) return EBUSY;
+  srqs_.erase(handle);
+  return 0;
+}
+
+Result<uint32_t, int> Device::create_ah(ClientId owner, uint32_t pd, const control::AhAttr& attr) {
+  if (owned_pd(owner, pd) == nullptr) return Err{EINVAL};
+  // RoCE needs a global route through a GID of ours (rdma-core's ibv_create_ah checks the same).
+  if (attr.is_global == 0 || attr.port_num != 1 || attr.sgid_index >= gids_.size() ||
+      is_zero(gids_.at(attr.sgid_index))) {
+    return Err{EINVAL};
+  }
+  if (ahs_.size() >= limits_.max_ah) return Err{ENOMEM};
+  const uint32_t handle = next_ah_++;
+  ahs_.emplace(handle, AddressHandle{owner, pd, attr});
+  return handle;
+}
+
+Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
+  ProtectionDomain* pd = owned_pd(owner, r.pd);
+  CompletionQueue* send_cq = cq(owner, r.send_cq);
+  CompletionQueue* recv_cq = cq(owner, r.recv_cq);
+  SharedReceiveQueue* shared = r.srq == 0 ? nullptr : srq(owner, r.srq);
+  if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr || (r.srq != 0 && !shared)) {
+    return Err{EINVAL};
+  }
+  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUd) return Err{EINVAL};
+  const control::QpCap& c = r.cap;
+  if (c.max_send_wr > limits_.max_qp_wr || c.max_send_sge > limits_.max_sge ||
+      c.max_inline_data > limits_.max_inline_data ||
+      (shared == nullptr &&
+       (c.max_recv_wr > limits_.max_qp_wr || c.max_recv_sge > limits_.max_sge))) {
+    return Err{EINVAL};
+  }
+  if (qps_.size() >= limits_.max_qp) return Err{ENOMEM};
+
+  auto qp = std::make_unique<QueuePair>();
+  qp->cap.max_send_wr = queues::round_up_pow2(c.max_send_wr == 0 ? 1 : c.max_send_wr);
+  qp->cap.max_send_sge = c.max_send_sge == 0 ? 1 : c.max_send_sge;
+  qp->cap.max_inline_data = limits_.max_inline_data;
+  if (shared == nullptr) {
+    qp->cap.max_recv_wr = queues::round_up_pow2(c.max_recv_wr == 0 ? 1 : c.max_recv_wr);
+    qp->cap.max_recv_sge = c.max_recv_sge == 0 ? 1 : c.max_recv_sge;
+  }
+  qp->layout = queues::qp_region_layout(
+      qp->cap.max_send_wr, queues::send_slot_bytes(qp->cap.max_send_sge, qp->cap.max_inline_data),
+      qp->cap.max_recv_wr,
+      qp->cap.max_recv_wr == 0 ? 0 : queues::recv_slot_bytes(qp->cap.max_recv_sge));
+  auto region = SharedRegion::create("xroce-qp", qp->layout.total_bytes);
+  if (!region) return Err{region.error()};
+  auto doorbell = EventFd::create();
+  if (!doorbell) return Err{doorbell.error()};
+  qp->region = std::move(*region);
+  qp->doorbell = std::move(*doorbell);
+  auto* base = static_cast<uint8_t*>(qp->region.base());
+  queues::Ring::format(base, queues::RingKind::send, qp->layout.send_slots,
+                       qp->layout.send_slot_bytes);
+  qp->sq = queues::Ring(base, qp->layout.send_slots, qp->layout.send_slot_bytes);
+  if (qp->layout.recv_slots != 0) {
+    queues::Ring::format(base + qp->layout.recv_offset, queues::RingKind::recv,
+                         qp->layout.recv_slots, qp->layout.recv_slot_bytes);
+    qp->rq = queues::Ring(base + qp->layout.recv_offset, qp->layout.recv_slots,
+                          qp->layout.recv_slot_bytes);
+  }
+
+  qp->owner = owner;
+  qp->pd = r.pd;
+  qp->send_cq = r.send_cq;
+  qp->recv_cq = r.recv_cq;
+  qp->srq = r.srq;
+  qp->cookie = r.cookie;
+  qp->type = static_cast<transport::QpType>(r.qp_type);
+  qp->qpn = wire::Qpn(next_qpn());
+  qp->sq_sig_all = r.sq_sig_all;
+  transport::QpConfig config;
+  config.type = qp->type;
+  config.qpn = qp->qpn;
+  config.max_send_wr = qp->cap.max_send_wr;
+  config.max_recv_wr = qp->cap.max_recv_wr;
+  config.max_send_sge = qp->cap.max_send_sge;
+  config.max_recv_sge = qp->cap.max_recv_sge;
+  config.max_inline_data = qp->cap.max_inline_data;
+  config.max_msg_bytes = limits_.max_msg_bytes;
+  config.sq_sig_all = r.sq_sig_all;
+  config.limits.max_qp_rd_atom =
+      static_cast<uint8_t>(std::min<uint32_t>(limits_.max_qp_rd_atom, 255));
+  config.limits.max_qp_init_rd_atom = config.limits.max_qp_rd_atom;
+  config.limits.max_pkeys = limits_.max_pkeys;
+  auto core = std::make_unique<transport::Qp>(config, *pd->regions,
+                                              shared == nullptr ? nullptr : shared->srq.get());
+  ++send_cq->users;
+  ++recv_cq->users;
+  if (shared != nullptr) ++shared->users;
+  const uint32_t handle = next_qp_++;
+  QueuePair& placed = *qps_.emplace(handle, std::move(qp)).first->second;
+  if (runner_ != nullptr) {
+    placed.hosted = true;
+    runner_->host(placed, std::move(core));
+  } else {
+    placed.qp = std::move(core);
+  }
+  return handle;
+}
+
+int Device::modify_qp(ClientId owner, uint32_t handle, const control::QpAttr& attr, uint32_t mask) {
+  QueuePair* qp = this->qp(owner, handle);
+  if (qp == nullptr) return EINVAL;
+  transport::QpAttr t = to_transport(attr);
+  if ((mask & transport::qp_attr::kAv) != 0) {
+    const control::AhAttr& av = attr.ah_attr;
+    if (av.is_global == 0 || av.sgid_index >= gids_.size() || is_zero(gids_.at(av.sgid_index))) {
+      return EINVAL;
+    }
+    t.av_id = kQpAvTag | handle;
+  }
+  int err = 0;
+  with_core(*qp, [&](transport::Qp& core) { err = core.modify(t, mask); });
+  if (err != 0) return err;
+  if ((mask & transport::qp_attr::kAv) != 0) qp->av = attr.ah_attr;
+  return 0;
+}
+
+Result<control::QueryQpReply, int> Device::query_qp(ClientId owner, uint32_t handle) {
+  QueuePair* found = this->qp(owner, handle);
+  if (found == nullptr) return Err{EINVAL};
+  const QueuePair& qp = *found;
+  control::QueryQpReply reply{};
+  with_core(*found,
+            [&](transport::Qp& core) { reply.attr = from_transport(core.attr(), core.state()); });
+  reply.attr.ah_attr = qp.av;
+  reply.cap = qp.cap;
+  reply.qp_type = static_cast<uint32_t>(qp.type);
+  reply.sq_sig_all = qp.sq_sig_all ? 1 : 0;
+  return reply;
+}
+
+int Device::destroy_qp(ClientId owner, uint32_t handle) {
+  QueuePair* qp = this->qp(owner, handle);
+  if (qp == nullptr) return EINVAL;
+  --cqs_.at(qp->send_cq)->users;
+  --cqs_.at(qp->recv_cq)->users;
+  if (qp->srq != 0) --srqs_.at(qp->srq)->users;
+  if (qp->hosted) runner_->unhost(*qp);
+  qps_.erase(handle);
+  return 0;
+}
+
+void Device::with_core(QueuePair& qp, const std::function<void(transport::Qp&)>& fn) {
+  if (qp.hosted) {
+    runner_->run(qp, fn);
+  } else {
+    fn(*qp.qp);
+  }
+}
+
+int Device::destroy_ah(ClientId owner, uint32_t handle) {
+  auto it = ahs_.find(handle);
+  if (it == ahs_.end() || it->second.owner != owner) return EINVAL;
+  ahs_.erase(it);
+  return 0;
+}
+
+}  // namespace xroce::device

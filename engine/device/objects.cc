@@ -1,0 +1,114 @@
+#include "device/objects.h"
+
+#include <endian.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace xroce::device {
+
+namespace {
+
+// ibv_wr_opcode values (transport::WrOpcode mirrors them one for one), and the highest one.
+constexpr uint32_t kLastWrOpcode = static_cast<uint32_t>(transport::WrOpcode::kSendWithInv);
+constexpr uint32_t kSendInline = 1u << 3;  // IBV_SEND_INLINE
+// ibv_send_flags the device understands: FENCE, SIGNALED, SOLICITED, INLINE.
+constexpr uint32_t kSendFlagsKnown = 0xf;
+
+bool takes_qualifying_arm(uint32_t arm, const queues::Cqe& cqe) {
+  if (arm == queues::kArmNext) return true;
+  // IBA 11.4.2.2: solicited-only notification also fires for completions in error.
+  return arm == queues::kArmSolicited &&
+         ((cqe.flags & queues::kCqeSolicited) != 0 || cqe.status != 0);
+}
+
+}  // namespace
+
+CompletionQueue::Push CompletionQueue::push(const queues::Cqe& cqe) {
+  if (ring.free_slots(producer) == 0) {
+    ring.header().overflow.store(1, std::memory_order_release);
+    return Push::overflow;
+  }
+  std::memcpy(ring.slot(producer), &cqe, sizeof(cqe));
+  ++producer;
+  ring.header().producer.store(producer, std::memory_order_seq_cst);
+  uint32_t arm = ring.header().arm.load(std::memory_order_seq_cst);
+  while (takes_qualifying_arm(arm, cqe)) {
+    if (ring.header().arm.compare_exchange_weak(arm, queues::kArmNone, std::memory_order_seq_cst)) {
+      return Push::written_notify;
+    }
+  }
+  return Push::written;
+}
+
+wire::Result<DecodedSend, int> decode_send_wqe(const uint8_t* slot, uint32_t slot_bytes,
+                                               uint32_t max_sge, uint32_t max_inline) {
+  queues::SendWqe w;
+  std::memcpy(&w, slot, sizeof(w));
+  if (w.opcode > kLastWrOpcode || (w.send_flags & ~kSendFlagsKnown) != 0) {
+    return wire::Err{EINVAL};
+  }
+  const uint8_t* payload = slot + sizeof(w);
+  const uint32_t room = slot_bytes - static_cast<uint32_t>(sizeof(w));
+  DecodedSend out;
+  transport::WorkRequest& wr = out.wr;
+  wr.wr_id = w.wr_id;
+  wr.opcode = static_cast<transport::WrOpcode>(w.opcode);
+  wr.send_flags = w.send_flags;
+  wr.imm_data = be32toh(w.imm_data);  // the ring holds it as ibv_send_wr does
+  wr.invalidate_rkey = wire::Rkey(w.invalidate_rkey);
+  wr.remote_addr = w.remote_addr;
+  wr.rkey = wire::Rkey(w.rkey);
+  wr.compare_add = w.compare_add;
+  wr.swap = w.swap;
+  wr.ud.av_id = w.ah_handle;
+  wr.ud.remote_qpn = wire::Qpn(w.remote_qpn);
+  wr.ud.remote_qkey = wire::Qkey(w.remote_qkey);
+  if ((w.send_flags & kSendInline) != 0) {
+    if (w.inline_bytes > max_inline || w.inline_bytes > room) return wire::Err{EINVAL};
+    out.inline_data.assign(payload, payload + w.inline_bytes);
+    return out;
+  }
+  if (w.num_sge > max_sge || w.num_sge * sizeof(queues::Sge) > room) return wire::Err{EINVAL};
+  wr.sg_list.resize(w.num_sge);
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    queues::Sge s;
+    std::memcpy(&s, payload + i * sizeof(s), sizeof(s));
+    wr.sg_list[i] = transport::Sge{s.addr, s.length, wire::Lkey(s.lkey)};
+  }
+  return out;
+}
+
+wire::Result<transport::RecvRequest, int> decode_recv_wqe(const uint8_t* slot, uint32_t slot_bytes,
+                                                          uint32_t max_sge) {
+  queues::RecvWqe w;
+  std::memcpy(&w, slot, sizeof(w));
+  const uint32_t room = slot_bytes - static_cast<uint32_t>(sizeof(w));
+  if (w.num_sge > max_sge || w.num_sge * sizeof(queues::Sge) > room) return wire::Err{EINVAL};
+  transport::RecvRequest out;
+  out.wr_id = w.wr_id;
+  out.sg_list.resize(w.num_sge);
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    queues::Sge s;
+    std::memcpy(&s, slot + sizeof(w) + i * sizeof(s), sizeof(s));
+    out.sg_list[i] = transport::Sge{s.addr, s.length, wire::Lkey(s.lkey)};
+  }
+  return out;
+}
+
+queues::Cqe encode_cqe(const transport::Completion& c) {
+  queues::Cqe e{};
+  e.wr_id = c.wr_id;
+  e.status = static_cast<uint32_t>(c.status);
+  e.opcode = static_cast<uint32_t>(c.opcode);
+  e.byte_len = c.byte_len;
+  e.wc_flags = c.wc_flags;
+  e.imm_data = (c.wc_flags & transport::wc_flags::kWithInv) != 0 ? c.invalidated_rkey.value()
+                                                                 : htobe32(c.imm_data);
+  e.qp_num = c.qp_num.value();
+  e.src_qp = c.src_qp.value();
+  e.flags = c.solicited ? queues::kCqeSolicited : 0;
+  return e;
+}
+
+}  // namespace xroce::device

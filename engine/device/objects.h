@@ -1,0 +1,121 @@
+// The data path objects of the device model: completion queues, queue pairs, shared receive
+// queues and address handles, each with its shared-memory ring(s) (include/xroce/queues.h).
+//
+// Threading and ownership: the control thread creates and destroys these (engine/daemon
+// control handlers, through Device). A QueuePair is run by exactly one worker (its `worker`
+// index, assigned at creation); the worker is the only thread that reads its work rings, calls
+// its transport::Qp and writes CQEs into its CQs (CompletionQueue::push). The control thread
+// destroys a QP only after the worker has let go of it (engine/daemon/worker.h's contract).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "device/shared_region.h"
+#include "transport/qp.h"
+#include "transport/srq.h"
+#include "xroce/control.h"
+#include "xroce/queues.h"
+
+namespace xroce::device {
+
+using ClientId = uint64_t;
+
+struct CompletionQueue {
+  ClientId owner = 0;
+  uint64_t cookie = 0;   // the provider's ibv_cq pointer (CompletionEvent::cq_handle)
+  uint32_t channel = 0;  // the owner's completion channel handle, 0 = none
+  uint32_t cqe = 0;      // entries promised to the application
+  SharedRegion region;
+  queues::Ring ring;
+  uint32_t producer = 0;  // the daemon's private producer index
+  uint32_t users = 0;     // QPs whose send or receive CQ this is (EBUSY on destroy)
+  int channel_fd = -1;    // the daemon's end of `channel` (owned by the control server)
+  int event_fd = -1;      // the owner's async event socket (owned by the control server)
+
+  enum class Push : uint8_t { written, written_notify, overflow };
+  // Worker side: writes one CQE and publishes it. `written_notify` means the CQ was armed for
+  // this CQE: the caller writes a CompletionEvent on `channel`.
+  Push push(const queues::Cqe& cqe);
+};
+
+struct AddressHandle {
+  ClientId owner = 0;
+  uint32_t pd = 0;
+  control::AhAttr attr{};
+};
+
+struct SharedReceiveQueue {
+  ClientId owner = 0;
+  uint32_t pd = 0;
+  uint64_t cookie = 0;
+  control::SrqAttr attr{};
+  SharedRegion region;
+  queues::Ring ring;
+  uint32_t consumer = 0;  // the daemon's private consumer index
+  EventFd doorbell;
+  std::unique_ptr<transport::Srq> srq;
+  uint32_t users = 0;  // QPs attached (EBUSY on destroy)
+  int event_fd = -1;   // the owner's async event socket (owned by the control server)
+};
+
+// The address vector id (transport::QpAttr::av_id) of an RC/UC QP's primary path is the QP's
+// handle with this tag; a UD WQE's av_id is an AddressHandle handle (no tag). The port resolves
+// either through Device::qp / Device::ah.
+inline constexpr uint32_t kQpAvTag = 0x80000000u;
+
+struct QueuePair {
+  ClientId owner = 0;
+  uint32_t pd = 0;
+  uint32_t send_cq = 0;
+  uint32_t recv_cq = 0;
+  uint32_t srq = 0;  // 0 = none
+  uint64_t cookie = 0;
+  transport::QpType type = transport::QpType::kRc;
+  wire::Qpn qpn;
+  bool sq_sig_all = false;
+  control::QpCap cap{};
+  control::AhAttr av{};  // the primary path (ah_attr of RTR)
+  queues::QpRegionLayout layout{};
+  SharedRegion region;
+  queues::Ring sq;
+  queues::Ring rq;  // not valid() on an SRQ
+  uint32_t sq_consumer = 0;
+  uint32_t rq_consumer = 0;
+  EventFd doorbell;
+  int event_fd = -1;  // the owner's async event socket (owned by the control server)
+  // The transport core while the device runs it itself (no QpRunner); null once a runner
+  // hosts it on a worker.
+  std::unique_ptr<transport::Qp> qp;
+  bool hosted = false;
+};
+
+// Where QPs run: the daemon's data path (a worker per QP). Device hands each new QP's
+// transport core over with host(), reaches it with run() (blocking until fn ran where the QP
+// lives) and takes it back with unhost() before the QueuePair goes away. All three are called
+// on the control thread.
+class QpRunner {
+ public:
+  virtual ~QpRunner() = default;
+  virtual void host(QueuePair& qp, std::unique_ptr<transport::Qp> core) = 0;
+  virtual void run(QueuePair& qp, const std::function<void(transport::Qp&)>& fn) = 0;
+  virtual void unhost(QueuePair& qp) = 0;
+};
+
+// Decodes one WQE slot into a transport work request. The daemon copies the slot out of shared
+// memory first (the client may be rewriting it), then calls these on its copy. EINVAL for a
+// malformed WQE (more SGEs than the QP allows, inline beyond its limit, unknown opcode).
+struct DecodedSend {
+  transport::WorkRequest wr;
+  std::vector<uint8_t> inline_data;
+};
+wire::Result<DecodedSend, int> decode_send_wqe(const uint8_t* slot, uint32_t slot_bytes,
+                                               uint32_t max_sge, uint32_t max_inline);
+wire::Result<transport::RecvRequest, int> decode_recv_wqe(const uint8_t* slot, uint32_t slot_bytes,
+                                                          uint32_t max_sge);
+// A transport completion as the CQE the provider turns into an ibv_wc.
+queues::Cqe encode_cqe(const transport::Completion& c);
+
+}  // namespace xroce::device
