@@ -131,14 +131,16 @@ class NeighbourTable {
     Phase phase = Phase::kRoute;
     wire::IpAddr next_hop;
     wire::MacAddr mac{};
-    std::uint32_t seq = 0;  // outstanding request, 0 = none
-    bool resolution_triggered = false;
+    bool have_mac = false;          // mac is valid (also while re-validating)
+    std::uint32_t seq = 0;          // outstanding RTM_GETROUTE / RTM_GETNEIGH, 0 = none
+    std::uint32_t use_seq = 0;      // the NTF_USE request that triggered resolution, 0 = none
     std::uint64_t started_ns = 0;   // when this resolution began
     std::uint64_t deadline_ns = 0;  // retry (pending), expiry (resolved / unreachable)
   };
 
   void start(std::uint64_t now_ns, const NeighbourKey& key, Entry& e);
   void ask_neighbour(std::uint64_t now_ns, const NeighbourKey& key, Entry& e);
+  void trigger(const NeighbourKey& key, Entry& e);
   void finish(std::uint64_t now_ns, const NeighbourKey& key, Entry& e, Phase phase);
   void on_route(std::uint64_t now_ns, const NlRoute& r);
   void on_neigh(std::uint64_t now_ns, const NlNeigh& n);
