@@ -242,21 +242,23 @@ std::optional<FrameError> decode_ethernet(Cursor& c, DecodedFrame& f, bool* v6) 
 std::optional<FrameError> decode_ipv4(Cursor& c, DecodedFrame& f) {
   if (c.left < kIpv4HeaderBytes) return FrameError::kTruncated;
   const std::uint8_t* ip = c.p;
-  if (ip[0] != 0x45) return FrameError::kBadIpHeader;  // version 4, no options
-  const std::uint16_t total = load_be16(ip + 2);
-  if (total < kIpv4HeaderBytes) return FrameError::kBadIpHeader;
-  if (total > c.left) return FrameError::kTruncated;
-  const std::uint16_t flags = load_be16(ip + 6);
-  if (flags & (kIpv4FlagMf | kIpv4FragOffsetMask)) return FrameError::kBadIpHeader;
   f.addr.traffic_class = ip[1];
   f.addr.ipv4_id = load_be16(ip + 4);
-  f.addr.ipv4_dont_fragment = flags & kIpv4FlagDf;
   f.addr.hop_limit = ip[8];
   f.ipv4_checksum = load_be16(ip + 10);
   f.addr.src_ip = IpAddr::v4(load_be32(ip + 12));
   f.addr.dst_ip = IpAddr::v4(load_be32(ip + 16));
-  if (fold(ones_sum(ip, kIpv4HeaderBytes)) != 0xFFFF) return FrameError::kBadIpHeader;
+  if ((ip[0] >> 4) != 4) return FrameError::kBadIpHeader;
+  // Frames that are not ours are told apart before anything is judged broken.
   if (ip[9] != kIpProtoUdp) return FrameError::kNotUdp;
+  if (ip[0] != 0x45) return FrameError::kBadIpHeader;  // options: never in RoCEv2
+  const std::uint16_t total = load_be16(ip + 2);
+  if (total < kIpv4HeaderBytes) return FrameError::kBadIpHeader;
+  if (total > c.left) return FrameError::kTruncated;
+  const std::uint16_t flags = load_be16(ip + 6);
+  f.addr.ipv4_dont_fragment = flags & kIpv4FlagDf;
+  if (flags & (kIpv4FlagMf | kIpv4FragOffsetMask)) return FrameError::kBadIpHeader;
+  if (fold(ones_sum(ip, kIpv4HeaderBytes)) != 0xFFFF) return FrameError::kBadIpHeader;
   c.p += kIpv4HeaderBytes;
   c.left = total - kIpv4HeaderBytes;
   return std::nullopt;
@@ -267,6 +269,7 @@ std::optional<FrameError> decode_ipv6(Cursor& c, DecodedFrame& f) {
   const std::uint8_t* ip = c.p;
   const std::uint32_t word0 = load_be32(ip);
   if ((word0 >> 28) != 6) return FrameError::kBadIpHeader;
+  if (ip[6] != kIpProtoUdp) return FrameError::kNotUdp;  // extension headers are not RoCE
   f.addr.traffic_class = static_cast<std::uint8_t>(word0 >> 20);
   f.addr.flow_label = word0 & 0xFFFFF;
   f.addr.hop_limit = ip[7];
@@ -277,7 +280,6 @@ std::optional<FrameError> decode_ipv6(Cursor& c, DecodedFrame& f) {
   if (f.addr.src_ip.is_v4() || f.addr.dst_ip.is_v4()) return FrameError::kBadIpHeader;
   const std::uint16_t payload_len = load_be16(ip + 4);
   if (payload_len > c.left - kIpv6HeaderBytes) return FrameError::kTruncated;
-  if (ip[6] != kIpProtoUdp) return FrameError::kNotUdp;  // extension headers are not RoCE
   c.p += kIpv6HeaderBytes;
   c.left = payload_len;
   return std::nullopt;

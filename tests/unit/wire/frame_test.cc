@@ -342,6 +342,11 @@ TEST(FrameDecodeErrors, NotUdpAndNotRoce) {
   tcp[kIp4 + 9] = 6;
   fix_ipv4_checksum(tcp);
   EXPECT_EQ(decode_error(tcp), FrameError::kNotUdp);
+  tcp[kIp4 + 10] ^= 0xFF;  // not ours, so not judged broken either
+  EXPECT_EQ(decode_error(tcp), FrameError::kNotUdp);
+  auto tcp_with_options = tcp;
+  tcp_with_options[kIp4] = 0x46;
+  EXPECT_EQ(decode_error(tcp_with_options), FrameError::kNotUdp);
   auto port = kGoldenAck;
   store_be16(&port[kUdp4 + 2], 4790);
   EXPECT_EQ(decode_error(port), FrameError::kNotRoce);
