@@ -36,6 +36,7 @@ class Completer {
                        wire::Bytes payload);
   // The retransmit and RNR timers.
   void handle_timeout(std::uint64_t now_ns);
+  void reset() { retry_started_ = false; }
 
  private:
   struct Response {

@@ -118,6 +118,8 @@ void Qp::reset_queues() {
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
   resp_.reset(wire::Psn(0), 0);
+  req_.reset();
+  comp_.reset();
 }
 
 int Qp::post_send(const WorkRequest& wr) {

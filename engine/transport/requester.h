@@ -32,6 +32,7 @@ class Requester {
   std::optional<Transmit> poll(std::uint64_t now_ns, wire::MutableBytes payload);
   // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE.
   void retry();
+  void reset() { packets_since_ackreq_ = 0; }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
 
  private:

@@ -65,6 +65,11 @@ class ProtocolTest : public ::testing::Test {
     cfg.type = o.type;
     cfg.qpn = kLocalQpn;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
+    bring_up(o);
+  }
+
+  // RESET -> INIT -> RTR -> RTS with the harness's attributes.
+  void bring_up(const QpOptions& o) {
     QpAttr a;
     a.qp_access_flags = o.access;
     a.qkey = wire::Qkey(0x1234);

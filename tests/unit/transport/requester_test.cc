@@ -430,6 +430,28 @@ TEST_F(RequesterTest, AckReqIsSetPeriodicallyInsideLongMessages) {
   EXPECT_EQ(with_ack_req, (std::vector<std::size_t>{64, 99}));
 }
 
+TEST_F(RequesterTest, QpIsReusableAfterErrorAndReset) {
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain().size(), 1u);
+  receive(ack(kSqPsn, Aeth::nak(0, NakCode::kRemoteAccessError)));
+  ASSERT_EQ(qp->state(), QpState::kErr);
+  QpAttr a;
+  a.qp_state = QpState::kReset;
+  ASSERT_EQ(qp->modify(a, qp_attr::kState), 0);
+  EXPECT_FALSE(qp->poll_completion());  // RESET discards what was not polled
+  bring_up(QpOptions{});
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {sge(local, 8)})), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  EXPECT_FALSE(out[0].t.retransmission);
+  receive(ack(kSqPsn));
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 2u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+}
+
 TEST_F(RequesterTest, SqdDrainsThenReportsTheEvent) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
   ASSERT_EQ(drain().size(), 1u);
