@@ -23,7 +23,7 @@
 //     remap are lost. Registering a buffer other threads are writing at that instant is racy.
 //   - After fork(), the child shares the pages with the parent instead of copying them on write
 //     (ibv_fork_init's MADV_DONTFORK semantics are not reproduced).
-//   - Re-registering an already shared range returns -EEXIST-like failure (the range is no
+//   - Re-registering an already shared range returns -ENOTSUP (the range is no
 //     longer anonymous); the second region then uses cross-memory attach, which still reaches
 //     the same pages.
 //

@@ -323,10 +323,14 @@ void NeighbourTable::on_neigh(std::uint64_t now_ns, const NlNeigh& n) {
       e.mac = *n.lladdr;
       finish(now_ns, key, e, Phase::kResolved);
     } else if (n.nud_state & NUD_FAILED) {
-      if (waiting && e.use_seq == 0) {
-        trigger(key, e);  // a failure left from earlier: try once more ourselves
+      if (!waiting) {
+        finish(now_ns, key, e, Phase::kUnreachable);  // a resolved neighbour stopped answering
+      } else if (e.use_seq == 0) {
+        trigger(key, e);  // a failure left from earlier: try ourselves
       } else {
-        finish(now_ns, key, e, Phase::kUnreachable);
+        // Our probe failed. Keep trying until give-up: right after link-up, IPv6 sends no
+        // solicitation until the link-local address has passed DAD (ndisc_send_ns).
+        e.use_seq = 0;
       }
     } else if (waiting) {
       trigger(key, e);  // NUD_NONE / INCOMPLETE: make sure resolution runs

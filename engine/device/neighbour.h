@@ -13,8 +13,12 @@
 //      connected UDP socket's send to the discard port, puts a real datagram on the wire and
 //      draws an ICMP error from the peer; NTF_USE needs CAP_NET_ADMIN, which the daemon has.)
 //      The answer then comes as an RTM_NEWNEIGH notification (group RTNLGRP_NEIGH), or, if the
-//      notification was missed, from re-asking RTM_GETNEIGH every retry interval. NUD_FAILED,
-//      or no answer before the give-up time, makes the key unreachable for a while.
+//      notification was missed, from re-asking RTM_GETNEIGH every retry interval (a NUD_FAILED
+//      entry is triggered again then). No answer before the give-up time makes the key
+//      unreachable for a while. Known limit of NTF_USE: the kernel sends an IPv6 solicitation
+//      only once the interface's link-local address has passed DAD (with no packet to take a
+//      source address from, ndisc_send_ns needs a non-tentative link-local), so resolution
+//      right after link-up waits for DAD; the retries cover that.
 // Resolved entries expire after a lifetime and are asked again; neighbour notifications update
 // or drop cached entries as they arrive.
 //

@@ -226,6 +226,29 @@ TEST_F(NeighbourTableTest, FailedNeighbourAfterTriggerIsUnreachable) {
   table.handle_message(0, NlError{next_request().seq, ENOENT});
   EXPECT_EQ(next_request().type, RTM_NEWNEIGH);
   feed(3 * kMs, neigh_message(0, kIf, kPeer, NUD_FAILED));
+  EXPECT_FALSE(table.poll_answer().has_value());  // tried again until give-up
+  EXPECT_FALSE(table.poll_request().has_value());
+  table.handle_timeout(10 * kMs);
+  const Request get = next_request();
+  EXPECT_EQ(get.type, RTM_GETNEIGH);
+  feed(11 * kMs, neigh_message(get.seq, kIf, kPeer, NUD_FAILED));
+  EXPECT_EQ(next_request().type, RTM_NEWNEIGH);  // triggered again
+  for (std::uint64_t t = 20; t < 50; t += 10) {
+    table.handle_timeout(t * kMs);
+    while (table.poll_request()) {
+    }
+    EXPECT_FALSE(table.poll_answer().has_value()) << t;
+  }
+  table.handle_timeout(50 * kMs);
+  const auto answer = table.poll_answer();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(answer->state, NeighbourState::kUnreachable);
+}
+
+TEST_F(NeighbourTableTest, FailedNotificationMakesResolvedEntryUnreachable) {
+  resolve_on_link(0);
+  ASSERT_TRUE(table.poll_answer().has_value());
+  feed(5 * kMs, neigh_message(0, kIf, kPeer, NUD_FAILED));
   const auto answer = table.poll_answer();
   ASSERT_TRUE(answer.has_value());
   EXPECT_EQ(answer->state, NeighbourState::kUnreachable);
