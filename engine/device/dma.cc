@@ -239,4 +239,38 @@ bool ProcessMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add,
   return cross_.atomic_fetch_add(addr, add, original);
 }
 
+bool ProcessMemory::check_alive() {
+  if (process_.alive()) return true;
+  process_.mark_dead();
+  return false;
+}
+
+// --- ProcessMemoryDirectory -----------------------------------------------------------------
+
+std::unique_ptr<ProcessMemoryView> ProcessMemoryDirectory::view(pid_t pid) {
+  std::shared_ptr<ProcessMemory> memory = find(pid);
+  // A dead entry still held by an old PD belongs to an earlier process with this pid.
+  if (!memory || !memory->check_alive()) {
+    memory = std::make_shared<ProcessMemory>(pid);
+    entries_[pid] = memory;
+  }
+  return std::make_unique<ProcessMemoryView>(std::move(memory));
+}
+
+std::shared_ptr<ProcessMemory> ProcessMemoryDirectory::find(pid_t pid) const {
+  const auto it = entries_.find(pid);
+  return it == entries_.end() ? nullptr : it->second.lock();
+}
+
+void ProcessMemoryDirectory::reap_exited() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (std::shared_ptr<ProcessMemory> memory = it->second.lock()) {
+      memory->check_alive();
+      ++it;
+    } else {
+      it = entries_.erase(it);
+    }
+  }
+}
+
 }  // namespace xroce::device

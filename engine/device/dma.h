@@ -32,10 +32,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/memory.h"
@@ -135,8 +137,12 @@ class ProcessMemory final : public transport::MemoryAccess {
   int add_shared(int memfd, std::uint64_t app_addr, std::uint64_t length);
   // Control thread. Drops the shared mapping that starts at app_addr (at deregistration).
   bool remove_shared(std::uint64_t app_addr);
-  // Control thread: the client's connection closed. Every later access fails.
+  // Control thread: the process is known to be gone. Every later access fails. (Cross-memory
+  // accesses also notice an exit by themselves, through the pidfd; shared-mapping accesses,
+  // which make no system call, rely on this.)
   void mark_dead() { process_.mark_dead(); }
+  // Control thread: mark_dead() if the process has exited. Returns whether it is alive.
+  bool check_alive();
 
   // How an access to [addr, addr + len) is served.
   DmaKind kind_of(std::uint64_t addr, std::uint64_t len) const;
@@ -155,6 +161,51 @@ class ProcessMemory final : public transport::MemoryAccess {
   ClientProcess process_;
   CrossMemoryAccess cross_{process_};
   std::atomic<std::shared_ptr<const Mappings>> mappings_;
+};
+
+// What a protection domain holds (device.h's MemoryAccessFactory makes one per PD): a view of
+// the one ProcessMemory of its process, so that every PD of a process routes an address the
+// same way and cross-memory atomics on a word share one set of locks, whichever PD named it.
+class ProcessMemoryView final : public transport::MemoryAccess {
+ public:
+  explicit ProcessMemoryView(std::shared_ptr<ProcessMemory> memory) : memory_(std::move(memory)) {}
+  ProcessMemory& process() { return *memory_; }
+
+  bool read(std::uint64_t addr, std::span<std::uint8_t> out) override {
+    return memory_->read(addr, out);
+  }
+  bool write(std::uint64_t addr, std::span<const std::uint8_t> in) override {
+    return memory_->write(addr, in);
+  }
+  bool atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, std::uint64_t swap,
+                       std::uint64_t* original) override {
+    return memory_->atomic_cmp_swap(addr, compare, swap, original);
+  }
+  bool atomic_fetch_add(std::uint64_t addr, std::uint64_t add, std::uint64_t* original) override {
+    return memory_->atomic_fetch_add(addr, add, original);
+  }
+
+ private:
+  std::shared_ptr<ProcessMemory> memory_;
+};
+
+// The daemon's ProcessMemory per client pid (control thread only). Entries live as long as a
+// view holds them. Typical use:
+//   device::MemoryAccessFactory f = [&dir](int pid) { return dir.view(pid); };
+//   reg_mr with a memfd:  dir.find(pid)->add_shared(memfd, addr, length)
+//   dereg_mr:             dir.find(pid)->remove_shared(addr)
+//   a client connection closed: dir.reap_exited() marks processes that have exited dead.
+class ProcessMemoryDirectory {
+ public:
+  std::unique_ptr<ProcessMemoryView> view(pid_t pid);
+  // The live entry for pid, or nullptr.
+  std::shared_ptr<ProcessMemory> find(pid_t pid) const;
+  // Marks dead every entry whose process has exited (pidfd), so shared-mapping accesses fail
+  // too; drops entries no view holds any more.
+  void reap_exited();
+
+ private:
+  std::map<pid_t, std::weak_ptr<ProcessMemory>> entries_;
 };
 
 }  // namespace xroce::device

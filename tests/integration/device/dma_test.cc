@@ -373,6 +373,29 @@ TEST(SharedMapping, CoherentBothWaysWithTheChild) {
   EXPECT_EQ(word_at(child.dump(), offset), 2 * kEach);
 }
 
+TEST(ProcessMemoryDirectory, PdsOfOneProcessShareOneMemoryAndExitIsNoticed) {
+  if (skip_unless_root()) GTEST_SKIP() << "needs root";
+  Child child(true);
+  ASSERT_GE(child.share_status(), 0);
+  ProcessMemoryDirectory dir;
+  auto pd1 = dir.view(child.pid());
+  auto pd2 = dir.view(child.pid());
+  EXPECT_EQ(&pd1->process(), &pd2->process());
+  ASSERT_EQ(dir.find(child.pid())->add_shared(child.take_memfd(), child.addr(), buffer_bytes()), 0);
+  // A region registered through the second PD reaches the same pages by the same path.
+  EXPECT_EQ(pd2->process().kind_of(child.addr(), 64), DmaKind::kSharedMapping);
+  std::uint64_t old = 0;
+  ASSERT_TRUE(pd1->atomic_fetch_add(child.addr(), 3, &old));
+  ASSERT_TRUE(pd2->atomic_fetch_add(child.addr(), 4, &old));
+  EXPECT_EQ(word_at(child.dump(), 0), word_at(initial_pattern(), 0) + 7);
+  const std::uint64_t addr = child.addr();
+  child.quit();
+  dir.reap_exited();  // what the daemon runs when a client connection closes
+  std::vector<std::uint8_t> buf(8);
+  EXPECT_FALSE(pd1->read(addr, buf));  // shared path, no system call: failed by the mark
+  EXPECT_FALSE(pd2->write(addr, buf));
+}
+
 TEST(SharedMapping, DaemonRefusesUnsealedOrShortMemfds) {
   const std::size_t bytes = buffer_bytes();
   int error = 0;
