@@ -1,0 +1,135 @@
+#include "daemon/datapath.h"
+
+#include <unistd.h>
+
+#include <utility>
+
+#include "net/afxdp_port.h"
+#include "net/udp_port.h"
+
+namespace xroce::daemon {
+namespace {
+
+constexpr std::size_t kEthBytes = 14;
+
+std::uint32_t default_queues() {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1;
+}
+
+wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathConfig& c) {
+  net::UdpPortConfig pc;
+  pc.bind_device = c.ifname;
+  pc.local_mac = c.mac;
+  pc.max_frame_bytes = c.mtu + kEthBytes;
+  auto port = net::UdpPort::open(pc);
+  if (!port) return wire::Err(port.error().message());
+  return std::unique_ptr<net::Port>(std::move(*port));
+}
+
+}  // namespace
+
+wire::Result<std::unique_ptr<Datapath>, std::string> Datapath::open(const DatapathConfig& config) {
+  std::unique_ptr<Datapath> dp(new Datapath());
+  std::vector<std::unique_ptr<net::Port>> ports;
+  const bool afxdp = config.port == DatapathPort::kAfXdp;
+  const std::uint32_t queues = config.queues != 0 ? config.queues : (afxdp ? default_queues() : 1);
+  if (!afxdp) {
+    if (queues != 1) return wire::Err(std::string("a udp port has exactly one queue"));
+    auto port = open_udp(config);
+    if (!port) return wire::Err(port.error());
+    ports.push_back(std::move(*port));
+  } else {
+    if (auto r = net::ensure_bpffs_mounted(); !r) return wire::Err(r.error().message());
+    auto steering = net::XdpSteering::attach(config.ifname, net::XdpAttachMode::kAuto);
+    if (!steering) return wire::Err(steering.error().message());
+    dp->steering_ = *steering;
+    for (const auto& ip : config.local_ips)
+      dp->add_local_ip(ip);
+    for (std::uint32_t q = 0; q < queues; ++q) {
+      net::AfXdpPortConfig pc;
+      pc.ifname = config.ifname;
+      pc.queue_id = q;
+      pc.max_frame_bytes = config.mtu + kEthBytes;
+      auto port = net::AfXdpPort::open(pc, dp->steering_);
+      if (!port) return wire::Err(port.error().message());
+      ports.push_back(std::move(*port));
+    }
+  }
+  dp->start_workers(std::move(ports), config.ifindex, afxdp);
+  return dp;
+}
+
+std::unique_ptr<Datapath> Datapath::over_ports(std::vector<std::unique_ptr<net::Port>> ports,
+                                               int ifindex, bool resolve_macs) {
+  std::unique_ptr<Datapath> dp(new Datapath());
+  dp->start_workers(std::move(ports), ifindex, resolve_macs);
+  return dp;
+}
+
+void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex,
+                             bool resolve_macs) {
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    WorkerConfig wc;
+    wc.index = static_cast<std::uint32_t>(i);
+    wc.port = std::move(ports[i]);
+    wc.ifindex = ifindex;
+    wc.resolve_macs = resolve_macs;
+    workers_.push_back(std::make_unique<Worker>(std::move(wc)));
+  }
+  std::vector<Worker*> all;
+  for (auto& w : workers_)
+    all.push_back(w.get());
+  for (auto& w : workers_)
+    w->connect(all);
+  for (auto& w : workers_)
+    w->start();
+}
+
+Datapath::~Datapath() {
+  for (auto& w : workers_)
+    w->stop();
+  workers_.clear();  // ports close before the steering program detaches
+  steering_.reset();
+}
+
+void Datapath::add_qp(HostedQp hosted) {
+  Worker& w = worker_for(hosted.qp->qpn());
+  auto shared = std::make_shared<HostedQp>(std::move(hosted));
+  w.call([shared](Worker& self) {
+    self.add_qp_on_worker(std::move(*shared));
+    return 0;
+  });
+}
+
+bool Datapath::remove_qp(wire::Qpn qpn) {
+  return worker_for(qpn).call([qpn](Worker& self) { return self.remove_qp_on_worker(qpn); });
+}
+
+void Datapath::add_local_ip(const wire::IpAddr& ip) {
+  if (steering_) (void)steering_->add_local_ip(ip.bytes);
+}
+
+DatapathStatus Datapath::status() {
+  DatapathStatus s;
+  s.workers = worker_count();
+  if (!workers_.empty()) s.port_mode = net::to_string(workers_.front()->port_mode());
+  for (auto& w : workers_) {
+    auto [counters, port, qps] = w->call([](Worker& self) {
+      return std::tuple(self.counters_on_worker(), self.port_stats_on_worker(),
+                        self.qp_count_on_worker());
+    });
+    s.counters += counters;
+    s.qps += qps;
+    s.port.rx_packets += port.rx_packets;
+    s.port.rx_bytes += port.rx_bytes;
+    s.port.rx_drops += port.rx_drops;
+    s.port.tx_packets += port.tx_packets;
+    s.port.tx_bytes += port.tx_bytes;
+    s.port.tx_drops += port.tx_drops;
+    s.port.tx_rejected += port.tx_rejected;
+  }
+  return s;
+}
+
+}  // namespace xroce::daemon

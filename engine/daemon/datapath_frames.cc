@@ -1,0 +1,64 @@
+#include "daemon/datapath_frames.h"
+
+#include <algorithm>
+
+namespace xroce::daemon {
+namespace {
+
+constexpr std::size_t kEthBytes = 14;
+constexpr std::size_t kVlanTagBytes = 4;
+constexpr std::size_t kIpv4HeaderBytes = 20;  // decode_frame refuses IPv4 options
+constexpr std::size_t kIpv6HeaderBytes = 40;
+constexpr std::uint8_t kEcnMask = 0x3;
+
+}  // namespace
+
+DatapathCounters& DatapathCounters::operator+=(const DatapathCounters& o) {
+  rx_frames += o.rx_frames;
+  rx_delivered += o.rx_delivered;
+  rx_malformed += o.rx_malformed;
+  rx_icrc_errors += o.rx_icrc_errors;
+  rx_no_qp += o.rx_no_qp;
+  rx_handed_over += o.rx_handed_over;
+  rx_handover_drops += o.rx_handover_drops;
+  tx_frames += o.tx_frames;
+  tx_encode_errors += o.tx_encode_errors;
+  tx_no_address += o.tx_no_address;
+  tx_no_neighbour += o.tx_no_neighbour;
+  tx_backlog_drops += o.tx_backlog_drops;
+  sleeps += o.sleeps;
+  return *this;
+}
+
+Ingress classify(wire::Bytes frame, wire::DecodedFrame& out) {
+  if (wire::decode_frame_into(frame, out).has_value()) return Ingress::kMalformed;
+  return out.icrc_ok ? Ingress::kPacket : Ingress::kBadIcrc;
+}
+
+transport::RxMeta rx_meta_of(wire::Bytes frame, const wire::DecodedFrame& decoded) {
+  transport::RxMeta meta;
+  meta.ecn_ce = decoded.ecn == wire::Ecn::kCe;
+  const std::size_t ip = kEthBytes + (decoded.addr.vlan_tci ? kVlanTagBytes : 0);
+  // classify() has verified the IP header lies inside the frame.
+  if (decoded.addr.src_ip.is_v4()) {
+    std::copy_n(frame.begin() + static_cast<std::ptrdiff_t>(ip), kIpv4HeaderBytes,
+                meta.grh.begin() + (meta.grh.size() - kIpv4HeaderBytes));
+  } else {
+    std::copy_n(frame.begin() + static_cast<std::ptrdiff_t>(ip), kIpv6HeaderBytes,
+                meta.grh.begin());
+  }
+  return meta;
+}
+
+wire::Result<std::size_t, wire::FrameError> encode_transmit(const transport::Transmit& tx,
+                                                            const wire::FrameAddress& addr,
+                                                            wire::Bytes payload,
+                                                            wire::MutableBytes out) {
+  wire::FrameAddress a = addr;
+  a.traffic_class = static_cast<std::uint8_t>(
+      (a.traffic_class & ~kEcnMask) |
+      static_cast<std::uint8_t>(tx.ect ? wire::Ecn::kEct0 : wire::Ecn::kNotEct));
+  return wire::encode_frame(a, tx.hdr, payload.first(tx.payload_len), out);
+}
+
+}  // namespace xroce::daemon

@@ -1,0 +1,444 @@
+#include "daemon/worker.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "daemon/datapath_neighbour.h"
+
+namespace xroce::daemon {
+namespace {
+
+constexpr std::uint64_t kTagPort = 1;
+constexpr std::uint64_t kTagWake = 2;
+constexpr unsigned kRingEntries = 8;
+constexpr std::size_t kPayloadBufBytes = 4096;  // the largest path MTU
+constexpr std::size_t kFrameBufBytes = 4096 + 256;
+constexpr std::uint64_t kMaxSleepNs = 100'000'000;  // bounds a sleep with nothing armed
+
+bool is_zero(const wire::MacAddr& mac) {
+  return std::all_of(mac.begin(), mac.end(), [](std::uint8_t b) { return b == 0; });
+}
+
+}  // namespace
+
+std::uint64_t monotonic_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+Worker::Worker(WorkerConfig config)
+    : index_(config.index),
+      port_(std::move(config.port)),
+      port_mode_(port_->mode()),
+      ifindex_(config.ifindex),
+      resolve_macs_(config.resolve_macs),
+      spin_turns_(config.spin_turns),
+      payload_buf_(kPayloadBufBytes),
+      frame_buf_(kFrameBufBytes) {
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ring_ok_ = io_uring_queue_init(kRingEntries, &ring_, 0) == 0;
+}
+
+Worker::~Worker() {
+  stop();
+  Command* c = nullptr;
+  while (commands_.pop(c))
+    delete c;
+  for (auto& ring : inbox_) {
+    Handover* h = nullptr;
+    while (ring->pop(h))
+      delete h;
+  }
+  if (ring_ok_) io_uring_queue_exit(&ring_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Worker::connect(std::span<Worker* const> workers) {
+  assert(!thread_.joinable());
+  peers_.assign(workers.begin(), workers.end());
+  inbox_.clear();
+  for (std::size_t i = 0; i < peers_.size(); ++i)
+    inbox_.push_back(std::make_unique<HandoverRing>());
+}
+
+void Worker::start() {
+  assert(!thread_.joinable());
+  if (peers_.empty()) {
+    Worker* self = this;
+    connect(std::span<Worker* const>(&self, 1));
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void Worker::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  sleeping_.store(true);  // make wake() write the eventfd whatever the worker's state
+  wake();
+  thread_.join();
+}
+
+bool Worker::post_command(Command command) {
+  auto* c = new Command(std::move(command));
+  if (!commands_.push(c)) {
+    delete c;
+    return false;
+  }
+  wake();
+  return true;
+}
+
+void Worker::wake() {
+  if (!sleeping_.load(std::memory_order_seq_cst)) return;
+  const std::uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Worker::add_qp_on_worker(HostedQp hosted) {
+  assert(on_worker());
+  const std::uint32_t qpn = hosted.qp->qpn().value();
+  assert(owner_worker(hosted.qp->qpn(), static_cast<std::uint32_t>(peers_.size())) == index_);
+  qps_[qpn] = std::move(hosted);
+}
+
+bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
+  assert(on_worker());
+  return qps_.erase(qpn.value()) > 0;
+}
+
+transport::Qp* Worker::find_qp_on_worker(wire::Qpn qpn) {
+  assert(on_worker());
+  const auto it = qps_.find(qpn.value());
+  return it == qps_.end() ? nullptr : it->second.qp.get();
+}
+
+DatapathCounters Worker::counters_on_worker() const {
+  assert(on_worker());
+  DatapathCounters c = counters_;
+  c.sleeps = sleeps_.load(std::memory_order_relaxed);
+  return c;
+}
+
+net::PortStats Worker::port_stats_on_worker() const {
+  assert(on_worker());
+  return port_->stats();
+}
+
+std::size_t Worker::qp_count_on_worker() const {
+  assert(on_worker());
+  return qps_.size();
+}
+
+void Worker::run() {
+  thread_id_.store(std::this_thread::get_id());
+  std::uint32_t idle_turns = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    std::uint64_t now = monotonic_now_ns();
+    bool busy = run_commands_on_worker();
+    // New work before new packets: a receive WQE posted before the peer's send was even made
+    // must be there when the send arrives (UD drops a message that finds no receive).
+    busy |= pull_work_on_worker();
+    busy |= drain_handovers_on_worker(now);
+    busy |= receive_on_worker(now);
+    now = monotonic_now_ns();
+    busy |= fire_timers_on_worker(now);
+    busy |= drain_outputs_on_worker(now);
+    busy |= flush_on_worker(now);
+    if (busy) {
+      idle_turns = 0;
+    } else if (++idle_turns >= spin_turns_) {
+      sleep_on_worker(now);
+      idle_turns = 0;
+    }
+  }
+  run_commands_on_worker();  // a call() waiting on us must not hang
+}
+
+bool Worker::run_commands_on_worker() {
+  Command* c = nullptr;
+  bool any = false;
+  while (commands_.pop(c)) {
+    (*c)(*this);
+    delete c;
+    any = true;
+  }
+  return any;
+}
+
+bool Worker::drain_handovers_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  for (auto& ring : inbox_) {
+    Handover* h = nullptr;
+    while (ring->pop(h)) {
+      std::unique_ptr<Handover> owned(h);
+      if (classify(h->bytes, decoded_) == Ingress::kPacket)
+        deliver_on_worker(now_ns, h->bytes, decoded_);
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool Worker::receive_on_worker(std::uint64_t now_ns) {
+  std::array<net::RxFrame, kRxBatch> frames;
+  const auto got = port_->receive(frames);
+  if (!got || *got == 0) return false;
+  for (std::size_t i = 0; i < *got; ++i)
+    route_on_worker(now_ns, frames[i].bytes);
+  port_->release(std::span<const net::RxFrame>(frames.data(), *got));
+  return true;
+}
+
+// The door (STYLE.md §6): count and drop what is not a good RoCEv2 packet, then route by the
+// destination QP to its owner.
+void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
+  ++counters_.rx_frames;
+  switch (classify(frame, decoded_)) {
+    case Ingress::kMalformed:
+      ++counters_.rx_malformed;
+      return;
+    case Ingress::kBadIcrc:
+      ++counters_.rx_icrc_errors;
+      return;
+    case Ingress::kPacket:
+      break;
+  }
+  const std::uint32_t owner =
+      owner_worker(decoded_.hdr.bth.dest_qp, static_cast<std::uint32_t>(peers_.size()));
+  if (owner == index_) {
+    deliver_on_worker(now_ns, frame, decoded_);
+    return;
+  }
+  auto* h = new Handover{std::vector<std::uint8_t>(frame.begin(), frame.end())};
+  if (!peers_[owner]->inbox_[index_]->push(h)) {
+    delete h;
+    ++counters_.rx_handover_drops;
+    return;
+  }
+  ++counters_.rx_handed_over;
+  peers_[owner]->wake();
+}
+
+void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
+                               const wire::DecodedFrame& f) {
+  const auto it = qps_.find(f.hdr.bth.dest_qp.value());
+  if (it == qps_.end()) {
+    ++counters_.rx_no_qp;
+    return;
+  }
+  ++counters_.rx_delivered;
+  it->second.qp->handle_packet(now_ns, f.hdr, f.payload, rx_meta_of(frame, f));
+}
+
+bool Worker::pull_work_on_worker() {
+  bool any = false;
+  for (auto& [qpn, hosted] : qps_)
+    any |= hosted.binding->pull_work_on_worker(*hosted.qp);
+  return any;
+}
+
+bool Worker::fire_timers_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  for (auto& [qpn, hosted] : qps_) {
+    const auto deadline = hosted.qp->next_deadline();
+    if (deadline && *deadline <= now_ns) {
+      hosted.qp->handle_timeout(now_ns);
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  for (auto& [qpn, hosted] : qps_)
+    any |= drain_qp_on_worker(now_ns, hosted);
+  return any;
+}
+
+bool Worker::drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted) {
+  bool any = false;
+  // Back-pressure: while the port refuses frames, leave packets inside the QP.
+  while (tx_backlog_.size() < kMaxTxBacklog) {
+    const auto tx = hosted.qp->poll_transmit(now_ns, payload_buf_);
+    if (!tx) break;
+    send_frame_on_worker(now_ns, *tx, *hosted.binding);
+    any = true;
+  }
+  while (const auto c = hosted.qp->poll_completion()) {
+    hosted.binding->complete_on_worker(*c);
+    any = true;
+  }
+  while (const auto e = hosted.qp->poll_event()) {
+    hosted.binding->event_on_worker(*e);
+    any = true;
+  }
+  return any;
+}
+
+void Worker::send_frame_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
+                                  QpBinding& binding) {
+  const wire::FrameAddress* addr = binding.address_on_worker(tx.av_id);
+  if (addr == nullptr) {
+    ++counters_.tx_no_address;
+    return;
+  }
+  const auto len = encode_transmit(tx, *addr, payload_buf_, frame_buf_);
+  if (!len) {
+    ++counters_.tx_encode_errors;
+    return;
+  }
+  std::vector<std::uint8_t> frame(frame_buf_.begin(),
+                                  frame_buf_.begin() + static_cast<std::ptrdiff_t>(*len));
+  if (!resolve_macs_ || !is_zero(addr->dst_mac)) {
+    transmit_on_worker(std::move(frame));
+    return;
+  }
+  const auto known = neighbours_.find(addr->dst_ip.bytes);
+  if (known != neighbours_.end()) {
+    std::copy(known->second.begin(), known->second.end(), frame.begin());
+    transmit_on_worker(std::move(frame));
+    return;
+  }
+  if (awaiting_mac_.empty()) next_neighbour_retry_ns_ = now_ns;
+  awaiting_mac_.push_back({std::move(frame), addr->dst_ip, now_ns + kNeighbourWaitNs});
+}
+
+void Worker::transmit_on_worker(std::vector<std::uint8_t> frame) {
+  if (tx_backlog_.empty()) {
+    const net::TxFrame one(frame);
+    const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));
+    if (sent && *sent == 1) {
+      ++counters_.tx_frames;
+      return;
+    }
+  }
+  if (tx_backlog_.size() >= kMaxTxBacklog) {
+    ++counters_.tx_backlog_drops;
+    return;
+  }
+  tx_backlog_.push_back(std::move(frame));
+}
+
+bool Worker::flush_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  while (!tx_backlog_.empty()) {
+    const net::TxFrame one(tx_backlog_.front());
+    const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));
+    if (!sent || *sent == 0) break;
+    tx_backlog_.pop_front();
+    ++counters_.tx_frames;
+    any = true;
+  }
+  if (!awaiting_mac_.empty() && now_ns >= next_neighbour_retry_ns_)
+    retry_neighbours_on_worker(now_ns);
+  (void)port_->flush();
+  return any;
+}
+
+// Frames waiting for a destination MAC: look each address up once per retry, solicit the
+// kernel for those still unknown, and give up on frames older than kNeighbourWaitNs (RC
+// retransmits them; UD loses them, as on a real network).
+void Worker::retry_neighbours_on_worker(std::uint64_t now_ns) {
+  next_neighbour_retry_ns_ = now_ns + kNeighbourRetryNs;
+  std::map<std::array<std::uint8_t, 16>, bool> asked;
+  std::deque<AwaitingMac> still;
+  for (auto& w : awaiting_mac_) {
+    auto known = neighbours_.find(w.dst.bytes);
+    if (known == neighbours_.end() && !asked.contains(w.dst.bytes)) {
+      asked[w.dst.bytes] = true;
+      if (const auto mac = lookup_neighbour(ifindex_, w.dst)) {
+        known = neighbours_.emplace(w.dst.bytes, *mac).first;
+      } else {
+        solicit_neighbour(ifindex_, w.dst);
+      }
+    }
+    if (known != neighbours_.end()) {
+      std::copy(known->second.begin(), known->second.end(), w.frame.begin());
+      transmit_on_worker(std::move(w.frame));
+    } else if (now_ns >= w.give_up_ns) {
+      ++counters_.tx_no_neighbour;
+    } else {
+      still.push_back(std::move(w));
+    }
+  }
+  awaiting_mac_.swap(still);
+}
+
+bool Worker::work_pending_on_worker() {
+  if (!commands_.empty() || !tx_backlog_.empty()) return true;
+  for (auto& ring : inbox_)
+    if (!ring->empty()) return true;
+  for (auto& [qpn, hosted] : qps_)
+    if (hosted.binding->work_pending_on_worker()) return true;
+  return false;
+}
+
+std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_ns) const {
+  std::optional<std::uint64_t> earliest;
+  for (const auto& [qpn, hosted] : qps_) {
+    const auto d = hosted.qp->next_deadline();
+    if (d && (!earliest || *d < *earliest)) earliest = d;
+  }
+  if (!awaiting_mac_.empty()) {
+    const std::uint64_t retry = std::max(next_neighbour_retry_ns_, now_ns);
+    if (!earliest || retry < *earliest) earliest = retry;
+  }
+  return earliest;
+}
+
+void Worker::arm_poll_on_worker(int fd, std::uint64_t tag) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe == nullptr) return;
+  io_uring_prep_poll_add(sqe, fd, POLLIN);
+  io_uring_sqe_set_data64(sqe, tag);
+  if (tag == kTagPort) port_poll_armed_ = true;
+  if (tag == kTagWake) wake_poll_armed_ = true;
+}
+
+// Sleeps in io_uring until the port has frames, someone rings the eventfd, or the earliest
+// deadline. "I sleep" is published before the last look for work, so a producer that pushed
+// work after our look sees sleeping_ and writes the eventfd (seq_cst on both sides).
+void Worker::sleep_on_worker(std::uint64_t now_ns) {
+  if (!ring_ok_) return;
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (work_pending_on_worker() || stop_.load()) {
+    sleeping_.store(false, std::memory_order_seq_cst);
+    return;
+  }
+  if (!port_poll_armed_) arm_poll_on_worker(port_->wait_fd(), kTagPort);
+  if (!wake_poll_armed_) arm_poll_on_worker(wake_fd_, kTagWake);
+  const auto deadline = next_deadline_on_worker(now_ns);
+  const std::uint64_t wait_ns =
+      deadline ? (*deadline > now_ns ? std::min(*deadline - now_ns, kMaxSleepNs) : 0) : kMaxSleepNs;
+  if (wait_ns > 0) {
+    __kernel_timespec ts{};
+    ts.tv_sec = static_cast<long long>(wait_ns / 1'000'000'000u);
+    ts.tv_nsec = static_cast<long long>(wait_ns % 1'000'000'000u);
+    io_uring_cqe* cqe = nullptr;
+    (void)io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    sleeps_.fetch_add(1, std::memory_order_relaxed);
+  }
+  sleeping_.store(false, std::memory_order_seq_cst);
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+    const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
+    if (tag == kTagPort) port_poll_armed_ = false;
+    if (tag == kTagWake) {
+      wake_poll_armed_ = false;
+      std::uint64_t count = 0;
+      (void)!read(wake_fd_, &count, sizeof(count));
+    }
+    io_uring_cqe_seen(&ring_, cqe);
+  }
+}
+
+}  // namespace xroce::daemon

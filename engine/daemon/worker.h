@@ -1,0 +1,193 @@
+// A data-path worker (ARCHITECTURE.md decision 7, STYLE.md §8): one thread that owns one port
+// queue, the QPs placed on it and their timers, and runs them with the sans-I/O transport.
+//
+// Threading contract
+//  - The worker thread owns the port, every hosted QP, its neighbour cache and its counters.
+//    Members named *_on_worker run only there and assert it.
+//  - The control thread (one thread: the daemon's, or a test's main thread) talks to a worker
+//    only through post_command()/call(): a single-producer single-consumer ring of commands
+//    the worker runs between packets. No locks on the packet path.
+//  - Worker A hands a frame that arrived on its queue for a QP of worker B over through B's
+//    inbox ring for A (one Boost.Lockfree spsc_queue per ordered pair of workers).
+//  - wake() may be called from any thread (other workers, the control thread, a doorbell): it
+//    writes the worker's eventfd only when the worker said it sleeps (AF_XDP's need_wakeup
+//    idea), with sequentially consistent ordering between "I sleep" and "there is work".
+//
+// The loop, each turn: commands, new work from the QPs' rings (QpBinding::pull_work_on_worker),
+// handed-over frames, port receive, expired timers, then every QP's outputs (packets out
+// through the port, completions and events to the binding). An idle worker spins
+// `spin_turns` empty turns, then sleeps in io_uring on the port's fd, its eventfd and the
+// earliest QP deadline.
+#pragma once
+
+#include <liburing.h>
+
+#include <atomic>
+#include <boost/lockfree/spsc_queue.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/datapath_frames.h"
+#include "net/port.h"
+#include "transport/qp.h"
+
+namespace xroce::daemon {
+
+// The device side of a hosted QP: where its work comes from and where its results go. The
+// provider's shared-memory rings (include/xroce/queues.h) implement it; tests use plain queues.
+// Every member runs on the owning worker.
+class QpBinding {
+ public:
+  virtual ~QpBinding() = default;
+  // Posts to `qp` the work requests that appeared in its send/receive rings since the last call.
+  // Returns whether it posted anything.
+  virtual bool pull_work_on_worker(transport::Qp& qp) = 0;
+  // Cheap check before the worker sleeps: is there work pull_work_on_worker would take?
+  virtual bool work_pending_on_worker() const = 0;
+  virtual void complete_on_worker(const transport::Completion& completion) = 0;
+  virtual void event_on_worker(const transport::AsyncEvent& event) = 0;
+  // The address vector `av_id` names (RC: the one modify_qp set; UD: an address handle), or
+  // nullptr. A dst_mac of all zeros asks the worker to resolve it from dst_ip.
+  virtual const wire::FrameAddress* address_on_worker(std::uint32_t av_id) = 0;
+};
+
+struct HostedQp {
+  std::unique_ptr<transport::Qp> qp;
+  std::unique_ptr<QpBinding> binding;
+};
+
+struct WorkerConfig {
+  std::uint32_t index = 0;
+  std::unique_ptr<net::Port> port;
+  int ifindex = 0;            // for neighbour resolution
+  bool resolve_macs = false;  // AF_XDP: we write the Ethernet header; UDP: the kernel does
+  std::uint32_t spin_turns = 4096;
+};
+
+class Worker {
+ public:
+  using Command = std::function<void(Worker&)>;
+  static constexpr std::size_t kHandoverSlots = 1024;
+  static constexpr std::size_t kCommandSlots = 256;
+  static constexpr std::size_t kRxBatch = 32;
+  static constexpr std::size_t kMaxTxBacklog = 4096;
+  static constexpr std::uint64_t kNeighbourWaitNs = 1'000'000'000;  // then drop the frame
+  static constexpr std::uint64_t kNeighbourRetryNs = 1'000'000;
+
+  explicit Worker(WorkerConfig config);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Before start(): the other workers of the device, indexed by worker index (self included).
+  void connect(std::span<Worker* const> workers);
+  void start();
+  void stop();
+
+  std::uint32_t index() const { return index_; }
+  net::PortMode port_mode() const { return port_mode_; }
+
+  // Control thread only. Queues `command` to run on the worker; false if the ring is full.
+  bool post_command(Command command);
+  // Control thread only. Runs `fn` on the worker and returns its result (blocks until then).
+  template <class Fn>
+  auto call(Fn fn) -> decltype(fn(std::declval<Worker&>())) {
+    using R = decltype(fn(std::declval<Worker&>()));
+    std::promise<R> done;
+    auto result = done.get_future();
+    while (!post_command([&](Worker& w) { done.set_value(fn(w)); }))
+      std::this_thread::yield();
+    return result.get();
+  }
+  // Any thread: makes a sleeping worker run a turn (a doorbell).
+  void wake();
+  // Any thread: how many times the worker has gone to sleep (without disturbing it, as a
+  // command would).
+  std::uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
+  // Worker thread only.
+  void add_qp_on_worker(HostedQp hosted);
+  bool remove_qp_on_worker(wire::Qpn qpn);
+  transport::Qp* find_qp_on_worker(wire::Qpn qpn);
+  DatapathCounters counters_on_worker() const;
+  net::PortStats port_stats_on_worker() const;
+  std::size_t qp_count_on_worker() const;
+
+ private:
+  struct Handover {
+    std::vector<std::uint8_t> bytes;
+  };
+  struct AwaitingMac {
+    std::vector<std::uint8_t> frame;
+    wire::IpAddr dst;
+    std::uint64_t give_up_ns;
+  };
+  using HandoverRing =
+      boost::lockfree::spsc_queue<Handover*, boost::lockfree::capacity<kHandoverSlots>>;
+
+  void run();
+  bool on_worker() const { return std::this_thread::get_id() == thread_id_.load(); }
+  bool run_commands_on_worker();
+  bool drain_handovers_on_worker(std::uint64_t now_ns);
+  bool receive_on_worker(std::uint64_t now_ns);
+  void route_on_worker(std::uint64_t now_ns, wire::Bytes frame);
+  void deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame, const wire::DecodedFrame& f);
+  bool pull_work_on_worker();
+  bool fire_timers_on_worker(std::uint64_t now_ns);
+  bool drain_outputs_on_worker(std::uint64_t now_ns);
+  bool drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted);
+  void send_frame_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
+                            QpBinding& binding);
+  void transmit_on_worker(std::vector<std::uint8_t> frame);
+  bool flush_on_worker(std::uint64_t now_ns);
+  void retry_neighbours_on_worker(std::uint64_t now_ns);
+  bool work_pending_on_worker();
+  void sleep_on_worker(std::uint64_t now_ns);
+  void arm_poll_on_worker(int fd, std::uint64_t tag);
+  std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns) const;
+
+  std::uint32_t index_;
+  std::unique_ptr<net::Port> port_;
+  net::PortMode port_mode_;
+  int ifindex_;
+  bool resolve_macs_;
+  std::uint32_t spin_turns_;
+
+  std::vector<Worker*> peers_;
+  std::vector<std::unique_ptr<HandoverRing>> inbox_;  // inbox_[i]: frames from worker i
+  boost::lockfree::spsc_queue<Command*, boost::lockfree::capacity<kCommandSlots>> commands_;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> sleeping_{false};
+  std::atomic<std::uint64_t> sleeps_{0};
+  std::atomic<std::thread::id> thread_id_{};
+  int wake_fd_ = -1;
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  bool port_poll_armed_ = false;
+  bool wake_poll_armed_ = false;
+  std::thread thread_;
+
+  // Worker-owned state.
+  std::unordered_map<std::uint32_t, HostedQp> qps_;
+  std::map<std::array<std::uint8_t, 16>, wire::MacAddr> neighbours_;
+  std::deque<AwaitingMac> awaiting_mac_;
+  std::uint64_t next_neighbour_retry_ns_ = 0;
+  std::deque<std::vector<std::uint8_t>> tx_backlog_;
+  std::vector<std::uint8_t> payload_buf_;
+  std::vector<std::uint8_t> frame_buf_;
+  wire::DecodedFrame decoded_;
+  DatapathCounters counters_;
+};
+
+std::uint64_t monotonic_now_ns();
+
+}  // namespace xroce::daemon
