@@ -24,7 +24,11 @@ constexpr std::size_t kFoldingMinBytes = 64;
 // upper state then makes every legacy-SSE instruction that follows (compiler-generated struct
 // copies, our own memcpy) pay an SSE/AVX transition penalty: measured here as 4-8x slower ICRC
 // and decode. Clear it after each call, on CPUs that have AVX.
-const bool kCpuHasAvx = __builtin_cpu_supports("avx");
+// (__builtin_cpu_init first: this runs from a static initializer, perhaps before libgcc's.)
+const bool kCpuHasAvx = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") != 0;
+}();
 
 inline void clear_upper_vector_state() {
   if (kCpuHasAvx) asm volatile("vzeroupper" ::: "memory");
