@@ -268,6 +268,11 @@ TEST(FrameDecodeErrors, EveryTruncationIsAnErrorNotACrash) {
       EXPECT_EQ(d.error(), FrameError::kTruncated) << n;
     }
   }
+  const auto v6 = encode(variant_address({true, true}), ack_headers());
+  for (std::size_t n = 0; n < v6.size(); ++n) {
+    std::vector<std::uint8_t> f(v6.begin(), v6.begin() + n);
+    EXPECT_EQ(decode_error(f), FrameError::kTruncated) << "IPv6 with VLAN, " << n << " bytes";
+  }
   std::vector<std::uint8_t> vlan_only(kGoldenAck.begin(), kGoldenAck.begin() + 16);
   store_be16(&vlan_only[12], 0x8100);
   EXPECT_EQ(decode_error(vlan_only), FrameError::kTruncated);
@@ -283,6 +288,10 @@ TEST(FrameDecodeErrors, NotIp) {
 }
 
 TEST(FrameDecodeErrors, BadIpv4Header) {
+  auto version = kGoldenAck;
+  version[kIp4] = 0x65;  // IPv6 version nibble behind an IPv4 EtherType
+  fix_ipv4_checksum(version);
+  EXPECT_EQ(decode_error(version), FrameError::kBadIpHeader);
   auto options = kGoldenAck;
   options[kIp4] = 0x46;
   fix_ipv4_checksum(options);
