@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "transport/completer.h"
 #include "transport/qp_context.h"
@@ -41,6 +42,9 @@ class Qp {
   // Return 0, EINVAL (bad state, opcode or shape) or ENOMEM (queue full), as verbs do.
   int post_send(const WorkRequest& wr);
   int post_recv(const RecvRequest& wr);
+  // An IBV_SEND_INLINE send whose data the caller already holds (the provider copies inline
+  // data into the WQE itself, so there are no SGEs to gather from): `wr` has kInline and no SGEs.
+  int post_send_inline(const WorkRequest& wr, std::span<const std::uint8_t> data);
 
   void handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload,
                      const RxMeta& meta = {});
@@ -62,6 +66,10 @@ class Qp {
   const QpCounters& counters() const { return ctx_.counters; }
   RequesterState requester_state(std::uint64_t now_ns) { return req_.state(now_ns); }
   wire::Psn expected_psn() const { return resp_.epsn(); }
+  // For `xroce qp show` (read-only): the PSN the requester sends next, and the oldest PSN not
+  // yet acknowledged.
+  wire::Psn next_send_psn() const { return ctx_.req_psn; }
+  wire::Psn oldest_unacked_psn() const { return ctx_.comp_psn; }
   std::size_t send_queue_depth() const { return ctx_.sq_tail - ctx_.sq_head; }
 
  private:

@@ -57,6 +57,11 @@ enum class Op : uint16_t {
   destroy_srq,  // HandleRequest -> (empty); EBUSY while a QP uses it
   create_ah,    // CreateAhRequest -> HandleReply
   destroy_ah,   // HandleRequest -> (empty)
+  // Observability, for `xroce stat` / `xroce qp show` (any user; no hello needed).
+  stat,     // NameRequest -> TextReply: {"device", "counters": {rxe hw_counters names and
+            // xroce's, engine/device/counters.h}, "memory_regions": [{..., "dma": "shared"|"cma"}]}
+  qp_show,  // NameRequest -> TextReply: [{"qpn", "type", "state", "sq_psn", "rq_psn",
+            // "dest_qpn", "peer", "worker", "retransmits", ...}]
 };
 
 // The most file descriptors one reply carries.
@@ -317,6 +322,11 @@ struct ModifySrqRequest {
   uint32_t handle;
   uint32_t mask;  // ibv_srq_attr_mask: IBV_SRQ_MAX_WR = 1, IBV_SRQ_LIMIT = 2
   SrqAttr attr;
+};
+
+// Names a device (NUL-terminated).
+struct NameRequest {
+  char name[kNameBytes];
 };
 
 struct CreateAhRequest {

@@ -1,0 +1,64 @@
+// Feeding and publishing the device counters (counters.h).
+//
+// Feeding, on the owning worker: the transport keeps per-QP counters (transport::QpCounters) and
+// produces completions; a worker turns them into device counter events with
+// feed_qp_counters() after draining a QP (only the growth since the last call is added, so
+// counters of destroyed QPs are never lost) and feed_completion() for each completion. Packet
+// and frame counters (sent_pkts, rcvd_pkts, rx_icrc_errors, ...) the worker adds itself where it
+// sends and classifies frames.
+//
+// What maps to what (where rxe's meaning is only approximated, it says so):
+//   duplicate_request   <- QpCounters::duplicate_requests
+//   out_of_seq_request  <- QpCounters::out_of_sequence
+//   rcvd_rnr_err        <- QpCounters::rnr_naks_received
+//   send_rnr_err        <- QpCounters::rnr_naks_sent
+//   rcvd_seq_err        <- QpCounters::naks_received - rnr_naks_received (every non-RNR NAK;
+//                          rxe counts PSN-sequence NAKs only)
+//   completer_retry_err <- QpCounters::timeouts (retransmission rounds started by a timeout)
+//   cnp_rcvd, ecn_marked_rcvd <- cnps_received, ecn_ce_received
+//   retry_exceeded_err, retry_rnr_exceeded_err <- completions with those statuses
+//   rdma_sends          <- successful send completions of SEND opcodes
+//   rdma_recvs          <- successful receive completions
+//
+// Publishing: counters_json() for `xroce stat --json` and the control socket;
+// write_hw_counters() for the sysfs-shaped tree, one file per counter plus `lifespan`, as
+// /sys/class/infiniband/<dev>/ports/1/hw_counters/ holds them for rxe.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "device/counters.h"
+#include "transport/qp.h"
+#include "transport/work.h"
+
+namespace xroce::device {
+
+// Owning worker only (writes `block`).
+void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
+                      transport::QpCounters& reported);
+void feed_completion(CounterBlock& block, const transport::Completion& completion);
+
+// {"sent_pkts": N, ...} in counter order.
+std::string counters_json(const CounterValues& values);
+
+// Writes <port_dir>/hw_counters/<name> ("N\n") for every counter and hw_counters/lifespan,
+// each through a temporary file and rename() so a reader never sees a partial value.
+// 0 or an errno.
+int write_hw_counters(const std::string& port_dir, const CounterValues& values);
+
+// What the device model knows about a QP that its transport core does not.
+struct QpShowContext {
+  std::uint32_t worker = 0;  // the owning worker's index
+  int pid = 0;               // the owning process
+  std::string peer;          // the destination address ("198.18.0.2"), empty if none yet
+};
+
+// One QP as `xroce qp show --json` prints it: qpn, type, state, sq_psn (next to send),
+// unacked_psn, rq_psn (next expected), dest_qpn, peer, worker, pid, send_queue_depth,
+// retransmits (packets sent again), timeouts, naks_received, rnr_naks_received, packets sent
+// and received. Call where reading `qp` is safe: on its owning worker.
+nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext& context);
+
+}  // namespace xroce::device
