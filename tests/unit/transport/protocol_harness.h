@@ -38,6 +38,8 @@ struct QpOptions {
   std::uint8_t max_dest_rd_atomic = 4;
   std::uint32_t access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
   Srq* srq = nullptr;
+  std::uint32_t sq_psn = kSqPsn;
+  std::uint32_t rq_psn = kRqPsn;
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -75,8 +77,8 @@ class ProtocolTest : public ::testing::Test {
     a.qkey = wire::Qkey(0x1234);
     a.path_mtu = PathMtu::k256;
     a.dest_qp_num = kPeerQpn;
-    a.rq_psn = wire::Psn(kRqPsn);
-    a.sq_psn = wire::Psn(kSqPsn);
+    a.rq_psn = wire::Psn(o.rq_psn);
+    a.sq_psn = wire::Psn(o.sq_psn);
     a.max_dest_rd_atomic = o.max_dest_rd_atomic;
     a.max_rd_atomic = o.max_rd_atomic;
     a.min_rnr_timer = kRnrTimerCode;
