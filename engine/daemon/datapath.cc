@@ -72,6 +72,7 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
   for (std::size_t i = 0; i < ports.size(); ++i) {
     WorkerConfig wc;
     wc.index = static_cast<std::uint32_t>(i);
+    wc.routes = &routes_;
     wc.port = std::move(ports[i]);
     wc.ifindex = ifindex;
     wc.resolve_macs = resolve_macs;
@@ -84,6 +85,7 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
     w->connect(all);
   for (auto& w : workers_)
     w->start();
+  qps_per_worker_.assign(workers_.size(), 0);
 }
 
 Datapath::~Datapath() {
@@ -93,17 +95,31 @@ Datapath::~Datapath() {
   steering_.reset();
 }
 
-void Datapath::add_qp(HostedQp hosted) {
-  Worker& w = worker_for(hosted.qp->qpn());
+std::uint32_t Datapath::least_loaded_worker() const {
+  std::uint32_t best = 0;
+  for (std::uint32_t i = 1; i < qps_per_worker_.size(); ++i)
+    if (qps_per_worker_[i] < qps_per_worker_[best]) best = i;
+  return best;
+}
+
+void Datapath::add_qp(HostedQp hosted, std::uint32_t worker) {
+  const wire::Qpn qpn = hosted.qp->qpn();
+  routes_.set(qpn, worker);
+  ++qps_per_worker_[worker];
   auto shared = std::make_shared<HostedQp>(std::move(hosted));
-  w.call([shared](Worker& self) {
+  workers_[worker]->call([shared](Worker& self) {
     self.add_qp_on_worker(std::move(*shared));
     return 0;
   });
 }
 
 bool Datapath::remove_qp(wire::Qpn qpn) {
-  return worker_for(qpn).call([qpn](Worker& self) { return self.remove_qp_on_worker(qpn); });
+  Worker* w = worker_for(qpn);
+  if (w == nullptr) return false;
+  const bool removed = w->call([qpn](Worker& self) { return self.remove_qp_on_worker(qpn); });
+  routes_.clear(qpn);
+  --qps_per_worker_[w->index()];
+  return removed;
 }
 
 void Datapath::add_local_ip(const wire::IpAddr& ip) {

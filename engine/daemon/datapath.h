@@ -3,8 +3,10 @@
 // makes one: AF_XDP opens the steering program on the netdev and one AF_XDP socket per queue
 // (queue i for worker i); UDP opens one socket port, so it has exactly one queue.
 //
-// QP placement: worker owner_worker(qpn) owns a QP (datapath_frames.h), so every worker routes
-// a received packet without a shared table.
+// QP placement: the control thread places each QP on one worker and records it in the QpRoutes
+// table every worker reads to route a received packet (datapath_frames.h). QPs that share a CQ
+// or an SRQ must share a worker (a ring has one producer; the transport's Srq is not shared
+// between threads): DatapathRunner chooses accordingly.
 //
 // Threading: a Datapath is made, used and destroyed on the control thread; it reaches its
 // workers only through Worker::call/post_command.
@@ -53,11 +55,18 @@ class Datapath {
   Datapath& operator=(const Datapath&) = delete;
 
   std::uint32_t worker_count() const { return static_cast<std::uint32_t>(workers_.size()); }
-  Worker& worker_for(wire::Qpn qpn) { return *workers_[owner_worker(qpn, worker_count())]; }
+  // The worker a QP was placed on, or nullptr.
+  Worker* worker_for(wire::Qpn qpn) {
+    const std::uint32_t w = routes_.owner(qpn);
+    return w < workers_.size() ? workers_[w].get() : nullptr;
+  }
   Worker& worker(std::uint32_t index) { return *workers_[index]; }
+  // The worker with the fewest QPs.
+  std::uint32_t least_loaded_worker() const;
 
-  // Places a QP on its owning worker (blocks until it is there).
-  void add_qp(HostedQp hosted);
+  // Places a QP on worker `worker` (blocks until it is there).
+  void add_qp(HostedQp hosted, std::uint32_t worker);
+  // Takes a QP off its worker (blocks until it is gone); false if it was not placed.
   bool remove_qp(wire::Qpn qpn);
   // Frames to this address are ours from now on (AF_XDP steering; the UDP port takes all).
   void add_local_ip(const wire::IpAddr& ip);
@@ -67,8 +76,10 @@ class Datapath {
   Datapath() = default;
   void start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex, bool resolve_macs);
 
+  QpRoutes routes_;  // before the workers: they read it until they stop
   std::shared_ptr<net::XdpSteering> steering_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::size_t> qps_per_worker_;
 };
 
 }  // namespace xroce::daemon

@@ -1,6 +1,9 @@
 #include "daemon/datapath_frames.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 namespace xroce::daemon {
 namespace {
@@ -28,6 +31,17 @@ DatapathCounters& DatapathCounters::operator+=(const DatapathCounters& o) {
   tx_backlog_drops += o.tx_backlog_drops;
   sleeps += o.sleeps;
   return *this;
+}
+
+QpRoutes::QpRoutes() {
+  void* p = mmap(nullptr, std::size_t{wire::Qpn::kMask} + 1, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) std::abort();  // 16 MiB of address space: an operating failure at start
+  table_ = static_cast<std::uint8_t*>(p);
+}
+
+QpRoutes::~QpRoutes() {
+  munmap(table_, std::size_t{wire::Qpn::kMask} + 1);
 }
 
 Ingress classify(wire::Bytes frame, wire::DecodedFrame& out) {

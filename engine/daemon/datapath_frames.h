@@ -4,7 +4,9 @@
 // a well-formed RoCEv2 packet with a good ICRC, and everything after it may rely on that.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "transport/work.h"
@@ -51,10 +53,34 @@ wire::Result<std::size_t, wire::FrameError> encode_transmit(const transport::Tra
                                                             wire::Bytes payload,
                                                             wire::MutableBytes out);
 
-// The worker that owns a QP: a fixed function of the QP number, so that any worker can route a
-// packet without a shared table (the device hands out QPNs; any QPN has exactly one owner).
-constexpr std::uint32_t owner_worker(wire::Qpn qpn, std::uint32_t workers) {
-  return workers == 0 ? 0 : qpn.value() % workers;
-}
+// Which worker owns each QP number: written by the control thread when it places a QP, read
+// by every worker to route a received packet (relaxed loads of single bytes: a packet racing
+// with its QP's placement is dropped as "no QP", as a NIC drops one for a QP not yet created).
+// One byte per possible QPN (16 MiB of anonymous memory; only pages where QPNs are used are
+// ever touched). At most 254 workers.
+class QpRoutes {
+ public:
+  static constexpr std::uint32_t kNone = 0xFFFFFFFF;
+  QpRoutes();
+  ~QpRoutes();
+  QpRoutes(const QpRoutes&) = delete;
+  QpRoutes& operator=(const QpRoutes&) = delete;
+
+  std::uint32_t owner(wire::Qpn qpn) const {
+    const std::uint8_t v =
+        std::atomic_ref<std::uint8_t>(table_[qpn.value()]).load(std::memory_order_relaxed);
+    return v == 0 ? kNone : v - 1u;
+  }
+  void set(wire::Qpn qpn, std::uint32_t worker) {
+    std::atomic_ref<std::uint8_t>(table_[qpn.value()])
+        .store(static_cast<std::uint8_t>(worker + 1), std::memory_order_release);
+  }
+  void clear(wire::Qpn qpn) {
+    std::atomic_ref<std::uint8_t>(table_[qpn.value()]).store(0, std::memory_order_release);
+  }
+
+ private:
+  std::uint8_t* table_;  // worker + 1 per QPN, 0 = none; anonymous zero pages
+};
 
 }  // namespace xroce::daemon

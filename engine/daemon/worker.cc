@@ -16,6 +16,8 @@ namespace {
 
 constexpr std::uint64_t kTagPort = 1;
 constexpr std::uint64_t kTagWake = 2;
+constexpr std::uint64_t kTagDoorbell = 3ull << 32;  // | fd: a multishot poll on a doorbell
+constexpr std::uint64_t kTagMask = ~0ull << 32;
 constexpr unsigned kRingEntries = 8;
 constexpr std::size_t kPayloadBufBytes = 4096;  // the largest path MTU
 constexpr std::size_t kFrameBufBytes = 4096 + 256;
@@ -36,6 +38,7 @@ std::uint64_t monotonic_now_ns() {
 
 Worker::Worker(WorkerConfig config)
     : index_(config.index),
+      routes_(config.routes),
       port_(std::move(config.port)),
       port_mode_(port_->mode()),
       ifindex_(config.ifindex),
@@ -105,13 +108,45 @@ void Worker::wake() {
 void Worker::add_qp_on_worker(HostedQp hosted) {
   assert(on_worker());
   const std::uint32_t qpn = hosted.qp->qpn().value();
-  assert(owner_worker(hosted.qp->qpn(), static_cast<std::uint32_t>(peers_.size())) == index_);
+  assert(routes_->owner(hosted.qp->qpn()) == index_);
+  watch_doorbells_on_worker(*hosted.binding, true);
   qps_[qpn] = std::move(hosted);
+}
+
+// Doorbell eventfds are watched with a multishot poll for as long as a QP using them lives
+// here; the poll is removed (and submitted) before the QP goes, so the control thread may close
+// the fd as soon as remove_qp_on_worker returns.
+void Worker::watch_doorbells_on_worker(const QpBinding& binding, bool watch) {
+  if (!ring_ok_) return;
+  for (const int fd : binding.doorbell_fds_on_worker()) {
+    std::uint32_t& users = doorbell_users_[fd];
+    const bool change = watch ? users++ == 0 : --users == 0;
+    if (!watch && users == 0) doorbell_users_.erase(fd);
+    if (!change) continue;
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    const std::uint64_t tag = kTagDoorbell | static_cast<std::uint32_t>(fd);
+    if (watch) {
+      io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+      io_uring_sqe_set_data64(sqe, tag);
+    } else {
+      io_uring_prep_poll_remove(sqe, tag);
+      io_uring_sqe_set_data64(sqe, 0);
+    }
+    io_uring_submit(&ring_);
+  }
 }
 
 bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
   assert(on_worker());
-  return qps_.erase(qpn.value()) > 0;
+  const auto it = qps_.find(qpn.value());
+  if (it == qps_.end()) return false;
+  watch_doorbells_on_worker(*it->second.binding, false);
+  qps_.erase(it);
+  return true;
 }
 
 transport::Qp* Worker::find_qp_on_worker(wire::Qpn qpn) {
@@ -211,9 +246,8 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
     case Ingress::kPacket:
       break;
   }
-  const std::uint32_t owner =
-      owner_worker(decoded_.hdr.bth.dest_qp, static_cast<std::uint32_t>(peers_.size()));
-  if (owner == index_) {
+  const std::uint32_t owner = routes_->owner(decoded_.hdr.bth.dest_qp);
+  if (owner == index_ || owner >= peers_.size()) {  // ours, or nobody's: counted as no QP
     deliver_on_worker(now_ns, frame, decoded_);
     return;
   }
@@ -373,6 +407,11 @@ void Worker::retry_neighbours_on_worker(std::uint64_t now_ns) {
   awaiting_mac_.swap(still);
 }
 
+void Worker::set_asleep_on_worker(bool asleep) {
+  for (auto& [qpn, hosted] : qps_)
+    hosted.binding->set_asleep_on_worker(asleep);
+}
+
 bool Worker::work_pending_on_worker() {
   if (!commands_.empty() || !tx_backlog_.empty()) return true;
   for (auto& ring : inbox_)
@@ -410,8 +449,10 @@ void Worker::arm_poll_on_worker(int fd, std::uint64_t tag) {
 void Worker::sleep_on_worker(std::uint64_t now_ns) {
   if (!ring_ok_) return;
   sleeping_.store(true, std::memory_order_seq_cst);
+  set_asleep_on_worker(true);
   if (work_pending_on_worker() || stop_.load()) {
     sleeping_.store(false, std::memory_order_seq_cst);
+    set_asleep_on_worker(false);
     return;
   }
   if (!port_poll_armed_) arm_poll_on_worker(port_->wait_fd(), kTagPort);
@@ -428,9 +469,22 @@ void Worker::sleep_on_worker(std::uint64_t now_ns) {
     sleeps_.fetch_add(1, std::memory_order_relaxed);
   }
   sleeping_.store(false, std::memory_order_seq_cst);
+  set_asleep_on_worker(false);
   io_uring_cqe* cqe = nullptr;
   while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
     const std::uint64_t tag = io_uring_cqe_get_data64(cqe);
+    if ((tag & kTagMask) == kTagDoorbell) {
+      const int fd = static_cast<int>(tag & ~kTagMask);
+      std::uint64_t count = 0;
+      if (cqe->res > 0) (void)!read(fd, &count, sizeof(count));  // the fd is non-blocking
+      if ((cqe->flags & IORING_CQE_F_MORE) == 0 && doorbell_users_.contains(fd)) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // the kernel ended the multishot poll
+        if (sqe != nullptr) {
+          io_uring_prep_poll_multishot(sqe, fd, POLLIN);
+          io_uring_sqe_set_data64(sqe, tag);
+        }
+      }
+    }
     if (tag == kTagPort) port_poll_armed_ = false;
     if (tag == kTagWake) {
       wake_poll_armed_ = false;

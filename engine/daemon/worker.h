@@ -54,6 +54,12 @@ class QpBinding {
   virtual bool work_pending_on_worker() const = 0;
   virtual void complete_on_worker(const transport::Completion& completion) = 0;
   virtual void event_on_worker(const transport::AsyncEvent& event) = 0;
+  // The eventfds the provider rings when it finds the engine asleep (queues.h doorbells); the
+  // worker sleeps on them.
+  virtual std::vector<int> doorbell_fds_on_worker() const { return {}; }
+  // Publishes to the provider whether the engine sleeps (queues.h `wakeup`): true before the
+  // worker's last look for work, false once it is awake again.
+  virtual void set_asleep_on_worker(bool asleep) { (void)asleep; }
   // The address vector `av_id` names (RC: the one modify_qp set; UD: an address handle), or
   // nullptr. A dst_mac of all zeros asks the worker to resolve it from dst_ip.
   virtual const wire::FrameAddress* address_on_worker(std::uint32_t av_id) = 0;
@@ -66,6 +72,7 @@ struct HostedQp {
 
 struct WorkerConfig {
   std::uint32_t index = 0;
+  const QpRoutes* routes = nullptr;  // the device's QPN -> worker table (outlives the worker)
   std::unique_ptr<net::Port> port;
   int ifindex = 0;            // for neighbour resolution
   bool resolve_macs = false;  // AF_XDP: we write the Ethernet header; UDP: the kernel does
@@ -152,9 +159,12 @@ class Worker {
   bool work_pending_on_worker();
   void sleep_on_worker(std::uint64_t now_ns);
   void arm_poll_on_worker(int fd, std::uint64_t tag);
+  void watch_doorbells_on_worker(const QpBinding& binding, bool watch);
+  void set_asleep_on_worker(bool asleep);
   std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns) const;
 
   std::uint32_t index_;
+  const QpRoutes* routes_;
   std::unique_ptr<net::Port> port_;
   net::PortMode port_mode_;
   int ifindex_;
@@ -178,6 +188,7 @@ class Worker {
 
   // Worker-owned state.
   std::unordered_map<std::uint32_t, HostedQp> qps_;
+  std::map<int, std::uint32_t> doorbell_users_;  // doorbell fd -> QPs that ring it (an SRQ's: many)
   std::map<std::array<std::uint8_t, 16>, wire::MacAddr> neighbours_;
   std::deque<AwaitingMac> awaiting_mac_;
   std::uint64_t next_neighbour_retry_ns_ = 0;

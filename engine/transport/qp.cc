@@ -145,6 +145,18 @@ int Qp::post_send(const WorkRequest& wr) {
   return 0;
 }
 
+int Qp::post_send_inline(const WorkRequest& wr, std::span<const std::uint8_t> data) {
+  if ((wr.send_flags & send_flags::kInline) == 0 || !wr.sg_list.empty()) return EINVAL;
+  if (data.size() > ctx_.config.max_inline_data) return EINVAL;
+  const std::uint64_t slot = ctx_.sq_tail;
+  const bool flushing = ctx_.state == QpState::kErr;
+  if (const int err = post_send(wr); err != 0 || flushing) return err;
+  SendWqe& w = ctx_.wqe(slot);
+  w.inline_data.assign(data.begin(), data.end());
+  w.length = static_cast<std::uint32_t>(data.size());
+  return 0;
+}
+
 int Qp::post_recv(const RecvRequest& wr) {
   if (ctx_.srq != nullptr || ctx_.state == QpState::kReset) return EINVAL;
   if (wr.sg_list.size() > ctx_.config.max_recv_sge) return EINVAL;

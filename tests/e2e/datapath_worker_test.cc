@@ -181,20 +181,20 @@ struct Side {
       std::lock_guard lock(box->m);
       box->sends.push_back(std::move(wr));
     }
-    dp->worker_for(qpn).wake();
+    dp->worker_for(qpn)->wake();
   }
   void post_recv(transport::RecvRequest wr) {
     {
       std::lock_guard lock(box->m);
       box->recvs.push_back(std::move(wr));
     }
-    dp->worker_for(qpn).wake();
+    dp->worker_for(qpn)->wake();
   }
 };
 
 // Brings a QP to RTS (RC: connected to `peer`) and places it on the side's datapath.
 void place_qp(Side& s, QpType type, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src,
-              std::uint32_t dst) {
+              std::uint32_t dst, std::uint32_t worker = 0) {
   namespace m = transport::qp_attr;
   s.qpn = qpn;
   transport::QpConfig cfg;
@@ -228,7 +228,8 @@ void place_qp(Side& s, QpType type, wire::Qpn qpn, wire::Qpn peer, std::uint32_t
                              : m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
                                    m::kMaxQpRdAtomic),
             0);
-  s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(s.box, address(src, dst))});
+  s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(s.box, address(src, dst))},
+               worker);
 }
 
 // Two datapaths: A with `a_workers` workers (every frame from B lands on A's queue 0, as RSS
@@ -260,8 +261,8 @@ struct Fabric {
       for (std::uint32_t i = 0; i < s->dp->worker_count(); ++i)
         s->dp->worker(i).stop();
   }
-  void connect_rc(wire::Qpn qa, wire::Qpn qb) {
-    place_qp(a, QpType::kRc, qa, qb, kIpA, kIpB);
+  void connect_rc(wire::Qpn qa, wire::Qpn qb, std::uint32_t a_worker = 0) {
+    place_qp(a, QpType::kRc, qa, qb, kIpA, kIpB, a_worker);
     place_qp(b, QpType::kRc, qb, qa, kIpB, kIpA);
   }
 };
@@ -363,9 +364,9 @@ TEST(DatapathWorker, RdmaWriteReadAndAtomicsReachPeerMemory) {
 
 TEST(DatapathWorker, PacketOnAnotherWorkersQueueIsHandedOver) {
   Fabric f(2);
-  // QPN 0x13 is odd: worker 1 of A owns it, but every frame from B arrives on A's queue 0.
-  f.connect_rc(wire::Qpn(0x13), wire::Qpn(0x22));
-  EXPECT_EQ(owner_worker(wire::Qpn(0x13), 2), 1u);
+  // Worker 1 of A owns the QP, but every frame from B arrives on A's queue 0.
+  f.connect_rc(wire::Qpn(0x13), wire::Qpn(0x22), 1);
+  EXPECT_EQ(f.a.dp->worker_for(wire::Qpn(0x13))->index(), 1u);
   send_sizes(f, {1, 4096, 100000});
   const auto st = f.a.dp->status();
   EXPECT_EQ(st.workers, 2u);

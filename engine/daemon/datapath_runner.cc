@@ -1,0 +1,258 @@
+#include "daemon/datapath_runner.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "wire/udp_sport.h"
+
+namespace xroce::daemon {
+namespace {
+
+constexpr std::uint32_t kEventCqErr = 0;  // IBV_EVENT_CQ_ERR
+constexpr std::uint32_t kEventSrqLimitReached = 15;
+constexpr std::uint8_t kDefaultHopLimit = 64;
+
+void send_record(int fd, const void* record, std::size_t bytes) {
+  if (fd >= 0) (void)send(fd, record, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+// The worker side of one hosted QP: its rings, CQs and address vectors.
+class RingBinding final : public QpBinding {
+ public:
+  RingBinding(const device::Device& device, device::QueuePair& qp, device::CompletionQueue& send_cq,
+              device::CompletionQueue& recv_cq, device::SharedReceiveQueue* srq)
+      : device_(device),
+        qp_(qp),
+        send_cq_(send_cq),
+        recv_cq_(recv_cq),
+        srq_(srq),
+        src_mac_(device.netdev().mac),
+        scratch_(std::max({qp.layout.send_slot_bytes, qp.layout.recv_slot_bytes,
+                           srq != nullptr ? srq->ring.slot_bytes() : 0u})) {}
+
+  bool pull_work_on_worker(transport::Qp& core) override {
+    bool any = pull_sends(core);
+    if (qp_.rq.valid()) any |= pull_recvs(core);
+    if (srq_ != nullptr) any |= pull_srq();
+    return any;
+  }
+
+  bool work_pending_on_worker() const override {
+    return qp_.sq.ready(qp_.sq_consumer) != 0 ||
+           (qp_.rq.valid() && qp_.rq.ready(qp_.rq_consumer) != 0) ||
+           (srq_ != nullptr && srq_->ring.ready(srq_->consumer) != 0);
+  }
+
+  std::vector<int> doorbell_fds_on_worker() const override {
+    std::vector<int> fds{qp_.doorbell.fd()};
+    if (srq_ != nullptr) fds.push_back(srq_->doorbell.fd());
+    return fds;
+  }
+
+  void set_asleep_on_worker(bool asleep) override {
+    const std::uint32_t v = asleep ? queues::kEngineAsleep : queues::kEngineAwake;
+    qp_.sq.header().wakeup.store(v, std::memory_order_seq_cst);
+    if (qp_.rq.valid()) qp_.rq.header().wakeup.store(v, std::memory_order_seq_cst);
+    if (srq_ != nullptr) srq_->ring.header().wakeup.store(v, std::memory_order_seq_cst);
+  }
+
+  void complete_on_worker(const transport::Completion& c) override {
+    device::CompletionQueue& cq = c.is_recv() ? recv_cq_ : send_cq_;
+    switch (cq.push(device::encode_cqe(c))) {
+      case device::CompletionQueue::Push::written:
+        break;
+      case device::CompletionQueue::Push::written_notify: {
+        const control::CompletionEvent event{cq.cookie};
+        send_record(cq.channel_fd, &event, sizeof(event));
+        break;
+      }
+      case device::CompletionQueue::Push::overflow: {
+        const control::AsyncEvent event{cq.cookie, kEventCqErr};
+        send_record(cq.event_fd, &event, sizeof(event));
+        break;
+      }
+    }
+  }
+
+  void event_on_worker(const transport::AsyncEvent& e) override {
+    const control::AsyncEvent event{qp_.cookie, static_cast<std::uint32_t>(e.type)};
+    send_record(qp_.event_fd, &event, sizeof(event));
+  }
+
+  const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
+    if ((av_id & device::kQpAvTag) != 0) {
+      // The path modify_qp set (RTR). The control thread writes qp_.av before it answers the
+      // application, which only then posts the work that makes us transmit.
+      if (!path_ || std::memcmp(&path_attr_, &qp_.av, sizeof(path_attr_)) != 0) {
+        path_attr_ = qp_.av;
+        path_ = frame_address(path_attr_, qp_.av.dgid, true);
+      }
+      return path_ ? &*path_ : nullptr;
+    }
+    auto it = ahs_.find(av_id);
+    if (it == ahs_.end()) {
+      // First use of this address handle on this QP. Known limit: Device's AH map is read here
+      // while the control thread may insert into it (a hook publishing AHs to the workers
+      // would remove this race).
+      const device::AddressHandle* ah = device_.ah(av_id);
+      if (ah == nullptr || ah->owner != qp_.owner) return nullptr;
+      auto address = frame_address(ah->attr, ah->attr.dgid, false);
+      if (!address) return nullptr;
+      it = ahs_.emplace(av_id, *address).first;
+    }
+    return &it->second;
+  }
+
+ private:
+  std::optional<wire::FrameAddress> frame_address(const control::AhAttr& attr,
+                                                  const std::uint8_t (&dgid)[16], bool rc) const {
+    if (attr.sgid_index >= device_.gids().size()) return std::nullopt;
+    wire::FrameAddress a;
+    a.src_mac = src_mac_;
+    std::memcpy(a.src_ip.bytes.data(), device_.gids().at(attr.sgid_index).data(), 16);
+    std::memcpy(a.dst_ip.bytes.data(), dgid, 16);
+    if (a.src_ip.is_v4() != a.dst_ip.is_v4()) return std::nullopt;
+    a.traffic_class = attr.traffic_class;
+    a.hop_limit = attr.hop_limit != 0 ? attr.hop_limit : kDefaultHopLimit;
+    a.flow_label = a.src_ip.is_v4() ? 0 : attr.flow_label;
+    a.udp_src_port = rc ? wire::rdma_get_udp_sport(attr.flow_label, qp_.qpn, dest_qpn_)
+                        : wire::udp_sport_at_create(qp_.qpn);
+    return a;
+  }
+
+  bool pull_sends(transport::Qp& core) {
+    bool any = false;
+    const std::uint32_t bytes = qp_.layout.send_slot_bytes;
+    for (std::uint32_t ready = qp_.sq.ready(qp_.sq_consumer); ready > 0; --ready) {
+      std::memcpy(scratch_.data(), qp_.sq.slot(qp_.sq_consumer), bytes);  // copy, then check
+      auto wqe = device::decode_send_wqe(scratch_.data(), bytes, qp_.cap.max_send_sge,
+                                         qp_.cap.max_inline_data);
+      int err = EINVAL;
+      if (wqe) {
+        err = (wqe->wr.send_flags & transport::send_flags::kInline) != 0
+                  ? core.post_send_inline(wqe->wr, wqe->inline_data)
+                  : core.post_send(wqe->wr);
+        if (err == 0) dest_qpn_ = core.attr().dest_qp_num;
+      }
+      if (err == ENOMEM) break;  // the transport's queue is full: take it on a later turn
+      if (err != 0) fail_wqe(transport::WcOpcode::kSend);
+      qp_.sq.release(++qp_.sq_consumer);
+      any = true;
+    }
+    return any;
+  }
+
+  bool pull_recvs(transport::Qp& core) {
+    bool any = false;
+    const std::uint32_t bytes = qp_.layout.recv_slot_bytes;
+    for (std::uint32_t ready = qp_.rq.ready(qp_.rq_consumer); ready > 0; --ready) {
+      std::memcpy(scratch_.data(), qp_.rq.slot(qp_.rq_consumer), bytes);
+      auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, qp_.cap.max_recv_sge);
+      const int err = wqe ? core.post_recv(*wqe) : EINVAL;
+      if (err == ENOMEM) break;
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);
+      qp_.rq.release(++qp_.rq_consumer);
+      any = true;
+    }
+    return any;
+  }
+
+  bool pull_srq() {
+    bool any = false;
+    const std::uint32_t bytes = srq_->ring.slot_bytes();
+    for (std::uint32_t ready = srq_->ring.ready(srq_->consumer); ready > 0; --ready) {
+      std::memcpy(scratch_.data(), srq_->ring.slot(srq_->consumer), bytes);
+      auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq_->attr.max_sge);
+      if (wqe && srq_->srq->post_recv(*wqe) == ENOMEM) break;
+      srq_->ring.release(++srq_->consumer);
+      any = true;
+    }
+    if (srq_->srq->poll_limit_event()) {
+      const control::AsyncEvent event{srq_->cookie, kEventSrqLimitReached};
+      send_record(srq_->event_fd, &event, sizeof(event));
+    }
+    return any;
+  }
+
+  // A WQE the provider should never have written (it validates at post time): complete it
+  // with an error rather than act on it.
+  void fail_wqe(transport::WcOpcode opcode) {
+    transport::Completion c;
+    std::memcpy(&c.wr_id, scratch_.data(), sizeof(c.wr_id));  // wr_id leads every WQE
+    c.status = transport::WcStatus::kLocQpOpErr;
+    c.opcode = opcode;
+    c.qp_num = qp_.qpn;
+    complete_on_worker(c);
+  }
+
+  const device::Device& device_;
+  device::QueuePair& qp_;
+  device::CompletionQueue& send_cq_;
+  device::CompletionQueue& recv_cq_;
+  device::SharedReceiveQueue* srq_;
+  wire::MacAddr src_mac_;
+  std::vector<std::uint8_t> scratch_;
+  wire::Qpn dest_qpn_;
+  control::AhAttr path_attr_{};
+  std::optional<wire::FrameAddress> path_;
+  std::map<std::uint32_t, wire::FrameAddress> ahs_;
+};
+
+}  // namespace
+
+DatapathRunner::DatapathRunner(device::Device& device, std::unique_ptr<Datapath> datapath)
+    : device_(device), datapath_(std::move(datapath)) {}
+
+DatapathRunner::~DatapathRunner() = default;
+
+std::uint32_t DatapathRunner::choose_worker(const device::QueuePair& qp) {
+  for (const void* shared : {static_cast<const void*>(device_.cq(qp.owner, qp.send_cq)),
+                             static_cast<const void*>(device_.cq(qp.owner, qp.recv_cq)),
+                             static_cast<const void*>(device_.srq(qp.owner, qp.srq))}) {
+    const auto it = shared_.find(shared);
+    if (shared != nullptr && it != shared_.end()) return it->second.worker;
+  }
+  return datapath_->least_loaded_worker();
+}
+
+void DatapathRunner::host(device::QueuePair& qp, std::unique_ptr<transport::Qp> core) {
+  device::CompletionQueue* send_cq = device_.cq(qp.owner, qp.send_cq);
+  device::CompletionQueue* recv_cq = device_.cq(qp.owner, qp.recv_cq);
+  device::SharedReceiveQueue* srq = qp.srq != 0 ? device_.srq(qp.owner, qp.srq) : nullptr;
+  const std::uint32_t worker = choose_worker(qp);
+  for (const void* shared : {static_cast<const void*>(send_cq), static_cast<const void*>(recv_cq),
+                             static_cast<const void*>(srq)}) {
+    if (shared == nullptr) continue;
+    auto [it, added] = shared_.try_emplace(shared, Placement{worker, 0});
+    ++it->second.users;
+  }
+  auto binding = std::make_unique<RingBinding>(device_, qp, *send_cq, *recv_cq, srq);
+  datapath_->add_qp(HostedQp{std::move(core), std::move(binding)}, worker);
+}
+
+void DatapathRunner::run(device::QueuePair& qp, const std::function<void(transport::Qp&)>& fn) {
+  Worker* w = datapath_->worker_for(qp.qpn);
+  if (w == nullptr) return;
+  const wire::Qpn qpn = qp.qpn;
+  w->call([&fn, qpn](Worker& self) {
+    if (transport::Qp* core = self.find_qp_on_worker(qpn)) fn(*core);
+    return 0;
+  });
+}
+
+void DatapathRunner::unhost(device::QueuePair& qp) {
+  datapath_->remove_qp(qp.qpn);
+  for (const void* shared :
+       {static_cast<const void*>(device_.cq(qp.owner, qp.send_cq)),
+        static_cast<const void*>(device_.cq(qp.owner, qp.recv_cq)),
+        static_cast<const void*>(qp.srq != 0 ? device_.srq(qp.owner, qp.srq) : nullptr)}) {
+    const auto it = shared_.find(shared);
+    if (shared == nullptr || it == shared_.end()) continue;
+    if (--it->second.users == 0) shared_.erase(it);
+  }
+}
+
+}  // namespace xroce::daemon

@@ -1,0 +1,46 @@
+// DatapathRunner: the device model's QpRunner (engine/device/objects.h) over a Datapath. It
+// places each new QP on a worker and binds the QP's shared-memory rings (include/xroce/
+// queues.h) to it: WQEs from the SQ/RQ/SRQ rings into the transport, completions into the CQ
+// rings (with a completion-channel event when the CQ is armed), async events to the owner's
+// event socket, address vectors from the QP's path or the UD WQE's address handle.
+//
+// Placement: QPs that share a CQ or an SRQ go to the same worker (a CQ ring has one producer,
+// and the transport's Srq is single-threaded); otherwise the least loaded worker.
+//
+// Threading: host/run/unhost run on the control thread (the Device's). RingBinding runs on the
+// owning worker only.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "daemon/datapath.h"
+#include "device/device.h"
+
+namespace xroce::daemon {
+
+class DatapathRunner final : public device::QpRunner {
+ public:
+  DatapathRunner(device::Device& device, std::unique_ptr<Datapath> datapath);
+  ~DatapathRunner() override;
+
+  void host(device::QueuePair& qp, std::unique_ptr<transport::Qp> core) override;
+  void run(device::QueuePair& qp, const std::function<void(transport::Qp&)>& fn) override;
+  void unhost(device::QueuePair& qp) override;
+
+  Datapath& datapath() { return *datapath_; }
+
+ private:
+  std::uint32_t choose_worker(const device::QueuePair& qp);
+
+  device::Device& device_;
+  std::unique_ptr<Datapath> datapath_;
+  // Which worker writes each CQ / serves each SRQ, by the object's address, with a use count.
+  struct Placement {
+    std::uint32_t worker;
+    std::uint32_t users;
+  };
+  std::map<const void*, Placement> shared_;
+};
+
+}  // namespace xroce::daemon
