@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <span>
 
 #include "transport/completer.h"
 #include "transport/qp_context.h"
@@ -43,9 +42,6 @@ class Qp {
   // Return 0, EINVAL (bad state, opcode or shape) or ENOMEM (queue full), as verbs do.
   int post_send(const WorkRequest& wr);
   int post_recv(const RecvRequest& wr);
-  // An IBV_SEND_INLINE send whose data the caller already holds (the provider copies inline
-  // data into the WQE itself, so there are no SGEs to gather from): `wr` has kInline and no SGEs.
-  int post_send_inline(const WorkRequest& wr, std::span<const std::uint8_t> data);
   // An IBV_SEND_INLINE send whose data the caller already holds (the provider copies inline
   // data into the WQE itself, so there are no SGEs to gather from): `wr` has kInline and no SGEs.
   int post_send_inline(const WorkRequest& wr, std::span<const std::uint8_t> data);
