@@ -16,6 +16,8 @@ void register_sim(CLI::App& app, ExitStatus& status);   // cmd_sim.cc
 void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
 void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc
 void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
+void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
+void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

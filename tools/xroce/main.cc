@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   xroce::cli::register_link(app, status);
   xroce::cli::register_env(app, status);
   xroce::cli::register_exec(app, status);
+  xroce::cli::register_stat(app, status);
+  xroce::cli::register_qp(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
