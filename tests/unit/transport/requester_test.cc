@@ -373,6 +373,23 @@ TEST_F(RequesterTest, InlineDataIsCopiedAtPostTime) {
   EXPECT_EQ(out[0].payload, expected);
 }
 
+TEST_F(RequesterTest, InlineDataHandedOverByTheProviderIsSentAsIs) {
+  const std::vector<std::uint8_t> data{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2};
+  auto w = wr(WrOpcode::kSendWithImm, 1, {}, send_flags::kSignaled | send_flags::kInline);
+  w.imm_data = 3;
+  ASSERT_EQ(qp->post_send_inline(w, data), 0);
+  EXPECT_EQ(qp->post_send_inline(wr(WrOpcode::kSend, 2, {}), data), EINVAL);   // not kInline
+  EXPECT_EQ(qp->post_send_inline(w, std::vector<std::uint8_t>(257)), EINVAL);  // > max inline
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcSendOnlyImm);
+  EXPECT_EQ(out[0].payload, data);
+  receive(ack(kSqPsn));
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].byte_len, data.size());
+}
+
 TEST_F(RequesterTest, BadLkeyIsALocalProtectionErrorAfterEarlierWorkCompletes) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {Sge{local, 8, wire::Lkey(0xBAD00)}})), 0);
