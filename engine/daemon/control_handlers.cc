@@ -226,6 +226,17 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
   served.model->update_addresses(read_addresses(netdev_name));
   served.port = request.port;
   served.queues = request.queues;
+  auto runner = start_datapath(
+      *served.model,
+      request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
+      request.queues);
+  if (!runner) {
+    std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
+                 runner.error().c_str());
+    return {EOPNOTSUPP, {}};
+  }
+  served.runner = std::move(*runner);
+  served.model->set_runner(served.runner.get());
   served.uverbs = create_device_node();
   if (served.uverbs.empty()) return {errno != 0 ? errno : EIO, {}};
   if (int err = tree_.write_device(*served.model, served.uverbs, paths_.control_socket)) {
@@ -296,9 +307,9 @@ ControlServer::Reply ControlServer::link_show() {
                    {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
                    {"port_kind", port_kind_name(served.port)},
                    {"queues", served.queues},
-                   // Packet I/O is not attached yet: the device model and discovery work,
-                   // the data path does not.
-                   {"datapath", "none"},
+                   {"datapath", served.runner ? served.runner->datapath().status().port_mode
+                                              : std::string("none")},
+                   {"workers", served.runner ? served.runner->datapath().worker_count() : 0},
                    {"contexts", contexts},
                    {"pds", dev.pd_count()},
                    {"mrs", dev.memory_regions().size()},

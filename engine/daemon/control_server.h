@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "daemon/datapath_runner.h"
 #include "daemon/netdev.h"
 #include "daemon/run_dir.h"
 #include "daemon/sysfs_tree.h"
@@ -40,6 +41,8 @@ class ControlServer {
     std::string uverbs;
     control::PortKind port = control::PortKind::afxdp;
     uint32_t queues = 0;
+    // Last, so it is destroyed first: the workers stop before the model's objects go.
+    std::unique_ptr<DatapathRunner> runner;
   };
   struct Client {
     device::ClientId id = 0;

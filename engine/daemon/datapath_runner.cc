@@ -1,9 +1,11 @@
 #include "daemon/datapath_runner.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "wire/udp_sport.h"
@@ -201,7 +203,45 @@ class RingBinding final : public QpBinding {
   std::map<std::uint32_t, wire::FrameAddress> ahs_;
 };
 
+// Receive queues of a netdev, as sysfs lists them (queues/rx-N).
+std::uint32_t rx_queue_count(const std::string& ifname) {
+  std::error_code ec;
+  std::uint32_t n = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/sys/class/net/" + ifname + "/queues", ec)) {
+    if (entry.path().filename().string().rfind("rx-", 0) == 0) ++n;
+  }
+  return n == 0 ? 1 : n;
+}
+
 }  // namespace
+
+wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device::Device& device,
+                                                                          DatapathPort port,
+                                                                          std::uint32_t queues) {
+  const device::NetdevState& netdev = device.netdev();
+  DatapathConfig config;
+  config.ifname = netdev.name;
+  config.ifindex = netdev.ifindex;
+  config.mac = netdev.mac;
+  config.port = port;
+  config.mtu = netdev.mtu;
+  if (queues == 0 && port == DatapathPort::kAfXdp) {
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    queues =
+        std::min(cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1u, rx_queue_count(netdev.name));
+  }
+  config.queues = queues;
+  for (std::size_t i = 0; i < device.gids().size(); ++i) {
+    if (device::is_zero(device.gids().at(i))) continue;
+    wire::IpAddr ip;
+    std::memcpy(ip.bytes.data(), device.gids().at(i).data(), ip.bytes.size());
+    config.local_ips.push_back(ip);
+  }
+  auto datapath = Datapath::open(config);
+  if (!datapath) return wire::Err(datapath.error());
+  return std::make_unique<DatapathRunner>(device, std::move(*datapath));
+}
 
 DatapathRunner::DatapathRunner(device::Device& device, std::unique_ptr<Datapath> datapath)
     : device_(device), datapath_(std::move(datapath)) {}

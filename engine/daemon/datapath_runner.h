@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 
 #include "daemon/datapath.h"
 #include "device/device.h"
@@ -42,5 +43,12 @@ class DatapathRunner final : public device::QpRunner {
   };
   std::map<const void*, Placement> shared_;
 };
+
+// Opens `device`'s data path (ports on its netdev, workers) and the runner over it. `queues` 0
+// means one per online CPU, capped by the netdev's receive queues (AF_XDP binds one socket
+// per queue); a UDP port always has one. The error says what failed.
+wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device::Device& device,
+                                                                          DatapathPort port,
+                                                                          std::uint32_t queues);
 
 }  // namespace xroce::daemon
