@@ -222,7 +222,12 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
   if (!state) return {state.error(), {}};
 
   ServedDevice served;
-  served.model = std::make_unique<device::Device>(name, *state, static_cast<uint32_t>(getpid()));
+  served.memory = std::make_shared<device::ProcessMemoryDirectory>();
+  served.model = std::make_unique<device::Device>(
+      name, *state, static_cast<uint32_t>(getpid()),
+      [directory = served.memory](int pid) -> std::unique_ptr<transport::MemoryAccess> {
+        return directory->view(pid);
+      });
   served.model->update_addresses(read_addresses(netdev_name));
   served.port = request.port;
   served.queues = request.queues;

@@ -18,6 +18,7 @@
 #include "daemon/run_dir.h"
 #include "daemon/sysfs_tree.h"
 #include "device/device.h"
+#include "device/dma.h"
 #include "xroce/control.h"
 
 namespace xroce::daemon {
@@ -37,6 +38,8 @@ class ControlServer {
 
  private:
   struct ServedDevice {
+    // Before the model, which holds views of it: client processes' memory (decision 5).
+    std::shared_ptr<device::ProcessMemoryDirectory> memory;
     std::unique_ptr<device::Device> model;
     std::string uverbs;
     control::PortKind port = control::PortKind::afxdp;
