@@ -43,7 +43,7 @@ Worker::Worker(WorkerConfig config)
       port_mode_(port_->mode()),
       ifindex_(config.ifindex),
       resolve_macs_(config.resolve_macs),
-      spin_turns_(config.spin_turns),
+      spin_ns_(config.spin_ns),
       payload_buf_(kPayloadBufBytes),
       frame_buf_(kFrameBufBytes) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -174,7 +174,7 @@ std::size_t Worker::qp_count_on_worker() const {
 
 void Worker::run() {
   thread_id_.store(std::this_thread::get_id());
-  std::uint32_t idle_turns = 0;
+  std::uint64_t idle_since_ns = 0;  // 0: the last turn did work
   while (!stop_.load(std::memory_order_relaxed)) {
     std::uint64_t now = monotonic_now_ns();
     bool busy = run_commands_on_worker();
@@ -188,10 +188,12 @@ void Worker::run() {
     busy |= drain_outputs_on_worker(now);
     busy |= flush_on_worker(now);
     if (busy) {
-      idle_turns = 0;
-    } else if (++idle_turns >= spin_turns_) {
+      idle_since_ns = 0;
+    } else if (idle_since_ns == 0) {
+      idle_since_ns = now;
+    } else if (now - idle_since_ns >= spin_ns_) {
       sleep_on_worker(now);
-      idle_turns = 0;
+      idle_since_ns = 0;
     }
   }
   run_commands_on_worker();  // a call() waiting on us must not hang

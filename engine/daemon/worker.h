@@ -16,7 +16,7 @@
 // The loop, each turn: commands, new work from the QPs' rings (QpBinding::pull_work_on_worker),
 // handed-over frames, port receive, expired timers, then every QP's outputs (packets out
 // through the port, completions and events to the binding). An idle worker spins
-// `spin_turns` empty turns, then sleeps in io_uring on the port's fd, its eventfd and the
+// for `spin_ns` without work, then sleeps in io_uring on the port's fd, its eventfd and the
 // earliest QP deadline.
 #pragma once
 
@@ -76,7 +76,10 @@ struct WorkerConfig {
   std::unique_ptr<net::Port> port;
   int ifindex = 0;            // for neighbour resolution
   bool resolve_macs = false;  // AF_XDP: we write the Ethernet header; UDP: the kernel does
-  std::uint32_t spin_turns = 4096;
+  // Idle time spent spinning before sleeping. Short: on a host with fewer cores than busy
+  // threads (the applications poll their CQs), a spinning worker takes the core the
+  // application needs, and a sleeping one is woken at once by its doorbell or port.
+  std::uint64_t spin_ns = 20'000;
 };
 
 class Worker {
@@ -169,7 +172,7 @@ class Worker {
   net::PortMode port_mode_;
   int ifindex_;
   bool resolve_macs_;
-  std::uint32_t spin_turns_;
+  std::uint64_t spin_ns_;
 
   std::vector<Worker*> peers_;
   std::vector<std::unique_ptr<HandoverRing>> inbox_;  // inbox_[i]: frames from worker i
