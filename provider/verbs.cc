@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "provider/queues.h"
 #include "provider/xroce.h"
 
 namespace xroce::provider {
@@ -153,12 +154,32 @@ verbs_context_ops make_ops() {
   verbs_context_ops ops{};
   ops.alloc_pd = alloc_pd;
   ops.async_event = async_event;
+  ops.create_ah = create_ah;
+  ops.create_cq = create_cq;
+  ops.create_cq_ex = create_cq_ex;
+  ops.create_qp = create_qp;
+  ops.create_qp_ex = create_qp_ex;
+  ops.create_srq = create_srq;
   ops.dealloc_pd = dealloc_pd;
   ops.dereg_mr = dereg_mr;
+  ops.destroy_ah = destroy_ah;
+  ops.destroy_cq = destroy_cq;
+  ops.destroy_qp = destroy_qp;
+  ops.destroy_srq = destroy_srq;
   ops.free_context = free_context;
+  ops.modify_qp = modify_qp;
+  ops.modify_srq = modify_srq;
+  ops.poll_cq = poll_cq;
+  ops.post_recv = post_recv;
+  ops.post_send = post_send;
+  ops.post_srq_recv = post_srq_recv;
   ops.query_device_ex = query_device_ex;
   ops.query_port = query_port;
+  ops.query_qp = query_qp;
+  ops.query_srq = query_srq;
   ops.reg_mr = reg_mr;
+  ops.req_notify_cq = req_notify_cq;
+  ops.resize_cq = resize_cq;
   return ops;
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 
+#include "provider/queues.h"
 #include "provider/verbs.h"
 
 namespace xroce::provider {
@@ -157,6 +158,21 @@ int call(ibv_context* ctx, control::Op op, const void* request, std::size_t requ
   return err == ETIMEDOUT ? EIO : err;
 }
 
+int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
+             void* reply, std::size_t reply_len, int* fds, int max_fds) {
+  ContextState* state = to_context(ctx)->state;
+  std::lock_guard guard(state->lock);
+  const int err = state->control.call_fds(op, request, request_len, reply, reply_len, fds, max_fds);
+  return err == ETIMEDOUT ? EIO : err;
+}
+
+uint32_t channel_handle(ibv_comp_channel* channel) {
+  ContextState* state = to_context(channel->context)->state;
+  std::lock_guard guard(state->lock);
+  auto it = state->channels.find(channel);
+  return it == state->channels.end() ? 0 : it->second;
+}
+
 // The channel's fd is one end of a socketpair made here, in the application, as the kernel
 // would make it in the application's fd table; the daemon gets the other end and will write
 // control::CompletionEvent records on it, which ibv_get_cq_event() reads unchanged.
@@ -178,6 +194,11 @@ ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   channel->context = ctx;
   channel->fd = ends[0];
   channel->refcnt = 0;
+  {
+    ContextState* state = to_context(ctx)->state;
+    std::lock_guard guard(state->lock);
+    state->channels[channel] = reply.handle;
+  }
   return channel;
 }
 

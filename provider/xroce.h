@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 
 #include "daemon/control_client.h"
 #include "xroce/provider_abi.h"
+#include "xroce/queues.h"
 
 namespace xroce::provider {
 
@@ -25,8 +27,9 @@ static_assert(offsetof(Device, ext) == sizeof(verbs_device));
 // What a context keeps beside the verbs_context that libibverbs allocates for us (calloc'd, so
 // it holds only a pointer to this C++ object).
 struct ContextState {
-  std::mutex lock;  // serialises the control connection
+  std::mutex lock;  // serialises the control connection and guards `channels`
   daemon::ControlClient control;
+  std::map<ibv_comp_channel*, uint32_t> channels;  // completion channel -> daemon handle
 };
 
 struct Context {
@@ -42,6 +45,59 @@ struct Mr {
   ::verbs_mr vmr;
 };
 
+// A shared-memory region the daemon passed us (include/xroce/queues.h), mapped MAP_SHARED.
+struct Mapping {
+  void* base = nullptr;
+  std::size_t bytes = 0;
+  int map(int fd, std::size_t length);  // 0 or errno; closes fd either way
+  void unmap();
+};
+
+// A CQ: ibv_cq_ex first (its leading fields are ibv_cq's, so one struct serves both APIs).
+struct Cq {
+  ibv_cq_ex cq_ex;
+  uint32_t handle = 0;
+  Mapping mapping;
+  queues::Ring ring;
+  uint32_t consumer = 0;  // our private consumer index (published with ring.release)
+  std::mutex lock;
+  queues::Cqe current{};  // the entry start_poll/next_poll made current (ibv_cq_ex API)
+};
+
+struct Qp {
+  verbs_qp vqp;  // must be first: ibv_qp_to_qp_ex() reads verbs_qp.comp_mask
+  uint32_t handle = 0;
+  control::QpCap cap{};
+  bool sq_sig_all = false;
+  Mapping mapping;
+  queues::Ring sq;
+  queues::Ring rq;       // not valid() on an SRQ
+  uint32_t sq_next = 0;  // private producer indices
+  uint32_t rq_next = 0;
+  int doorbell_fd = -1;
+  std::mutex sq_lock;
+  std::mutex rq_lock;
+  // ibv_wr_* batch state, between wr_start and wr_complete/wr_abort (sq_lock held).
+  uint32_t batch_start = 0;
+  int batch_error = 0;
+  queues::SendWqe* batch_wqe = nullptr;  // the WQE the last wr_<opcode> began
+};
+
+struct Srq {
+  ibv_srq srq;
+  uint32_t handle = 0;
+  uint32_t max_sge = 0;
+  Mapping mapping;
+  queues::Ring ring;
+  uint32_t next = 0;
+  int doorbell_fd = -1;
+  std::mutex lock;
+};
+
+struct Ah {
+  ibv_ah ah;
+};
+
 // ibv_context sits at the end of verbs_context ("grows up" fields come first): container_of.
 inline Context* to_context(ibv_context* ctx) {
   return reinterpret_cast<Context*>(reinterpret_cast<char*>(ctx) -
@@ -52,6 +108,10 @@ inline Context* to_context(ibv_context* ctx) {
 // as EIO, the errno of a device that has died under its users.
 int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
          void* reply, std::size_t reply_len, int pass_fd = -1);
+
+// A control call whose reply carries descriptors (control::kMaxReplyFds at most).
+int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
+             void* reply, std::size_t reply_len, int* fds, int max_fds);
 
 // ibv_create_comp_channel for xroce contexts, reached through libxroce-preload.so.
 ibv_comp_channel* create_comp_channel(ibv_context* ctx);

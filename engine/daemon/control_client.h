@@ -29,12 +29,16 @@ class ControlClient {
   // the reply status (0 or positive errno); on 0 copies up to reply_len body bytes to reply.
   int call(control::Op op, const void* request, std::size_t request_len, void* reply,
            std::size_t reply_len, int pass_fd = -1);
+  // For replies that carry descriptors: up to `max_fds` of them are stored in fds[] (the rest
+  // set to -1); the caller owns them. On an error status none are kept.
+  int call_fds(control::Op op, const void* request, std::size_t request_len, void* reply,
+               std::size_t reply_len, int* fds, int max_fds);
   // For replies that carry text (control::TextReply).
   int call_text(control::Op op, const void* request, std::size_t request_len, std::string& text);
 
  private:
   int exchange(control::Op op, const void* request, std::size_t request_len, int pass_fd,
-               std::string& reply_body);
+               std::string& reply_body, int* fds = nullptr, int max_fds = 0);
 
   int fd_ = -1;
   uint32_t seq_ = 0;

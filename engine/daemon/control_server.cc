@@ -167,7 +167,27 @@ void ControlServer::serve_client(int fd) {
   header.status = reply.status;
   std::string out(reinterpret_cast<const char*>(&header), sizeof(header));
   if (reply.status == 0) out += reply.body;
-  send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  send_reply(fd, out, reply.status == 0 ? reply.fds : std::vector<int>{});
+}
+
+// One datagram, with the reply's descriptors (still owned by their objects: the kernel gives
+// the client its own copies).
+void ControlServer::send_reply(int fd, const std::string& out, const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(out.data()), out.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control_buf[CMSG_SPACE(sizeof(int) * control::kMaxReplyFds)] = {};
+  if (!fds.empty() && fds.size() <= static_cast<std::size_t>(control::kMaxReplyFds)) {
+    msg.msg_control = control_buf;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(cmsg), fds.data(), sizeof(int) * fds.size());
+  }
+  sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void ControlServer::drop_client(int fd) {
@@ -212,6 +232,36 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
       return link_del(client, body);
     case control::Op::link_show:
       return link_show();
+    case control::Op::stat:
+      return stat(body);
+    case control::Op::qp_show:
+      return qp_show(body);
+    case control::Op::create_cq:
+      return create_cq(client, body);
+    case control::Op::destroy_cq:
+      return destroy_cq(client, body);
+    case control::Op::resize_cq:
+      return resize_cq(client, body);
+    case control::Op::create_qp:
+      return create_qp(client, body);
+    case control::Op::modify_qp:
+      return modify_qp(client, body);
+    case control::Op::query_qp:
+      return query_qp(client, body);
+    case control::Op::destroy_qp:
+      return destroy_qp(client, body);
+    case control::Op::create_srq:
+      return create_srq(client, body);
+    case control::Op::modify_srq:
+      return modify_srq(client, body);
+    case control::Op::query_srq:
+      return query_srq(client, body);
+    case control::Op::destroy_srq:
+      return destroy_srq(client, body);
+    case control::Op::create_ah:
+      return create_ah(client, body);
+    case control::Op::destroy_ah:
+      return destroy_ah(client, body);
     default:
       return {EOPNOTSUPP, {}};
   }

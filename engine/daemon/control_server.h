@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/datapath_runner.h"
 #include "daemon/netdev.h"
@@ -59,6 +60,7 @@ class ControlServer {
   struct Reply {
     int32_t status = 0;
     std::string body;
+    std::vector<int> fds = {};  // passed with the reply; not closed (their objects own them)
   };
 
   void accept_client();
@@ -76,6 +78,24 @@ class ControlServer {
   Reply link_add(const Client& client, const std::string& body);
   Reply link_del(const Client& client, const std::string& body);
   Reply link_show();
+  // control_stat.cc: `xroce stat` and `xroce qp show`.
+  Reply stat(const std::string& body);
+  Reply qp_show(const std::string& body);
+  // control_queues.cc: the data path objects.
+  Reply create_cq(const Client& client, const std::string& body);
+  Reply destroy_cq(const Client& client, const std::string& body);
+  Reply resize_cq(const Client& client, const std::string& body);
+  Reply create_qp(const Client& client, const std::string& body);
+  Reply modify_qp(const Client& client, const std::string& body);
+  Reply query_qp(const Client& client, const std::string& body);
+  Reply destroy_qp(const Client& client, const std::string& body);
+  Reply create_srq(const Client& client, const std::string& body);
+  Reply modify_srq(const Client& client, const std::string& body);
+  Reply query_srq(const Client& client, const std::string& body);
+  Reply destroy_srq(const Client& client, const std::string& body);
+  Reply create_ah(const Client& client, const std::string& body);
+  Reply destroy_ah(const Client& client, const std::string& body);
+  void send_reply(int fd, const std::string& out, const std::vector<int>& fds);
   void refresh_netdevs();
   void send_event(const std::string& device, uint64_t element, uint32_t event_type);
   void shutdown();

@@ -13,6 +13,7 @@ namespace {
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kQpnSpace = 1u << 24;
 constexpr uint32_t kQpTypeRc = 2;  // ibv_qp_type
+constexpr uint32_t kQpTypeUc = 3;
 constexpr uint32_t kQpTypeUd = 4;
 constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
 constexpr uint32_t kSrqLimit = 2;
@@ -229,7 +230,9 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr || (r.srq != 0 && !shared)) {
     return Err{EINVAL};
   }
-  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUd) return Err{EINVAL};
+  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUc && r.qp_type != kQpTypeUd) {
+    return Err{EINVAL};
+  }
   const control::QpCap& c = r.cap;
   if (c.max_send_wr > limits_.max_qp_wr || c.max_send_sge > limits_.max_sge ||
       c.max_inline_data > limits_.max_inline_data ||

@@ -111,6 +111,21 @@ struct verbs_mr {
   int access;
 };
 
+// driver.h's verbs_qp: what ibv_qp_to_qp_ex() reads (comp_mask & VERBS_QP_EX) to find the
+// extended QP. Allocated by the provider.
+enum : uint32_t {
+  XROCE_VERBS_QP_XRCD = 1 << 0,
+  XROCE_VERBS_QP_EX = 1 << 1,
+};
+struct verbs_qp {
+  union {
+    ibv_qp qp;
+    ibv_qp_ex qp_ex;
+  };
+  uint32_t comp_mask;
+  void* xrcd;  // struct verbs_xrcd*, unused
+};
+
 // Every op a provider may supply, in driver.h's (sorted) order. verbs_set_ops copies each
 // non-null entry; null entries keep libibverbs' dummies, which fail with EOPNOTSUPP.
 struct verbs_context_ops {
@@ -209,6 +224,9 @@ void* _verbs_init_and_alloc_context(ibv_device* device, int cmd_fd, size_t alloc
                                     verbs_context* context_offset, uint32_t driver_id);
 void verbs_uninit_context(verbs_context* context);
 void verbs_set_ops(verbs_context* vctx, const verbs_context_ops* ops);
+// Sets the CQ's context, channel (taking a reference), cq_context, event counters, mutex and
+// cond, as ibv_create_cq does after the provider's create_cq; create_cq_ex must call it itself.
+void verbs_init_cq(ibv_cq* cq, ibv_context* context, ibv_comp_channel* channel, void* cq_context);
 
 }  // extern "C"
 
@@ -238,6 +256,8 @@ static_assert(offsetof(verbs_device, ops) == sizeof(ibv_device));
 static_assert(offsetof(verbs_device, entry) == sizeof(ibv_device) + 16);
 static_assert(sizeof(verbs_device) == sizeof(ibv_device) + 48);
 static_assert(offsetof(verbs_mr, ibv_mr) == 0);
+static_assert(offsetof(ibv_qp_ex, qp_base) == 0 &&
+              offsetof(verbs_qp, comp_mask) == sizeof(ibv_qp_ex));
 static_assert(sizeof(verbs_mr) == sizeof(ibv_mr) + 8);
 static_assert(offsetof(verbs_match_ent, u) == 8 && offsetof(verbs_match_ent, kind) == 20);
 static_assert(sizeof(verbs_match_ent) == 24);

@@ -218,11 +218,19 @@ TEST_F(DeviceTest, CompletionChannelsComeFromThePreloadLibrary) {
   auto without = app(host, {"env", "-u", "LD_PRELOAD", probe_bin(), "xre0", "nochannel"});
   EXPECT_EQ(without.status, 0) << without.output;
   EXPECT_EQ(without.output.find("FAILED"), std::string::npos) << without.output;
-  // An unmodified binary gets past channel creation (and stops at the CQ: no transport yet).
-  auto pingpong = app(host, {"timeout", "10", "ibv_rc_pingpong", "-e", "-d", "xre0", "-g", "0"});
-  EXPECT_EQ(pingpong.output.find("Couldn't create completion channel"), std::string::npos)
-      << pingpong.output;
-  EXPECT_NE(pingpong.output.find("Couldn't create CQ"), std::string::npos) << pingpong.output;
+  // An unmodified binary gets past channel, CQ and QP creation to waiting for its peer.
+  auto pingpong = app(host, {"timeout", "3", "ibv_rc_pingpong", "-e", "-d", "xre0", "-g", "0"});
+  EXPECT_EQ(pingpong.status, 124) << pingpong.output;  // still waiting when timeout stops it
+  EXPECT_EQ(pingpong.output.find("Couldn't"), std::string::npos) << pingpong.output;
+}
+
+TEST_F(DeviceTest, DataPathObjectsBehaveAsOnARealDevice) {
+  Host host("xre2e-objects", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto r = app(host, {probe_bin(), "xre0", "objects"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("check rtr_to_rts ok"), std::string::npos) << r.output;
 }
 
 TEST_F(DeviceTest, PortAndGidChangesArriveAsAsyncEvents) {

@@ -2,7 +2,9 @@
 // device named on its command line and prints what it found, one "key value" per line:
 //
 //   verbs_probe DEV pdmr     alloc a PD, register two MRs, check keys and bad registrations
-//   verbs_probe DEV unsup    verbs the device does not do yet fail cleanly (no false success)
+//   verbs_probe DEV unsup    verbs the device does not do fail cleanly (no false success)
+//   verbs_probe DEV objects  CQs, QPs (RC, UD, extended), SRQs, AHs: creation, the errnos a
+//                            real device gives, a QP walked RESET->INIT->RTR->RTS, posting
 //   verbs_probe DEV channel  a completion channel works (run with libxroce-preload.so)
 //   verbs_probe DEV nochannel  without the preload, creating one fails cleanly
 //   verbs_probe DEV pdloop N time N alloc_pd/dealloc_pd pairs (control-path latency)
@@ -11,6 +13,7 @@
 //                            try another verb (the daemon is stopped meanwhile)
 //
 // Exit status 0 when every check it makes itself passed.
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -24,14 +27,20 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "verbs_probe.h"
 
+namespace xroce::probe {
+
+namespace {
 int failures = 0;
+}
 
 void check(bool ok, const char* what) {
   std::printf("check %s %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) ++failures;
 }
+
+namespace {
 
 ibv_context* open_named(const char* name) {
   int n = 0;
@@ -78,15 +87,16 @@ int pdmr(ibv_context* ctx) {
 }
 
 int unsupported(ibv_context* ctx) {
-  errno = 0;
-  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
-  check(cq == nullptr && errno == EOPNOTSUPP, "create_cq_eopnotsupp");
   ibv_pd* pd = ibv_alloc_pd(ctx);
-  ibv_qp_init_attr init{};
-  init.qp_type = IBV_QPT_RC;
   errno = 0;
-  ibv_qp* qp = pd != nullptr ? ibv_create_qp(pd, &init) : nullptr;
-  check(qp == nullptr && errno == EOPNOTSUPP, "create_qp_eopnotsupp");
+  ibv_mw* mw = pd != nullptr ? ibv_alloc_mw(pd, IBV_MW_TYPE_1) : nullptr;
+  check(mw == nullptr && errno == EOPNOTSUPP, "alloc_mw_eopnotsupp");
+  ibv_xrcd_init_attr xrcd_attr{};
+  xrcd_attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xrcd_attr.fd = -1;
+  xrcd_attr.oflags = O_CREAT;
+  errno = 0;
+  check(ibv_open_xrcd(ctx, &xrcd_attr) == nullptr && errno == EOPNOTSUPP, "open_xrcd_eopnotsupp");
   if (pd != nullptr) ibv_dealloc_pd(pd);
   // GIDs come through libibverbs' sysfs fallback.
   ibv_gid gid{};
@@ -172,10 +182,11 @@ int hold(ibv_context* ctx) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main_probe(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: verbs_probe DEV pdmr|unsup|channel|nochannel|events|hold|pdloop N\n");
+    std::fprintf(
+        stderr,
+        "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -187,6 +198,7 @@ int main(int argc, char** argv) {
   int rc = 2;
   if (mode == "pdmr") rc = pdmr(ctx);
   if (mode == "unsup") rc = unsupported(ctx);
+  if (mode == "objects") rc = objects(ctx);
   if (mode == "hold") rc = hold(ctx);
   if (mode == "events") rc = events(ctx);
   if (mode == "pdloop") rc = pd_loop(ctx, argc > 3 ? std::atoi(argv[3]) : 10000);
@@ -195,4 +207,10 @@ int main(int argc, char** argv) {
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;
+}
+
+}  // namespace xroce::probe
+
+int main(int argc, char** argv) {
+  return xroce::probe::main_probe(argc, argv);
 }

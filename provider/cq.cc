@@ -1,0 +1,280 @@
+// Completion queues: create/destroy/resize over the control socket; polling and arming read and
+// write the shared ring only (no system call), as include/xroce/queues.h lays down.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "provider/queues.h"
+
+namespace xroce::provider {
+
+namespace {
+
+// The ibv_wc_ex fields we fill (and so accept in ibv_create_cq_ex), as rxe.
+constexpr uint64_t kSupportedWcFlags =
+    IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+Cq* to_cq(ibv_cq* cq) {
+  return reinterpret_cast<Cq*>(cq);
+}
+Cq* to_cq(ibv_cq_ex* cq) {
+  return reinterpret_cast<Cq*>(cq);
+}
+
+void to_wc(const queues::Cqe& e, ibv_wc& wc) {
+  wc.wr_id = e.wr_id;
+  wc.status = static_cast<ibv_wc_status>(e.status);
+  wc.opcode = static_cast<ibv_wc_opcode>(e.opcode);
+  wc.vendor_err = e.vendor_err;
+  wc.byte_len = e.byte_len;
+  wc.imm_data = e.imm_data;  // or invalidated_rkey: the same union
+  wc.qp_num = e.qp_num;
+  wc.src_qp = e.src_qp;
+  wc.wc_flags = e.wc_flags;
+  wc.pkey_index = e.pkey_index;
+  wc.slid = e.slid;
+  wc.sl = e.sl;
+  wc.dlid_path_bits = e.dlid_path_bits;
+}
+
+int attach_ring(Cq* cq, const control::CqReply& reply, int fd) {
+  if (reply.slot_count == 0 || (reply.slot_count & (reply.slot_count - 1)) != 0) {
+    close(fd);
+    return EIO;
+  }
+  Mapping mapping;
+  if (int err = mapping.map(fd, reply.region_bytes)) return err;
+  cq->mapping.unmap();
+  cq->mapping = mapping;
+  cq->ring = queues::Ring(mapping.base, reply.slot_count, sizeof(queues::Cqe));
+  cq->consumer = cq->ring.header().consumer.load(std::memory_order_acquire);
+  cq->cq_ex.cqe = static_cast<int>(reply.cqe);
+  cq->handle = reply.handle;
+  return 0;
+}
+
+Cq* make_cq(ibv_context* ctx, uint32_t cqe, ibv_comp_channel* channel, uint32_t comp_vector) {
+  auto* cq = new (std::nothrow) Cq{};
+  if (cq == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  control::CreateCqRequest request{};
+  request.cqe = cqe;
+  request.channel = channel == nullptr ? 0 : channel_handle(channel);
+  request.comp_vector = comp_vector;
+  request.cookie = reinterpret_cast<uint64_t>(&cq->cq_ex);
+  if (channel != nullptr && request.channel == 0) {
+    delete cq;
+    errno = EINVAL;  // not a channel of this context
+    return nullptr;
+  }
+  control::CqReply reply{};
+  int fd = -1;
+  int err = call_fds(ctx, control::Op::create_cq, &request, sizeof(request), &reply, sizeof(reply),
+                     &fd, 1);
+  if (err == 0) err = fd < 0 ? EIO : attach_ring(cq, reply, fd);
+  if (err != 0) {
+    if (reply.handle != 0) {
+      control::HandleRequest release{reply.handle};
+      (void)call(ctx, control::Op::destroy_cq, &release, sizeof(release), nullptr, 0);
+    }
+    delete cq;
+    errno = err;
+    return nullptr;
+  }
+  cq->cq_ex.context = ctx;
+  cq->cq_ex.handle = reply.handle;
+  return cq;
+}
+
+// ---- ibv_cq_ex polling ----
+
+int start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
+  Cq* cq = to_cq(current);
+  if (attr->comp_mask != 0) return EINVAL;
+  cq->lock.lock();
+  if (cq->ring.ready(cq->consumer) == 0) {
+    cq->lock.unlock();  // ENOENT: the caller will not call end_poll
+    return ENOENT;
+  }
+  std::memcpy(&cq->current, cq->ring.slot(cq->consumer), sizeof(queues::Cqe));
+  current->status = static_cast<ibv_wc_status>(cq->current.status);
+  current->wr_id = cq->current.wr_id;
+  return 0;
+}
+
+int next_poll(ibv_cq_ex* current) {
+  Cq* cq = to_cq(current);
+  ++cq->consumer;
+  if (cq->ring.ready(cq->consumer) == 0) return ENOENT;
+  std::memcpy(&cq->current, cq->ring.slot(cq->consumer), sizeof(queues::Cqe));
+  current->status = static_cast<ibv_wc_status>(cq->current.status);
+  current->wr_id = cq->current.wr_id;
+  return 0;
+}
+
+void end_poll(ibv_cq_ex* current) {
+  Cq* cq = to_cq(current);
+  // The entry current now (if next_poll did not already step past the last one) is consumed.
+  if (cq->ring.ready(cq->consumer) != 0) ++cq->consumer;
+  cq->ring.release(cq->consumer);
+  cq->lock.unlock();
+}
+
+ibv_wc_opcode read_opcode(ibv_cq_ex* c) {
+  return static_cast<ibv_wc_opcode>(to_cq(c)->current.opcode);
+}
+uint32_t read_vendor_err(ibv_cq_ex* c) {
+  return to_cq(c)->current.vendor_err;
+}
+uint32_t read_byte_len(ibv_cq_ex* c) {
+  return to_cq(c)->current.byte_len;
+}
+__be32 read_imm_data(ibv_cq_ex* c) {
+  return to_cq(c)->current.imm_data;
+}
+uint32_t read_qp_num(ibv_cq_ex* c) {
+  return to_cq(c)->current.qp_num;
+}
+uint32_t read_src_qp(ibv_cq_ex* c) {
+  return to_cq(c)->current.src_qp;
+}
+unsigned int read_wc_flags(ibv_cq_ex* c) {
+  return to_cq(c)->current.wc_flags;
+}
+uint32_t read_slid(ibv_cq_ex* c) {
+  return to_cq(c)->current.slid;
+}
+uint8_t read_sl(ibv_cq_ex* c) {
+  return to_cq(c)->current.sl;
+}
+uint8_t read_dlid_path_bits(ibv_cq_ex* c) {
+  return to_cq(c)->current.dlid_path_bits;
+}
+
+void set_poll_ops(ibv_cq_ex& ex, uint64_t wc_flags) {
+  ex.start_poll = start_poll;
+  ex.next_poll = next_poll;
+  ex.end_poll = end_poll;
+  ex.read_opcode = read_opcode;
+  ex.read_vendor_err = read_vendor_err;
+  ex.read_wc_flags = read_wc_flags;
+  if (wc_flags & IBV_WC_EX_WITH_BYTE_LEN) ex.read_byte_len = read_byte_len;
+  if (wc_flags & IBV_WC_EX_WITH_IMM) ex.read_imm_data = read_imm_data;
+  if (wc_flags & IBV_WC_EX_WITH_QP_NUM) ex.read_qp_num = read_qp_num;
+  if (wc_flags & IBV_WC_EX_WITH_SRC_QP) ex.read_src_qp = read_src_qp;
+  if (wc_flags & IBV_WC_EX_WITH_SLID) ex.read_slid = read_slid;
+  if (wc_flags & IBV_WC_EX_WITH_SL) ex.read_sl = read_sl;
+  if (wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS) ex.read_dlid_path_bits = read_dlid_path_bits;
+}
+
+}  // namespace
+
+int Mapping::map(int fd, std::size_t length) {
+  void* p =
+      length == 0 ? MAP_FAILED : mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return length == 0 ? EIO : err;
+  base = p;
+  bytes = length;
+  return 0;
+}
+
+void Mapping::unmap() {
+  if (base != nullptr) munmap(base, bytes);
+  base = nullptr;
+  bytes = 0;
+}
+
+ibv_cq* create_cq(ibv_context* ctx, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  if (cqe <= 0 || comp_vector < 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Cq* cq = make_cq(ctx, static_cast<uint32_t>(cqe), channel, static_cast<uint32_t>(comp_vector));
+  // ibv_create_cq calls verbs_init_cq on what we return.
+  return cq == nullptr ? nullptr : ibv_cq_ex_to_cq(&cq->cq_ex);
+}
+
+ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
+  if ((attr->wc_flags & ~kSupportedWcFlags) != 0 || attr->comp_mask != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->cqe == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Cq* cq = make_cq(ctx, attr->cqe, attr->channel, attr->comp_vector);
+  if (cq == nullptr) return nullptr;
+  set_poll_ops(cq->cq_ex, attr->wc_flags);
+  verbs_init_cq(ibv_cq_ex_to_cq(&cq->cq_ex), ctx, attr->channel, attr->cq_context);
+  return &cq->cq_ex;
+}
+
+int destroy_cq(ibv_cq* ibcq) {
+  Cq* cq = to_cq(ibcq);
+  control::HandleRequest request{cq->handle};
+  if (int err =
+          call(ibcq->context, control::Op::destroy_cq, &request, sizeof(request), nullptr, 0)) {
+    return err;
+  }
+  cq->mapping.unmap();
+  delete cq;
+  return 0;
+}
+
+int resize_cq(ibv_cq* ibcq, int cqe) {
+  Cq* cq = to_cq(ibcq);
+  if (cqe <= 0) return EINVAL;
+  std::lock_guard guard(cq->lock);
+  // The daemon copies what we have not polled; publish what we have.
+  cq->ring.release(cq->consumer);
+  control::ResizeCqRequest request{cq->handle, static_cast<uint32_t>(cqe)};
+  control::CqReply reply{};
+  int fd = -1;
+  if (int err = call_fds(ibcq->context, control::Op::resize_cq, &request, sizeof(request), &reply,
+                         sizeof(reply), &fd, 1)) {
+    return err;
+  }
+  if (fd < 0) return EIO;
+  return attach_ring(cq, reply, fd);
+}
+
+int poll_cq(ibv_cq* ibcq, int ne, ibv_wc* wc) {
+  Cq* cq = to_cq(ibcq);
+  std::lock_guard guard(cq->lock);
+  const uint32_t ready = cq->ring.ready(cq->consumer);
+  const int n = ne < 0 ? 0 : static_cast<int>(std::min<uint32_t>(ready, static_cast<uint32_t>(ne)));
+  for (int i = 0; i < n; ++i) {
+    queues::Cqe e;
+    std::memcpy(&e, cq->ring.slot(cq->consumer + static_cast<uint32_t>(i)), sizeof(e));
+    to_wc(e, wc[i]);
+  }
+  if (n > 0) {
+    cq->consumer += static_cast<uint32_t>(n);
+    cq->ring.release(cq->consumer);
+  }
+  return n;
+}
+
+int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  Cq* cq = to_cq(ibcq);
+  auto& arm = cq->ring.header().arm;
+  if (solicited_only == 0) {
+    arm.store(queues::kArmNext, std::memory_order_seq_cst);
+  } else {
+    // An armed "next" already covers solicited completions: do not narrow it.
+    uint32_t expected = queues::kArmNone;
+    arm.compare_exchange_strong(expected, queues::kArmSolicited, std::memory_order_seq_cst);
+  }
+  return 0;
+}
+
+}  // namespace xroce::provider

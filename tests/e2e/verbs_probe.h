@@ -1,0 +1,11 @@
+// verbs_probe's shared pieces: each check prints "check NAME ok|FAILED" and counts failures.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace xroce::probe {
+
+void check(bool ok, const char* what);
+int objects(ibv_context* ctx);
+
+}  // namespace xroce::probe
