@@ -27,4 +27,16 @@ std::uint64_t Pacer::on_sent(std::uint64_t now_ns, std::uint32_t bytes, double r
   return next_send_ns();
 }
 
+std::uint64_t Pacer::on_rate_change(std::uint64_t now_ns, double old_rate_mbps,
+                                    double new_rate_mbps) {
+  assert(old_rate_mbps > 0 && new_rate_mbps > 0);
+  const std::uint64_t now_ps = now_ns * kPsPerNs;
+  if (next_send_ps_ > now_ps) {
+    const double remaining_ps = static_cast<double>(next_send_ps_ - now_ps);
+    next_send_ps_ = now_ps + static_cast<std::uint64_t>(
+                                 std::llround(remaining_ps * old_rate_mbps / new_rate_mbps));
+  }
+  return next_send_ns();
+}
+
 }  // namespace xroce::cc

@@ -23,6 +23,13 @@ class Pacer {
   // QP's rate was `rate_mbps` (> 0). Returns next_send_ns().
   std::uint64_t on_sent(std::uint64_t now_ns, std::uint32_t bytes, double rate_mbps);
 
+  // The QP's rate changed at `now_ns` from `old_rate_mbps` (the rate the pending spacing was
+  // computed at) to `new_rate_mbps` (both > 0). The part of the spacing not yet elapsed is
+  // rescaled to the new rate, as a hardware limiter that refills at the rate in force would:
+  // without this, a packet sent at the floor rate (1 Mb/s: 33 ms for 4 KB) would hold the QP
+  // long after its rate recovered. Returns next_send_ns().
+  std::uint64_t on_rate_change(std::uint64_t now_ns, double old_rate_mbps, double new_rate_mbps);
+
  private:
   // Picoseconds keep the spacing exact enough at 400 Gb/s (20 ps per byte); 2^64 ps is 213 days.
   static constexpr std::uint64_t kPsPerNs = 1000;

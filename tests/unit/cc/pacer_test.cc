@@ -50,5 +50,18 @@ TEST(Pacer, LongRunAverageMatchesTheRateWithFractionalSpacing) {
   EXPECT_NEAR(static_cast<double>(now), 8'000'000.0, 30.0);
 }
 
+TEST(Pacer, RateChangeRescalesTheSpacingNotYetElapsed) {
+  Pacer pacer;
+  // 4000 bytes at 1 Mb/s: 32 ms of spacing.
+  EXPECT_EQ(pacer.on_sent(0, 4000, 1), 32'000'000u);
+  // 1 ms later the rate is 1000 Mb/s: the remaining 31 ms at 1 Mb/s are 31 µs at 1000 Mb/s.
+  EXPECT_EQ(pacer.on_rate_change(1'000'000, 1, 1000), 1'031'000u);
+  // Slower again (500 Mb/s) at 1.021 ms: the remaining 10 µs become 20 µs.
+  EXPECT_EQ(pacer.on_rate_change(1'021'000, 1000, 500), 1'041'000u);
+  // Once the spacing has elapsed a rate change moves nothing.
+  EXPECT_EQ(pacer.on_rate_change(2'000'000, 500, 1), 1'041'000u);
+  EXPECT_TRUE(pacer.may_send(2'000'000));
+}
+
 }  // namespace
 }  // namespace xroce::cc

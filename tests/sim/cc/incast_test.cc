@@ -1,0 +1,183 @@
+// Incast with DCQCN end to end: N senders, one receiver, one switch port that ECN-marks (RED,
+// Kmin/Kmax/Pmax) and pauses when full (lossless, PFC-like) or drops (drop-tail). The senders'
+// QPs run the real transport core with engine/cc attached (QpCongestion).
+//
+// DCQCN settings in these tests: the paper profile with R_AI and R_HAI scaled to the line rate
+// (40 and 200 Mb/s per 25 Gb/s, as HPCC's configurations scale them; the paper's values are for
+// 40 Gb/s and recover too slowly at 100 Gb/s), Kmin/Kmax 10/40 KB per 25 Gb/s, Pmax 0.2, buffer
+// 10 Kmax. Fairness and utilisation are measured over the second half of the run (the flows
+// all start at line rate at t = 0; the first half is their convergence).
+//
+// Every case prints its seed and the `xroce sim` command that reproduces it when it fails.
+// XROCE_SEED overrides the base seed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cc/sim/incast.h"
+
+namespace xroce::cc::sim {
+namespace {
+
+std::uint64_t base_seed() {
+  const char* s = std::getenv("XROCE_SEED");
+  return s != nullptr ? std::strtoull(s, nullptr, 10) : 1;
+}
+
+IncastConfig dcqcn_config(std::uint32_t senders, double rate_gbps, std::uint64_t seed) {
+  IncastConfig c;
+  c.seed = seed;
+  c.senders = senders;
+  c.rate_gbps = rate_gbps;
+  c.cc = true;
+  c.params = DcqcnParams::paper();
+  const double scale = rate_gbps / 25;
+  c.params.rpg_ai_rate = static_cast<std::uint32_t>(40 * scale);
+  c.params.rpg_hai_rate = static_cast<std::uint32_t>(200 * scale);
+  c.profile = "paper,rpg_ai_rate=" + std::to_string(c.params.rpg_ai_rate) +
+              ",rpg_hai_rate=" + std::to_string(c.params.rpg_hai_rate);
+  // Simulated time: enough for the slowest case to converge, short enough for ASan.
+  c.duration_us = rate_gbps <= 25 ? 20'000 : 10'000;
+  return with_defaults(c);
+}
+
+std::string describe(const IncastResult& r) {
+  std::string s =
+      "seed " + std::to_string(r.config.seed) + "\n  reproduce: " + reproduce_command(r.config) +
+      "\n  jain " + std::to_string(r.jain) + " utilisation " + std::to_string(r.utilization) +
+      " queue p50/p99/max " + std::to_string(r.queue.p50_bytes) + "/" +
+      std::to_string(r.queue.p99_bytes) + "/" + std::to_string(r.queue.max_bytes) + " drops " +
+      std::to_string(r.drops_total) + " pauses " + std::to_string(r.pauses) + "\n  flows (Gb/s):";
+  for (const auto& f : r.flows)
+    s += " " + std::to_string(f.throughput_gbps);
+  return s;
+}
+
+struct Case {
+  std::uint32_t senders;
+  double rate_gbps;
+};
+
+class DcqcnIncast : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DcqcnIncast, ConvergesToAFairShareAtHighUtilisationWithAShortQueueAndNoPause) {
+  const Case k = GetParam();
+  const IncastConfig c = dcqcn_config(k.senders, k.rate_gbps, base_seed() + k.senders);
+  const IncastResult r = run_incast(c);
+  SCOPED_TRACE(describe(r));
+  ASSERT_TRUE(r.ok()) << r.failure;
+  EXPECT_GE(r.jain, 0.95);
+  EXPECT_GE(r.utilization, 0.90);
+  // The queue sits in the marking band: it reaches Kmin (marks are what holds it) and stays
+  // around Kmax, far below the pause point; nothing is dropped or paused.
+  EXPECT_GE(r.queue.p99_bytes, c.kmin_bytes);
+  EXPECT_LE(r.queue.p50_bytes, c.kmax_bytes);
+  EXPECT_LE(r.queue.p99_bytes, 2 * c.kmax_bytes);
+  EXPECT_EQ(r.drops_total, 0u);
+  EXPECT_EQ(r.pauses, 0u);
+  EXPECT_EQ(r.retransmitted_packets, 0u);
+  // The loop ran: the switch marked, every marked packet reached an NP, CNPs were sent and
+  // every one was taken by a reaction point (none lost, none ignored). The run stops with a
+  // few frames still on the wire (1 µs of propagation per link), hence the small slack.
+  constexpr std::uint64_t kOnTheWire = 8;
+  EXPECT_GT(r.ecn_marked_total, 0u);
+  EXPECT_LE(r.totals.np_ecn_marked_roce_packets, r.ecn_marked_total);
+  EXPECT_LE(r.ecn_marked_total, r.totals.np_ecn_marked_roce_packets + kOnTheWire);
+  EXPECT_GT(r.totals.np_cnp_sent, 0u);
+  EXPECT_LE(r.totals.rp_cnp_handled, r.totals.np_cnp_sent);
+  EXPECT_LE(r.totals.np_cnp_sent, r.totals.rp_cnp_handled + k.senders);
+  EXPECT_EQ(r.totals.rp_cnp_ignored, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Incast, DcqcnIncast,
+                         ::testing::Values(Case{2, 25}, Case{4, 25}, Case{8, 25}, Case{16, 25},
+                                           Case{2, 100}, Case{4, 100}, Case{8, 100}, Case{16, 100}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "N" + std::to_string(info.param.senders) + "_" +
+                                  std::to_string(static_cast<int>(info.param.rate_gbps)) + "G";
+                         });
+
+TEST(NoCcIncast, LosslessPortFillsToThePausePointWhereDcqcnHoldsTheQueueNearKmax) {
+  IncastConfig c = dcqcn_config(8, 25, base_seed());
+  c.duration_us = 10'000;
+  const IncastResult with = run_incast(c);
+  c.cc = false;
+  const IncastResult without = run_incast(c);
+  SCOPED_TRACE("with dcqcn: " + describe(with) + "\nwithout: " + describe(without));
+  ASSERT_TRUE(with.ok() && without.ok());
+  // Without congestion control the queue stands at the buffer, held there by pauses; nothing
+  // is marked as CE because nothing is sent ECN-capable.
+  EXPECT_GE(without.queue.p50_bytes, c.buffer_bytes - c.buffer_bytes / 10);
+  EXPECT_GT(without.pauses, 0u);
+  EXPECT_EQ(without.ecn_marked_total, 0u);
+  EXPECT_EQ(without.totals.np_cnp_sent, 0u);
+  EXPECT_LE(with.queue.p99_bytes, 2 * c.kmax_bytes);
+  EXPECT_LT(4 * with.queue.p99_bytes, without.queue.p50_bytes);
+}
+
+TEST(NoCcIncast, DropTailPortDropsAndRetransmitsWithoutCcButNotWithDcqcn) {
+  IncastConfig c = dcqcn_config(8, 25, base_seed());
+  c.duration_us = 10'000;
+  c.lossless = false;
+  const IncastResult with = run_incast(c);
+  c.cc = false;
+  const IncastResult without = run_incast(c);
+  SCOPED_TRACE("with dcqcn: " + describe(with) + "\nwithout: " + describe(without));
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GT(without.drops, 0u);  // in the steady-state window, not only the start
+  EXPECT_GT(without.retransmitted_packets, 0u);
+  EXPECT_EQ(with.drops, 0u);
+  EXPECT_LT(with.drops_total, without.drops_total);
+  EXPECT_GE(with.jain, 0.95);
+}
+
+TEST(CnpGeneration, SwitchedOffAtTheReceiverTheSendersNeverSlowDown) {
+  IncastConfig c = dcqcn_config(4, 25, base_seed());
+  c.duration_us = 4'000;
+  c.cnp_generation = false;
+  const IncastResult r = run_incast(c);
+  SCOPED_TRACE(describe(r));
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r.totals.np_ecn_marked_roce_packets, 0u);  // marks still arrive and are counted
+  EXPECT_EQ(r.totals.np_cnp_sent, 0u);
+  EXPECT_EQ(r.totals.rate_cuts, 0u);
+  EXPECT_GT(r.pauses, 0u);  // only the pause keeps the queue in bounds
+}
+
+TEST(IncastDeterminism, SameSeedSameRun) {
+  IncastConfig c = dcqcn_config(4, 25, base_seed());
+  c.duration_us = 2'000;
+  const IncastResult a = run_incast(c);
+  const IncastResult b = run_incast(c);
+  SCOPED_TRACE(describe(a));
+  ASSERT_EQ(a.flows.size(), b.flows.size());
+  for (std::size_t i = 0; i < a.flows.size(); ++i)
+    EXPECT_EQ(a.flows[i].rate_series_gbps, b.flows[i].rate_series_gbps);
+  EXPECT_EQ(a.queue_series, b.queue_series);
+  EXPECT_EQ(a.totals.np_cnp_sent, b.totals.np_cnp_sent);
+}
+
+TEST(IncastPlot, SvgHasOnePolylinePerFlowPlusTheQueueAndALegend) {
+  IncastConfig c = dcqcn_config(3, 25, base_seed());
+  c.duration_us = 1'000;
+  const IncastResult r = run_incast(c);
+  const std::string svg = plot_svg(r);
+  std::size_t lines = 0;
+  for (std::size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 4u);
+  EXPECT_NE(svg.find("flow 2"), std::string::npos);
+  EXPECT_NE(svg.find("queue depth"), std::string::npos);
+  EXPECT_EQ(svg.rfind("</svg>"), svg.size() - 7);
+}
+
+TEST(JainIndex, EqualSharesAreOneAndOneHogIsOneOverN) {
+  EXPECT_DOUBLE_EQ(jain_index({5, 5, 5, 5}), 1.0);
+  EXPECT_DOUBLE_EQ(jain_index({8, 0, 0, 0}), 0.25);
+  EXPECT_NEAR(jain_index({1, 2}), 0.9, 1e-12);
+}
+
+}  // namespace
+}  // namespace xroce::cc::sim
