@@ -102,7 +102,11 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--rate-gbps", c.rate_gbps, "Link rate in Gbit/s (0 = infinite)");
   cmd->add_option("--max-msg", c.max_msg_bytes, "Largest message in bytes");
   cmd->add_option("--outstanding", c.max_outstanding, "Work requests in flight per QP");
-  cmd->callback([f, &status] { run_sim(*f, status); });
+  auto incast = add_incast_options(cmd);
+  cmd->callback([f, incast, cmd, &status] {
+    if (run_incast_if_asked(*cmd, *incast, status)) return;
+    run_sim(*f, status);
+  });
 }
 
 }  // namespace xroce::cli
