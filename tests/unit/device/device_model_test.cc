@@ -1,0 +1,226 @@
+// The device model's data path objects (engine/device/device.h): the errnos uverbs gives for
+// bad handles, limits and objects in use; ownership per client; a QP walked through its states
+// by the transport core the device hands it to.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include "device/device.h"
+
+namespace xroce::device {
+namespace {
+
+constexpr ClientId kAlice = 1;
+constexpr ClientId kBob = 2;
+constexpr uint32_t kIbvQptRc = 2;
+constexpr uint32_t kIbvQptUd = 4;
+
+class DeviceModel : public ::testing::Test {
+ protected:
+  DeviceModel()
+      : dev_("xtest0", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, 1500, true, true, 0}, 7) {
+    const uint8_t v4[4] = {198, 18, 0, 1};
+    dev_.update_addresses({IpAddress::v4_from(v4)});
+  }
+
+  uint32_t cq(ClientId who = kAlice, uint32_t cqe = 16) {
+    auto h = dev_.create_cq(who, CqRequest{cqe, 0, 0, 0xc0});
+    EXPECT_TRUE(h.ok());
+    return h.ok() ? *h : 0;
+  }
+  uint32_t pd(ClientId who = kAlice) {
+    auto h = dev_.alloc_pd(who, 1234);
+    EXPECT_TRUE(h.ok());
+    return h.ok() ? *h : 0;
+  }
+  QpRequest rc(uint32_t p, uint32_t c, uint32_t srq = 0) {
+    return QpRequest{p, c, c, srq, kIbvQptRc, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
+  }
+
+  Device dev_;
+};
+
+TEST_F(DeviceModel, CqLimitsAndComputeVector) {
+  EXPECT_EQ(dev_.create_cq(kAlice, CqRequest{0, 0, 0, 0}).error(), EINVAL);
+  EXPECT_EQ(dev_.create_cq(kAlice, CqRequest{dev_.limits().max_cqe + 1, 0, 0, 0}).error(), EINVAL);
+  EXPECT_EQ(dev_.create_cq(kAlice, CqRequest{16, 0, 1, 0}).error(), EINVAL);
+  const uint32_t c = cq(kAlice, 10);
+  EXPECT_GE(dev_.cq(kAlice, c)->cqe, 10u);
+  EXPECT_EQ(dev_.cq(kBob, c), nullptr);  // another client cannot name it
+  EXPECT_EQ(dev_.destroy_cq(kBob, c), EINVAL);
+  EXPECT_EQ(dev_.destroy_cq(kAlice, c), 0);
+}
+
+TEST_F(DeviceModel, ResizeKeepsUnpolledCompletions) {
+  const uint32_t c = cq(kAlice, 4);
+  CompletionQueue* q = dev_.cq(kAlice, c);
+  queues::Cqe e{};
+  for (uint64_t i = 0; i < 3; ++i) {
+    e.wr_id = i;
+    ASSERT_EQ(q->push(e), CompletionQueue::Push::written);
+  }
+  q->ring.release(1);  // one polled
+  ASSERT_EQ(dev_.resize_cq(kAlice, c, 64), 0);
+  q = dev_.cq(kAlice, c);
+  EXPECT_GE(q->cqe, 64u);
+  ASSERT_EQ(q->ring.ready(0), 2u);
+  std::memcpy(&e, q->ring.slot(0), sizeof(e));
+  EXPECT_EQ(e.wr_id, 1u);
+  EXPECT_EQ(dev_.resize_cq(kAlice, c, 1), EINVAL);  // cannot hold the two pending
+}
+
+TEST_F(DeviceModel, QpNeedsOwnedPdAndCqsAndSaneCaps) {
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  const uint32_t bobs_cq = cq(kBob);
+  EXPECT_EQ(dev_.create_qp(kAlice, rc(p, bobs_cq)).error(), EINVAL);
+  EXPECT_EQ(dev_.create_qp(kAlice, rc(p + 100, c)).error(), EINVAL);
+  QpRequest r = rc(p, c);
+  r.qp_type = 9;
+  EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
+  r = rc(p, c);
+  r.cap.max_send_sge = dev_.limits().max_sge + 1;
+  EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
+  r = rc(p, c);
+  r.cap.max_inline_data = dev_.limits().max_inline_data + 1;
+  EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
+
+  auto q1 = dev_.create_qp(kAlice, rc(p, c));
+  auto q2 = dev_.create_qp(kAlice, rc(p, c));
+  ASSERT_TRUE(q1.ok() && q2.ok());
+  const QueuePair* a = dev_.qp(kAlice, *q1);
+  EXPECT_GE(a->cap.max_send_wr, 10u);
+  EXPECT_EQ(a->cap.max_send_wr & (a->cap.max_send_wr - 1), 0u);  // ring slots: a power of two
+  EXPECT_GT(a->qpn.value(), 1u);
+  EXPECT_NE(a->qpn, dev_.qp(kAlice, *q2)->qpn);
+  EXPECT_TRUE(a->sq.valid() && a->rq.valid());
+  EXPECT_GE(a->doorbell.fd(), 0);
+  EXPECT_EQ(dev_.destroy_cq(kAlice, c), EBUSY);
+  EXPECT_EQ(dev_.dealloc_pd(kAlice, p), EBUSY);
+  EXPECT_EQ(dev_.destroy_qp(kAlice, *q1), 0);
+  EXPECT_EQ(dev_.destroy_qp(kAlice, *q2), 0);
+  EXPECT_EQ(dev_.destroy_cq(kAlice, c), 0);
+  EXPECT_EQ(dev_.dealloc_pd(kAlice, p), 0);
+}
+
+TEST_F(DeviceModel, QpWalksResetInitRtrRts) {
+  const uint32_t c = cq();
+  auto h = dev_.create_qp(kAlice, rc(pd(), c));
+  ASSERT_TRUE(h.ok());
+  control::QpAttr a{};
+  a.qp_state = 1;  // INIT
+  a.port_num = 1;
+  const uint32_t init_mask = transport::qp_attr::kState | transport::qp_attr::kPkeyIndex |
+                             transport::qp_attr::kPort | transport::qp_attr::kAccessFlags;
+  ASSERT_EQ(dev_.modify_qp(kAlice, *h, a, init_mask), 0);
+  a = {};
+  a.qp_state = 2;  // RTR
+  a.path_mtu = 3;
+  a.dest_qp_num = 0x99;
+  a.rq_psn = 5;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.sgid_index = 7;  // no such GID
+  const uint32_t rtr_mask = transport::qp_attr::kState | transport::qp_attr::kAv |
+                            transport::qp_attr::kPathMtu | transport::qp_attr::kDestQpn |
+                            transport::qp_attr::kRqPsn | transport::qp_attr::kMaxDestRdAtomic |
+                            transport::qp_attr::kMinRnrTimer;
+  EXPECT_EQ(dev_.modify_qp(kAlice, *h, a, rtr_mask), EINVAL);
+  a.ah_attr.sgid_index = 0;
+  ASSERT_EQ(dev_.modify_qp(kAlice, *h, a, rtr_mask), 0);
+  a = {};
+  a.qp_state = 3;  // RTS
+  a.sq_psn = 11;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 1;
+  const uint32_t rts_mask = transport::qp_attr::kState | transport::qp_attr::kSqPsn |
+                            transport::qp_attr::kTimeout | transport::qp_attr::kRetryCnt |
+                            transport::qp_attr::kRnrRetry | transport::qp_attr::kMaxQpRdAtomic;
+  ASSERT_EQ(dev_.modify_qp(kAlice, *h, a, rts_mask), 0);
+  auto q = dev_.query_qp(kAlice, *h);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->attr.qp_state, 3u);
+  EXPECT_EQ(q->attr.sq_psn, 11u);
+  EXPECT_EQ(q->attr.rq_psn, 5u);
+  EXPECT_EQ(q->attr.dest_qp_num, 0x99u);
+  EXPECT_EQ(q->attr.path_mtu, 3u);
+  EXPECT_EQ(q->attr.ah_attr.is_global, 1u);
+  EXPECT_EQ(q->qp_type, kIbvQptRc);
+  // RTS -> RTR is no transition.
+  a = {};
+  a.qp_state = 2;
+  EXPECT_EQ(dev_.modify_qp(kAlice, *h, a, transport::qp_attr::kState), EINVAL);
+  EXPECT_EQ(dev_.query_qp(kBob, *h).error(), EINVAL);
+}
+
+TEST_F(DeviceModel, SrqLimitsAndUse) {
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  EXPECT_EQ(dev_.create_srq(kAlice, SrqRequest{p, {0, 1, 0}, 0}).error(), EINVAL);
+  EXPECT_EQ(dev_.create_srq(kAlice, SrqRequest{p, {8, 1, 9}, 0}).error(), EINVAL);
+  auto s = dev_.create_srq(kAlice, SrqRequest{p, {8, 1, 0}, 0});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(dev_.modify_srq(kAlice, *s, control::SrqAttr{0, 0, 4}, 2), 0);
+  EXPECT_EQ(dev_.query_srq(kAlice, *s)->srq_limit, 4u);
+  EXPECT_EQ(dev_.modify_srq(kAlice, *s, control::SrqAttr{16, 0, 0}, 1), EINVAL);  // no resize
+  auto q = dev_.create_qp(kAlice, rc(p, c, *s));
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(dev_.qp(kAlice, *q)->rq.valid());  // receives come from the SRQ
+  EXPECT_EQ(dev_.destroy_srq(kAlice, *s), EBUSY);
+  EXPECT_EQ(dev_.destroy_qp(kAlice, *q), 0);
+  EXPECT_EQ(dev_.destroy_srq(kAlice, *s), 0);
+}
+
+TEST_F(DeviceModel, AddressHandlesNeedAGlobalRouteThroughOurGid) {
+  const uint32_t p = pd();
+  control::AhAttr a{};
+  a.is_global = 1;
+  a.port_num = 1;
+  a.sgid_index = 0;
+  auto h = dev_.create_ah(kAlice, p, a);
+  ASSERT_TRUE(h.ok());
+  EXPECT_NE(dev_.ah(*h), nullptr);
+  a.sgid_index = 5;
+  EXPECT_EQ(dev_.create_ah(kAlice, p, a).error(), EINVAL);
+  a.sgid_index = 0;
+  a.is_global = 0;
+  EXPECT_EQ(dev_.create_ah(kAlice, p, a).error(), EINVAL);
+  EXPECT_EQ(dev_.create_ah(kBob, p, a).error(), EINVAL);
+  EXPECT_EQ(dev_.dealloc_pd(kAlice, p), EBUSY);
+  EXPECT_EQ(dev_.destroy_ah(kBob, *h), EINVAL);
+  EXPECT_EQ(dev_.destroy_ah(kAlice, *h), 0);
+}
+
+TEST_F(DeviceModel, MemoryKeysComeFromThePdsRegionTable) {
+  const uint32_t p = pd();
+  auto a = dev_.reg_mr(kAlice, MrRequest{p, 0x10000, 4096, 0x10000, 1, 1234});
+  auto b = dev_.reg_mr(kAlice, MrRequest{p, 0x20000, 4096, 0x20000, 1, 1234});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->lkey, b->lkey);
+  EXPECT_EQ(dev_.dereg_mr(kAlice, a->handle), 0);
+  auto c = dev_.reg_mr(kAlice, MrRequest{p, 0x10000, 4096, 0x10000, 1, 1234});
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->lkey, a->lkey);  // a re-used slot gets a new generation: stale keys never match
+}
+
+TEST_F(DeviceModel, ReleasingAClientDropsEverythingItOwned) {
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  ASSERT_TRUE(dev_.create_qp(kAlice, rc(p, c)).ok());
+  QpRequest ud = rc(p, c);
+  ud.qp_type = kIbvQptUd;
+  ASSERT_TRUE(dev_.create_qp(kAlice, ud).ok());
+  const uint32_t bobs = cq(kBob);
+  dev_.release_client(kAlice);
+  EXPECT_TRUE(dev_.queue_pairs().empty());
+  EXPECT_EQ(dev_.pd_count(), 0u);
+  EXPECT_EQ(dev_.cq_count(), 1u);
+  EXPECT_NE(dev_.cq(kBob, bobs), nullptr);
+}
+
+}  // namespace
+}  // namespace xroce::device
