@@ -23,6 +23,7 @@ constexpr std::uint32_t kQpnBase = 0x100;
 // RoCE data traffic class: DSCP 26 (PROTOCOL.md §5.1's production TOS 106 without its ECN bits).
 constexpr std::uint8_t kDataTrafficClass = 26 << 2;
 constexpr double kJainConverged = 0.95;
+constexpr std::uint64_t kSwingWindowUs = 1000;
 // A host's NIC takes packets from its QPs only while its port queue holds less than this: the
 // NIC's transmit scheduler stops when the port is paused (PFC) instead of filling a deep FIFO,
 // so the QP's byte counter counts what actually leaves and the queueing happens at the switch,
@@ -411,7 +412,9 @@ void Driver::finish() {
   result_.window_start_us = static_cast<double>(window_ns_) / 1000;
   result_.window_end_us = static_cast<double>(end_ns_) / 1000;
   result_.fair_share_gbps = cfg_.rate_gbps / cfg_.senders;
-  const std::size_t group = std::max<std::size_t>(1, 10);
+  // Swing and convergence look at 1 ms averages (whatever the plotting bin).
+  const std::size_t group =
+      std::max<std::size_t>(1, (kSwingWindowUs + cfg_.bin_us / 2) / cfg_.bin_us);
   result_.swing_bin_us = cfg_.bin_us * group;
 
   std::vector<double> throughput;

@@ -65,13 +65,13 @@ struct IncastResult {
   double jain = 0;         // Jain's index of the flows' throughput in the window
   double utilization = 0;  // bottleneck frame bytes in the window / (line rate * window)
   double fair_share_gbps = 0;
-  // Swing: per flow, the coefficient of variation of its rate over `swing_bin_us` bins in the
-  // window, then the mean and max over flows.
+  // Swing: per flow, the coefficient of variation of its rate over 1 ms averages (`swing_bin_us`,
+  // rounded to whole bins) in the window, then the mean and max over flows.
   std::uint64_t swing_bin_us = 0;
   double swing_cv_mean = 0;
   double swing_cv_max = 0;
-  // Convergence: the earliest bin start after which every `swing_bin_us` window has Jain >= 0.95
-  // (nullopt-like -1 if never).
+  // Convergence: the start of the earliest `swing_bin_us` window after which every such window
+  // has Jain >= 0.95 over the flows' bytes in it; -1 if never.
   double converged_at_us = -1;
   net::sim::QueueDepthSummary queue;  // bottleneck depth seen by arrivals in the window
   std::uint64_t drops = 0;            // bottleneck drop-tail drops in the window
