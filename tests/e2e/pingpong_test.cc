@@ -1,0 +1,182 @@
+// End-to-end over the data path: two network namespaces joined by a veth pair, an xroce device
+// in each, and unmodified Debian verbs programs (ibverbs-utils' pingpongs, perftest) between
+// them. Needs root; skips otherwise. Everything is removed by name when a test ends.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+
+namespace xroce::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool have(const std::string& program) {
+  return run({"sh", "-c", "command -v " + program}).status == 0;
+}
+
+// Two namespaces "<prefix>-<pid>-{a,b}" with veth g1a/g1b between them, 198.18.<subnet>.1 and
+// .2, a device "xpa"/"xpb" on each end with the given port kind.
+class Pair {
+ public:
+  Pair(const std::string& prefix, int subnet, const std::string& port) : subnet_(subnet) {
+    const std::string base = prefix + "-" + std::to_string(getpid());
+    ns_[0] = base + "-a";
+    ns_[1] = base + "-b";
+    for (const auto& ns : ns_)
+      run({"ip", "netns", "add", ns});
+    run({"ip", "link", "add", "g1a", "netns", ns_[0], "type", "veth", "peer", "name", "g1b",
+         "netns", ns_[1]});
+    const char* ifs[2] = {"g1a", "g1b"};
+    for (int i = 0; i < 2; ++i) {
+      run({"ip", "-n", ns_[i], "addr", "add", ip(i) + "/24", "dev", ifs[i]});
+      run({"ip", "-n", ns_[i], "link", "set", ifs[i], "up"});
+      run({"ip", "-n", ns_[i], "link", "set", "lo", "up"});
+      added_[i] = exec(i, {xroce_bin(), "link", "add", dev(i), "netdev", ifs[i], "port", port,
+                           "queues", "1"})
+                      .status == 0;
+    }
+  }
+  ~Pair() {
+    for (int i = 0; i < 2; ++i) {
+      if (added_[i]) exec(i, {xroce_bin(), "link", "del", dev(i)});
+      run({"ip", "netns", "del", ns_[i]});
+    }
+  }
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
+
+  bool ready() const {
+    if (!added_[0] || !added_[1]) return false;
+    // A veth end reports carrier a moment after both ends are up.
+    return eventually(
+        [&] {
+          for (int i = 0; i < 2; ++i) {
+            auto r = exec(i, {xroce_bin(), "link", "show"});
+            if (r.output.find("state ACTIVE") == std::string::npos) return false;
+          }
+          return true;
+        },
+        seconds(10));
+  }
+  std::string ip(int i) const {
+    return "198.18." + std::to_string(subnet_) + "." + std::to_string(i + 1);
+  }
+  std::string dev(int i) const { return i == 0 ? "xpa" : "xpb"; }
+  RunResult exec(int i, std::vector<std::string> argv, milliseconds deadline = seconds(30)) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
+    return run(argv, deadline);
+  }
+  std::vector<std::string> app(int i, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i], xroce_bin(), "exec", "--"});
+    return argv;
+  }
+  // Server in namespace a (waits until its TCP port listens), client in b; both outputs.
+  std::pair<RunResult, RunResult> server_client(std::vector<std::string> server_argv,
+                                                std::vector<std::string> client_argv,
+                                                const std::string& tcp_port) {
+    Child server(app(0, server_argv));
+    const bool listening = eventually(
+        [&] {
+          auto r = exec(0, {"ss", "-ltnH", "sport", "= :" + tcp_port});
+          return r.output.find(tcp_port) != std::string::npos;
+        },
+        seconds(10));
+    RunResult client;
+    if (listening) {
+      client_argv.push_back(ip(0));
+      client = run(app(1, client_argv), seconds(60));
+    }
+    RunResult s;
+    for (std::string line = server.read_line(seconds(60)); !line.empty();
+         line = server.read_line(seconds(60))) {
+      s.output += line + "\n";
+    }
+    s.status = server.wait(seconds(10));
+    return {s, client};
+  }
+
+ private:
+  int subnet_;
+  std::string ns_[2];
+  bool added_[2] = {false, false};
+};
+
+class PingpongTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, device nodes)";
+    if (!have("ip") || !have("ss") || !have("ibv_rc_pingpong")) {
+      GTEST_SKIP() << "needs iproute2 and ibverbs-utils";
+    }
+  }
+  static int next_subnet() {
+    static int subnet = 10 + static_cast<int>(getpid() % 90);
+    return subnet++ % 250 + 1;
+  }
+  std::string port() const { return GetParam(); }
+
+  void expect_pass(const std::pair<RunResult, RunResult>& r, const char* what) {
+    EXPECT_EQ(r.first.status, 0) << what << " server:\n" << r.first.output;
+    EXPECT_EQ(r.second.status, 0) << what << " client:\n" << r.second.output;
+    EXPECT_NE(r.second.output.find("iters in"), std::string::npos) << r.second.output;
+  }
+};
+
+TEST_P(PingpongTest, RcPingpongChecksBuffersFromOneByteToOneMegabyte) {
+  Pair pair("xrpp-rc", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  for (const char* size : {"1", "4097", "65536", "1048576"}) {
+    std::vector<std::string> argv = {
+        "ibv_rc_pingpong", "-d", "", "-g", "0", "-c", "-e", "-n", "10", "-s", size};
+    auto server = argv;
+    server[2] = pair.dev(0);
+    auto client = argv;
+    client[2] = pair.dev(1);
+    expect_pass(pair.server_client(server, client, "18515"), size);
+  }
+}
+
+TEST_P(PingpongTest, RcPingpongPollingAndTheNewSendApi) {
+  Pair pair("xrpp-rcn", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  // Busy-polling (no -e) with the ibv_wr_* API (-N).
+  expect_pass(pair.server_client(
+                  {"ibv_rc_pingpong", "-d", "xpa", "-g", "0", "-c", "-N", "-n", "20"},
+                  {"ibv_rc_pingpong", "-d", "xpb", "-g", "0", "-c", "-N", "-n", "20"}, "18515"),
+              "-N");
+}
+
+TEST_P(PingpongTest, UdAndSrqPingpong) {
+  Pair pair("xrpp-udsrq", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  expect_pass(
+      pair.server_client({"ibv_ud_pingpong", "-d", "xpa", "-g", "0", "-e", "-n", "20"},
+                         {"ibv_ud_pingpong", "-d", "xpb", "-g", "0", "-e", "-n", "20"}, "18515"),
+      "ud");
+  expect_pass(
+      pair.server_client({"ibv_srq_pingpong", "-d", "xpa", "-g", "0", "-e", "-n", "20"},
+                         {"ibv_srq_pingpong", "-d", "xpb", "-g", "0", "-e", "-n", "20"}, "18515"),
+      "srq");
+}
+
+TEST_P(PingpongTest, PerftestWriteBandwidth) {
+  if (!have("ib_write_bw")) GTEST_SKIP() << "needs perftest";
+  Pair pair("xrpp-bw", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto r = pair.server_client(
+      {"ib_write_bw", "-d", "xpa", "-x", "0", "-F", "-s", "65536", "-n", "200"},
+      {"ib_write_bw", "-d", "xpb", "-x", "0", "-F", "-s", "65536", "-n", "200"}, "18515");
+  EXPECT_EQ(r.first.status, 0) << r.first.output;
+  EXPECT_EQ(r.second.status, 0) << r.second.output;
+  EXPECT_NE(r.second.output.find("65536      200"), std::string::npos) << r.second.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ports, PingpongTest, ::testing::Values("udp", "afxdp"));
+
+}  // namespace
+}  // namespace xroce::e2e
