@@ -113,15 +113,20 @@ std::string plot_svg(const IncastResult& r) {
   out += "<svg xmlns='http://www.w3.org/2000/svg' width='" + fmt_num(kWidth) + "' height='" +
          fmt_num(height) + "' font-family='sans-serif'>\n";
   out += "<rect width='100%' height='100%' fill='white'/>\n";
-  char title[256];
-  std::snprintf(title, sizeof title,
-                "incast %u:1 at %g Gb/s, cc %s (%s), Jain %.3f, utilisation %.1f%%, queue p50 "
-                "%.1f KB, p99 %.1f KB",
-                c.senders, c.rate_gbps, c.cc ? "dcqcn" : "none", c.profile.c_str(), r.jain,
-                r.utilization * 100, static_cast<double>(r.queue.p50_bytes) / 1000,
-                static_cast<double>(r.queue.p99_bytes) / 1000);
-  out += "<text x='" + fmt_num(kWidth / 2) + "' y='22' font-size='14' text-anchor='middle'>" +
-         title + "</text>\n";
+  // Two title lines: the scenario (the profile may carry --cc-set overrides), then the results.
+  char scenario[512];
+  std::snprintf(scenario, sizeof scenario, "incast %u:1 at %g Gb/s, cc %s (%s)", c.senders,
+                c.rate_gbps, c.cc ? "dcqcn" : "none", c.profile.c_str());
+  char results[256];
+  std::snprintf(results, sizeof results,
+                "Jain %.3f, utilisation %.1f%%, queue p50 %.1f KB, p99 %.1f KB (window from "
+                "%.4g ms)",
+                r.jain, r.utilization * 100, static_cast<double>(r.queue.p50_bytes) / 1000,
+                static_cast<double>(r.queue.p99_bytes) / 1000, r.window_start_us / 1000);
+  out += "<text x='" + fmt_num(kWidth / 2) + "' y='16' font-size='12' text-anchor='middle'>" +
+         scenario + "</text>\n";
+  out += "<text x='" + fmt_num(kWidth / 2) + "' y='32' font-size='12' text-anchor='middle'>" +
+         results + "</text>\n";
   axes(out, rates, "rate through the bottleneck (Gb/s)");
   axes(out, queue, "bottleneck queue (KB)");
   // Window start, fair share, marking thresholds.
