@@ -21,7 +21,7 @@ struct QpShowArgs {
   bool json = false;
 };
 
-void print_qp(const std::string& name, const nlohmann::json& qp) {
+void print_qp(const std::string& name, const nlohmann::ordered_json& qp) {
   fmt::print(
       "link {}/1 lqpn {} type {} state {} sq-psn {} unacked-psn {} rq-psn {} rqpn {} peer {} "
       "worker {} pid {} retransmits {} timeouts {}\n",
@@ -44,7 +44,7 @@ void register_qp(CLI::App& app, ExitStatus& status) {
     std::string text;
     if ((status.code = query_device_text(control::Op::qp_show, args->name, "qp show", text)) != 0)
       return;
-    const auto qps = nlohmann::json::parse(text, nullptr, false);
+    const auto qps = nlohmann::ordered_json::parse(text, nullptr, false);
     if (!qps.is_array()) {
       fmt::print(stderr, "xroce qp show: malformed reply from xroced\n");
       status.code = 1;

@@ -22,7 +22,7 @@ struct StatArgs {
   bool json = false;
 };
 
-void print_stat(const std::string& name, const nlohmann::json& stat) {
+void print_stat(const std::string& name, const nlohmann::ordered_json& stat) {
   fmt::print("link {}/1", name);
   const auto counters = stat.find("counters");
   if (counters != stat.end() && counters->is_object()) {
@@ -72,7 +72,7 @@ void register_stat(CLI::App& app, ExitStatus& status) {
   cmd->callback([args, &status] {
     std::string text;
     if ((status.code = query_device_text(control::Op::stat, args->name, "stat", text)) != 0) return;
-    const auto stat = nlohmann::json::parse(text, nullptr, false);
+    const auto stat = nlohmann::ordered_json::parse(text, nullptr, false);
     if (!stat.is_object()) {
       fmt::print(stderr, "xroce stat: malformed reply from xroced\n");
       status.code = 1;
