@@ -121,27 +121,43 @@ Result<uint32_t, int> Device::create_cq(ClientId owner, const CqRequest& request
   return handle;
 }
 
-// Copies the CQEs not yet polled into a new ring. Runs on the control thread: the contract with
-// the workers is that a CQ is resized only while no worker writes it (engine/daemon/worker.h).
+// Copies the CQEs not yet polled into a new ring. The copy and the swap run where the CQ's
+// writer runs (the worker of a QP that uses it: QPs sharing a CQ share a worker), so no
+// completion is written into the old ring meanwhile.
 int Device::resize_cq(ClientId owner, uint32_t handle, uint32_t cqe) {
   CompletionQueue* cq = this->cq(owner, handle);
   if (cq == nullptr || cqe == 0 || cqe > limits_.max_cqe) return EINVAL;
-  const uint32_t consumer = cq->ring.header().consumer.load(std::memory_order_acquire);
-  const uint32_t pending = cq->producer - consumer;
   const uint32_t slots = queues::round_up_pow2(cqe);
-  if (pending > cq->ring.slot_count() || pending > slots) return EINVAL;
   auto region = cq_region(slots);
   if (!region) return region.error();
-  queues::Ring ring(region->base(), slots, sizeof(queues::Cqe));
-  for (uint32_t i = 0; i < pending; ++i)
-    std::memcpy(ring.slot(i), cq->ring.slot(consumer + i), sizeof(queues::Cqe));
-  ring.header().producer.store(pending, std::memory_order_release);
-  ring.header().arm.store(cq->ring.header().arm.load(std::memory_order_acquire));
-  cq->region = std::move(*region);
-  cq->ring = ring;
-  cq->producer = pending;
-  cq->cqe = slots;
-  return 0;
+  int err = 0;
+  auto swap = [&] {
+    const uint32_t consumer = cq->ring.header().consumer.load(std::memory_order_acquire);
+    const uint32_t pending = cq->producer - consumer;
+    if (pending > cq->ring.slot_count() || pending > slots) {
+      err = EINVAL;
+      return;
+    }
+    queues::Ring ring(region->base(), slots, sizeof(queues::Cqe));
+    for (uint32_t i = 0; i < pending; ++i)
+      std::memcpy(ring.slot(i), cq->ring.slot(consumer + i), sizeof(queues::Cqe));
+    ring.header().producer.store(pending, std::memory_order_release);
+    ring.header().arm.store(cq->ring.header().arm.load(std::memory_order_acquire));
+    cq->region = std::move(*region);
+    cq->ring = ring;
+    cq->producer = pending;
+    cq->cqe = slots;
+  };
+  QueuePair* writer = nullptr;
+  for (auto& [h, qp] : qps_) {
+    if (qp->send_cq == handle || qp->recv_cq == handle) writer = qp.get();
+  }
+  if (writer != nullptr) {
+    with_core(*writer, [&](transport::Qp&) { swap(); });
+  } else {
+    swap();
+  }
+  return err;
 }
 
 int Device::destroy_cq(ClientId owner, uint32_t handle) {
@@ -190,7 +206,19 @@ int Device::modify_srq(ClientId owner, uint32_t handle, const control::SrqAttr& 
   // Resizing an SRQ (IBV_SRQ_RESIZE_SRQ) is not supported: the ring is fixed at creation.
   if ((mask & kSrqMaxWr) != 0) return EINVAL;
   if (attr.srq_limit > srq->attr.max_wr) return EINVAL;
-  if (int err = srq->srq->set_limit(attr.srq_limit)) return err;
+  // The transport's Srq belongs to the worker of the QPs attached to it (they share one).
+  int err = 0;
+  auto arm = [&] { err = srq->srq->set_limit(attr.srq_limit); };
+  QueuePair* user = nullptr;
+  for (auto& [h, qp] : qps_) {
+    if (qp->srq == handle) user = qp.get();
+  }
+  if (user != nullptr) {
+    with_core(*user, [&](transport::Qp&) { arm(); });
+  } else {
+    arm();
+  }
+  if (err != 0) return err;
   srq->attr.srq_limit = attr.srq_limit;
   return 0;
 }
