@@ -2,6 +2,7 @@
 // in each, and unmodified Debian verbs programs (ibverbs-utils' pingpongs, perftest) between
 // them. Needs root; skips otherwise. Everything is removed by name when a test ends.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <string>
@@ -174,6 +175,41 @@ TEST_P(PingpongTest, PerftestWriteBandwidth) {
   EXPECT_EQ(r.first.status, 0) << r.first.output;
   EXPECT_EQ(r.second.status, 0) << r.second.output;
   EXPECT_NE(r.second.output.find("65536      200"), std::string::npos) << r.second.output;
+}
+
+// A client killed in mid-transfer releases its QPs; the device then carries new traffic.
+TEST_P(PingpongTest, AClientKilledMidTransferLeavesTheDeviceUsable) {
+  if (!have("ib_write_bw")) GTEST_SKIP() << "needs perftest";
+  Pair pair("xrpp-kill", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  {
+    Child server(
+        pair.app(0, {"ib_write_bw", "-d", "xpa", "-x", "0", "-F", "-s", "65536", "-n", "1000000"}));
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto r = pair.exec(0, {"ss", "-ltnH", "sport", "= :18515"});
+          return r.output.find("18515") != std::string::npos;
+        },
+        seconds(10)));
+    Child client(pair.app(1, {"ib_write_bw", "-d", "xpb", "-x", "0", "-F", "-s", "65536", "-n",
+                              "1000000", pair.ip(0)}));
+    // Mid-transfer: the server's device has received data packets.
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto r = pair.exec(0, {xroce_bin(), "stat", "xpa"});
+          const auto at = r.output.find("rcvd_pkts ");
+          return at != std::string::npos && std::stoul(r.output.substr(at + 10)) > 100;
+        },
+        seconds(20)));
+    kill(client.pid(), SIGKILL);
+    client.wait(seconds(10));
+    kill(server.pid(), SIGKILL);
+    server.wait(seconds(10));
+  }
+  expect_pass(pair.server_client(
+                  {"ibv_rc_pingpong", "-d", "xpa", "-g", "0", "-c", "-e", "-n", "20"},
+                  {"ibv_rc_pingpong", "-d", "xpb", "-g", "0", "-c", "-e", "-n", "20"}, "18515"),
+              "after kill");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ports, PingpongTest, ::testing::Values("udp", "afxdp"));
