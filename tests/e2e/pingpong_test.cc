@@ -177,6 +177,41 @@ TEST_P(PingpongTest, PerftestWriteBandwidth) {
   EXPECT_NE(r.second.output.find("65536      200"), std::string::npos) << r.second.output;
 }
 
+// Two applications on each device at once, each with its own QPs and TCP rendezvous port.
+TEST_P(PingpongTest, TwoProcessesShareEachDevice) {
+  Pair pair("xrpp-two", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto listening = [&](const std::string& tcp_port) {
+    return eventually(
+        [&] {
+          auto r = pair.exec(0, {"ss", "-ltnH", "sport", "= :" + tcp_port});
+          return r.output.find(tcp_port) != std::string::npos;
+        },
+        seconds(10));
+  };
+  const std::vector<std::string> rc = {
+      "ibv_rc_pingpong", "-g", "0", "-c", "-e", "-n", "200", "-p", "18517"};
+  const std::vector<std::string> ud = {
+      "ibv_ud_pingpong", "-g", "0", "-e", "-n", "200", "-p", "18518"};
+  auto with_dev = [](std::vector<std::string> argv, const std::string& dev) {
+    argv.insert(argv.begin() + 1, {"-d", dev});
+    return argv;
+  };
+  Child rc_server(pair.app(0, with_dev(rc, "xpa")));
+  Child ud_server(pair.app(0, with_dev(ud, "xpa")));
+  ASSERT_TRUE(listening("18517") && listening("18518"));
+  auto rc_client_argv = with_dev(rc, "xpb");
+  rc_client_argv.push_back(pair.ip(0));
+  auto ud_client_argv = with_dev(ud, "xpb");
+  ud_client_argv.push_back(pair.ip(0));
+  Child rc_client(pair.app(1, rc_client_argv));
+  Child ud_client(pair.app(1, ud_client_argv));
+  EXPECT_EQ(rc_client.wait(seconds(60)), 0);
+  EXPECT_EQ(ud_client.wait(seconds(60)), 0);
+  EXPECT_EQ(rc_server.wait(seconds(60)), 0);
+  EXPECT_EQ(ud_server.wait(seconds(60)), 0);
+}
+
 // A client killed in mid-transfer releases its QPs; the device then carries new traffic.
 TEST_P(PingpongTest, AClientKilledMidTransferLeavesTheDeviceUsable) {
   if (!have("ib_write_bw")) GTEST_SKIP() << "needs perftest";
