@@ -177,6 +177,30 @@ TEST_P(PingpongTest, PerftestWriteBandwidth) {
   EXPECT_NE(r.second.output.find("65536      200"), std::string::npos) << r.second.output;
 }
 
+// The perftest programs the issue names, each once over both devices.
+TEST_P(PingpongTest, PerftestProgramsComplete) {
+  if (!have("ib_write_bw")) GTEST_SKIP() << "needs perftest";
+  Pair pair("xrpp-perf", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  const std::vector<std::vector<std::string>> runs = {
+      {"ib_read_bw", "-n", "100"},        {"ib_send_bw", "-q", "4", "-n", "100"},
+      {"ib_send_bw", "-e", "-n", "100"},  {"ib_atomic_bw", "-n", "100"},
+      {"ib_write_lat", "-n", "100"},      {"ib_read_lat", "-n", "100"},
+      {"ib_send_lat", "-e", "-n", "100"}, {"ib_atomic_lat", "-n", "100"},
+  };
+  for (const auto& args : runs) {
+    std::vector<std::string> server = {args[0], "-d", "xpa", "-x", "0", "-F"};
+    server.insert(server.end(), args.begin() + 1, args.end());
+    std::vector<std::string> client = server;
+    client[2] = "xpb";
+    auto r = pair.server_client(server, client, "18515");
+    const std::string what = args[0] + " " + args[1];
+    EXPECT_EQ(r.first.status, 0) << what << " server:\n" << r.first.output;
+    EXPECT_EQ(r.second.status, 0) << what << " client:\n" << r.second.output;
+    EXPECT_NE(r.second.output.find("#bytes"), std::string::npos) << what << "\n" << r.second.output;
+  }
+}
+
 // Two applications on each device at once, each with its own QPs and TCP rendezvous port.
 TEST_P(PingpongTest, TwoProcessesShareEachDevice) {
   Pair pair("xrpp-two", next_subnet(), port());
