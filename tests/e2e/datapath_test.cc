@@ -1,0 +1,294 @@
+// End-to-end data path: two network namespaces joined by a veth pair, an xroce device in each
+// (`xroce link add ... port afxdp|udp`), and unmodified Debian programs run with
+// `xroce exec --`: ibv_rc_pingpong (with its -c buffer check), ibv_ud_pingpong,
+// ibv_srq_pingpong and perftest. Every test runs once per port kind. Each test asserts on the
+// programs' exit status and their own reports (pingpong's "iters in" line after its buffer
+// check, perftest's result rows), never only that they ran.
+//
+// Iteration counts are small (-n) and perftest's -a sweep is limited, to keep the run short on
+// a 2-core host; the programs' own checks do not depend on the counts.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <future>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+
+namespace xroce::e2e {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kProgramDeadline = 120s;
+int pair_counter = 0;
+
+// Two namespaces "<prefix>-a/b-<pid>-<n>" joined by veth g2d0 <-> g2d1, 198.18.<subnet>.1 and .2,
+// an xroce device in each on the given port kind. Removed by name in the destructor.
+class Pair {
+ public:
+  Pair(const std::string& port_kind, int subnet) : subnet_(subnet) {
+    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(pair_counter++);
+    ns_[0] = "xrdp-a-" + tag;
+    ns_[1] = "xrdp-b-" + tag;
+    for (const auto& ns : ns_)
+      run({"ip", "netns", "add", ns});
+    run({"ip", "link", "add", "g2d0", "netns", ns_[0], "type", "veth", "peer", "name", "g2d1",
+         "netns", ns_[1]});
+    for (int i = 0; i < 2; ++i) {
+      const std::string dev = "g2d" + std::to_string(i);
+      exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", dev});
+      exec(i, {"ip", "link", "set", dev, "up"});
+      exec(i, {"ip", "link", "set", "lo", "up"});
+      dev_[i] = "xrdp" + std::to_string(i);
+      added_[i] = exec(i, {xroce_bin(), "link", "add", dev_[i], "netdev", dev, "port", port_kind,
+                           "queues", "1"});
+    }
+  }
+  ~Pair() {
+    for (int i = 0; i < 2; ++i) {
+      exec(i, {xroce_bin(), "link", "del", dev_[i]});  // the daemon exits with its last device
+      const std::string pid = exec(i, {"cat", lock_file(i)}).output;
+      if (!pid.empty()) Host::wait_gone(std::stoi(pid), 5s);
+    }
+    for (const auto& ns : ns_)
+      run({"ip", "netns", "del", ns});
+  }
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
+
+  // Both devices added and their ports ACTIVE (the veth carrier comes up asynchronously, and
+  // perftest refuses a port that is DOWN).
+  bool ready() const {
+    if (added_[0].status != 0 || added_[1].status != 0) return false;
+    for (int i = 0; i < 2; ++i) {
+      const bool active = eventually(
+          [&] {
+            return verbs(i, {"ibv_devinfo", "-d", dev_[i]}).output.find("PORT_ACTIVE") !=
+                   std::string::npos;
+          },
+          20s);
+      if (!active) return false;
+    }
+    return true;
+  }
+  std::string why_not() const { return added_[0].output + added_[1].output; }
+  std::string ip(int i) const {
+    return "198.18." + std::to_string(subnet_) + "." + std::to_string(i + 1);
+  }
+  const std::string& dev(int i) const { return dev_[i]; }
+
+  RunResult exec(int i, std::vector<std::string> argv,
+                 std::chrono::milliseconds deadline = 30s) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
+    return run(argv, deadline);
+  }
+  std::vector<std::string> in(int i, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
+    return argv;
+  }
+  RunResult verbs(int i, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
+    return exec(i, std::move(argv), kProgramDeadline);
+  }
+  bool listening(int i, int port) const {
+    return !exec(i, {"ss", "-Hltn", "sport", "=", ":" + std::to_string(port)}).output.empty();
+  }
+
+ private:
+  std::string lock_file(int i) const {
+    const auto ino = exec(i, {"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
+    return "/run/xroce/ns-" + ino.substr(0, ino.find('\n')) + "/xroced.lock";
+  }
+
+  int subnet_;
+  std::string ns_[2];
+  std::string dev_[2];
+  RunResult added_[2];
+};
+
+struct Outcome {
+  RunResult server;
+  RunResult client;
+};
+
+// Runs the server in namespace a, waits until it listens on `port`, then the client in b.
+Outcome serve(const Pair& p, std::vector<std::string> server, std::vector<std::string> client,
+              int port = 18515) {
+  auto s = std::async(std::launch::async, [&] { return p.verbs(0, server); });
+  eventually([&] { return p.listening(0, port); }, 20s);
+  client.push_back(p.ip(0));
+  Outcome o;
+  o.client = p.verbs(1, client);
+  o.server = s.get();
+  return o;
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// pingpong prints "N iters in S seconds" only after every iteration completed (and, with -c,
+// after the buffer check passed).
+void expect_pingpong_passed(const Outcome& o, int iters) {
+  const std::string line = std::to_string(iters) + " iters in ";
+  EXPECT_EQ(o.server.status, 0) << o.server.output;
+  EXPECT_EQ(o.client.status, 0) << o.client.output;
+  EXPECT_NE(o.server.output.find(line), std::string::npos) << o.server.output;
+  EXPECT_NE(o.client.output.find(line), std::string::npos) << o.client.output;
+}
+
+class DatapathE2e : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, XDP)";
+    pair_ = std::make_unique<Pair>(GetParam(), 60 + pair_counter % 100);
+    ASSERT_TRUE(pair_->ready()) << pair_->why_not();
+  }
+  // ibv_*_pingpong on both sides with the GID index of the IPv4 address (0, as ibv_devinfo
+  // lists it: checked in RcPingpongGidIndexFromDevinfo).
+  Outcome pingpong(const std::string& program, const std::vector<std::string>& args,
+                   int port = 18515) {
+    const std::vector<std::string> common = {"-g", "0", "-p", std::to_string(port)};
+    return serve(*pair_, with(with({program, "-d", pair_->dev(0)}, common), args),
+                 with(with({program, "-d", pair_->dev(1)}, common), args), port);
+  }
+  std::unique_ptr<Pair> pair_;
+};
+
+TEST_P(DatapathE2e, RcPingpongGidIndexFromDevinfo) {
+  const auto info = pair_->verbs(0, {"ibv_devinfo", "-v", "-d", pair_->dev(0)});
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_NE(info.output.find("GID[  0]:\t\t::ffff:" + pair_->ip(0) + ", RoCE v2"),
+            std::string::npos)
+      << info.output;
+  expect_pingpong_passed(pingpong("ibv_rc_pingpong", {"-c", "-n", "20"}), 20);
+}
+
+TEST_P(DatapathE2e, RcPingpongSizesFrom1ByteTo1MiB) {
+  for (const auto& [size, iters] : std::vector<std::pair<int, int>>{
+           {1, 20}, {1024, 20}, {4096, 20}, {65536, 10}, {1 << 20, 3}}) {
+    SCOPED_TRACE(size);
+    expect_pingpong_passed(pingpong("ibv_rc_pingpong", {"-c", "-s", std::to_string(size), "-n",
+                                                        std::to_string(iters)}),
+                           iters);
+  }
+}
+
+TEST_P(DatapathE2e, RcPingpongWithCompletionEvents) {
+  for (const int size : {1, 4096, 1 << 20}) {
+    SCOPED_TRACE(size);
+    expect_pingpong_passed(
+        pingpong("ibv_rc_pingpong", {"-c", "-e", "-s", std::to_string(size), "-n", "5"}), 5);
+  }
+}
+
+TEST_P(DatapathE2e, RcPingpongWithNewSendApi) {
+  expect_pingpong_passed(pingpong("ibv_rc_pingpong", {"-c", "-N", "-n", "20"}), 20);
+}
+
+TEST_P(DatapathE2e, UdPingpong) {
+  expect_pingpong_passed(pingpong("ibv_ud_pingpong", {"-c", "-n", "20", "-s", "1024"}), 20);
+}
+
+TEST_P(DatapathE2e, SrqPingpong) {
+  expect_pingpong_passed(pingpong("ibv_srq_pingpong", {"-c", "-n", "20"}), 20);
+}
+
+TEST_P(DatapathE2e, TwoProcessPairsAtOnce) {
+  auto first = std::async(std::launch::async, [&] {
+    return pingpong("ibv_rc_pingpong", {"-c", "-n", "30", "-s", "8192"}, 18515);
+  });
+  const Outcome second = pingpong("ibv_rc_pingpong", {"-c", "-n", "30", "-s", "8192"}, 18516);
+  expect_pingpong_passed(second, 30);
+  expect_pingpong_passed(first.get(), 30);
+}
+
+// perftest's result rows: "<bytes> <iterations> <numbers...>". Returns the rows' numbers.
+std::vector<std::vector<double>> perftest_rows(const std::string& output) {
+  static const std::regex row(R"(^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+).*$)");
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, row)) continue;
+    rows.push_back({std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), std::stod(m[4])});
+  }
+  return rows;
+}
+
+class PerftestE2e : public DatapathE2e {
+ protected:
+  // Runs a perftest program on both sides; returns the client's result rows after checking
+  // both exited 0.
+  std::vector<std::vector<double>> perftest(const std::string& program,
+                                            const std::vector<std::string>& args) {
+    const std::vector<std::string> common = {"-x", "0"};
+    const Outcome o = serve(*pair_, with(with({program, "-d", pair_->dev(0)}, common), args),
+                            with(with({program, "-d", pair_->dev(1)}, common), args));
+    EXPECT_EQ(o.server.status, 0) << o.server.output;
+    EXPECT_EQ(o.client.status, 0) << o.client.output;
+    return perftest_rows(o.client.output);
+  }
+  // Bandwidth rows: bytes, iterations, BW peak, BW average (MB/s) > 0.
+  void expect_bandwidth(const std::string& program, const std::vector<std::string>& args,
+                        std::size_t min_rows = 1) {
+    SCOPED_TRACE(program);
+    const auto rows = perftest(program, args);
+    EXPECT_GE(rows.size(), min_rows);
+    // perftest prints MB/s with two decimals: a few tiny messages can round to 0.00.
+    constexpr double kPrintedResolutionBytes = 4096;
+    for (const auto& r : rows)
+      if (r[0] >= kPrintedResolutionBytes) {
+        EXPECT_GT(r[3], 0.0) << program << " " << r[0] << " bytes";
+      }
+  }
+  // Latency rows: bytes, iterations, t_min, t_max (usec) > 0, t_min <= t_max.
+  void expect_latency(const std::string& program, const std::vector<std::string>& args) {
+    SCOPED_TRACE(program);
+    const auto rows = perftest(program, args);
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_GT(rows[0][2], 0.0);
+    EXPECT_LE(rows[0][2], rows[0][3]);
+  }
+};
+
+TEST_P(PerftestE2e, Bandwidth) {
+  for (const char* program : {"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"})
+    expect_bandwidth(program, {"-n", "50"});
+}
+
+TEST_P(PerftestE2e, Latency) {
+  for (const char* program : {"ib_write_lat", "ib_read_lat", "ib_send_lat", "ib_atomic_lat"})
+    expect_latency(program, {"-n", "50"});
+}
+
+// -a: every size from 2 bytes to 8 MiB (23 rows), 5 iterations each.
+TEST_P(PerftestE2e, BandwidthAllSizes) {
+  for (const char* program : {"ib_write_bw", "ib_read_bw", "ib_send_bw"})
+    expect_bandwidth(program, {"-a", "-n", "5"}, 23);
+}
+
+TEST_P(PerftestE2e, FourQps) {
+  for (const char* program : {"ib_write_bw", "ib_send_bw"})
+    expect_bandwidth(program, {"-q", "4", "-n", "50"});
+}
+
+TEST_P(PerftestE2e, SendWithCompletionEvents) {
+  expect_bandwidth("ib_send_bw", {"-e", "-n", "50"});
+  expect_latency("ib_send_lat", {"-e", "-n", "50"});
+}
+
+std::string port_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+INSTANTIATE_TEST_SUITE_P(Ports, DatapathE2e, ::testing::Values("udp", "afxdp"), port_name);
+INSTANTIATE_TEST_SUITE_P(Ports, PerftestE2e, ::testing::Values("udp", "afxdp"), port_name);
+
+}  // namespace
+}  // namespace xroce::e2e
