@@ -38,7 +38,7 @@ in_ns "$ns_b" ip link set xbd1 mtu 9000 up
 wait_listen() {  # namespace, TCP or UDP port
   local i
   for i in $(seq 1 400); do
-    [[ -n $(in_ns "$1" ss -Hln sport = ":$2") ]] && return 0
+    [[ -n $(in_ns "$1" ss -Hlntu sport = ":$2") ]] && return 0
     sleep 0.05
   done
   echo "nothing listens on $2 in $1" >&2
@@ -85,9 +85,9 @@ read -r tcp_gbps tcp_bytes < <(/usr/bin/python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1]))
 e = j["end"]["sum_received"]
-print(e["bits_per_second"] / 1e9, e["bytes"])' "$out/cli.txt")
+print(e["bits_per_second"] / 1000000000, e["bytes"])' "$out/cli.txt")
 printf '%-7s %-34s %9.2f Gb/s %14.2f\n' kernel "iperf3 TCP, 1 stream" "$tcp_gbps" \
-  "$(echo "$cpu / ($tcp_bytes / 1e9)" | bc -l)"
+  "$(echo "$cpu / ($tcp_bytes / 1000000000)" | bc -l)"
 for proto in udp tcp; do
   flag=()
   [[ $proto == tcp ]] && flag=(--tcp)
@@ -111,9 +111,9 @@ for kind in "${kinds[@]}"; do
     "$xroce exec -- ib_write_bw -d xbd1 -x 0 -s 65536 -n $msgs -F $ip_a")
   d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
   mbs=$(awk '$1 == 65536 {print $4}' "$out/cli.txt" | head -n 1)
-  gbps=$(echo "$mbs * 8 * 1048576 / 1e9" | bc -l)
+  gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
   printf '%-7s %-34s %9.2f Gb/s %14.2f   (%.3fx iperf3)\n' "$kind" "ib_write_bw 64 KB" "$gbps" \
-    "$(echo "($cpu + $d1 - $d0) / ($bytes / 1e9)" | bc -l)" "$(echo "$gbps / $tcp_gbps" | bc -l)"
+    "$(echo "($cpu + $d1 - $d0) / ($bytes / 1000000000)" | bc -l)" "$(echo "$gbps / $tcp_gbps" | bc -l)"
   for prog in ib_send_lat ib_write_lat; do
     pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n 2000 -F" \
       "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n 2000 -F $ip_a" >/dev/null
