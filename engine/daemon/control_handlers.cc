@@ -13,23 +13,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/control_body.h"
 #include "daemon/control_server.h"
 
 namespace xroce::daemon {
 
 namespace {
-
-template <typename T>
-bool parse(const std::string& body, T& out) {
-  if (body.size() < sizeof(T)) return false;
-  std::memcpy(&out, body.data(), sizeof(T));
-  return true;
-}
-
-template <typename T>
-std::string bytes_of(const T& value) {
-  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
-}
 
 std::string bounded(const char* text, std::size_t capacity) {
   return std::string(text, strnlen(text, capacity));

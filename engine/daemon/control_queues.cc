@@ -2,23 +2,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include "daemon/control_body.h"
 #include "daemon/control_server.h"
 
 namespace xroce::daemon {
 
 namespace {
-
-template <typename T>
-bool parse(const std::string& body, T& out) {
-  if (body.size() < sizeof(T)) return false;
-  std::memcpy(&out, body.data(), sizeof(T));
-  return true;
-}
-
-template <typename T>
-std::string bytes_of(const T& value) {
-  return std::string(reinterpret_cast<const char*>(&value), sizeof(T));
-}
 
 control::CqReply cq_reply(uint32_t handle, const device::CompletionQueue& cq) {
   control::CqReply reply{};
