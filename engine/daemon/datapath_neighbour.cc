@@ -1,4 +1,5 @@
 #include "daemon/datapath_neighbour.h"
+#include "daemon/fd.h"
 
 #include <arpa/inet.h>
 #include <linux/neighbour.h>
@@ -18,20 +19,6 @@ namespace {
 constexpr std::uint16_t kDiscardPort = 9;
 constexpr std::uint16_t kUsableStates =
     NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 bool send_dump_request(int fd, int family) {
   struct {

@@ -1,4 +1,5 @@
 #include "daemon/netdev.h"
+#include "daemon/fd.h"
 
 #include <ifaddrs.h>
 #include <linux/ethtool.h>
@@ -16,20 +17,6 @@
 namespace xroce::daemon {
 
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 ifreq request_for(const std::string& name) {
   ifreq req{};
