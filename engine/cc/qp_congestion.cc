@@ -49,19 +49,28 @@ void QpCongestion::sync_pacer(std::uint64_t now_ns) {
   paced_rate_mbps_ = rp_.rate_mbps();
 }
 
+bool QpCongestion::active() const {
+  return device_->enabled && device_->params.rp_enabled(priority_);
+}
+
 double QpCongestion::rate_mbps() const {
-  return device_->enabled ? rp_.rate_mbps() : device_->line_rate_mbps;
+  return active() ? rp_.rate_mbps() : device_->line_rate_mbps;
+}
+
+double QpCongestion::target_rate_mbps() const {
+  return active() ? rp_.target_rate_mbps() : device_->line_rate_mbps;
 }
 
 std::uint64_t QpCongestion::earliest_send_ns(std::uint64_t now_ns) {
-  if (!device_->enabled) return now_ns;
+  if (!active()) return now_ns;
   rp_.on_timer(now_ns);  // a rate increase that is due applies before the packet
   sync_pacer(now_ns);
+  if (!device_->pace_unlimited && !rp_.limited()) return now_ns;
   return pacer_.next_send_ns();
 }
 
 bool QpCongestion::on_transmit(std::uint64_t now_ns, std::uint32_t bytes) {
-  if (!device_->enabled) return false;
+  if (!active()) return false;
   const std::uint64_t wire_bytes = std::uint64_t{bytes} + overhead_bytes_;
   rp_.on_bytes_sent(wire_bytes, now_ns);
   sync_pacer(now_ns);
@@ -93,12 +102,12 @@ std::optional<wire::TransportHeaders> QpCongestion::poll_cnp() {
 }
 
 std::optional<std::uint64_t> QpCongestion::next_deadline() const {
-  if (!device_->enabled) return std::nullopt;
+  if (!active()) return std::nullopt;
   return rp_.next_deadline();
 }
 
 void QpCongestion::on_timer(std::uint64_t now_ns) {
-  if (!device_->enabled) return;
+  if (!active()) return;
   rp_.on_timer(now_ns);
   sync_pacer(now_ns);
 }

@@ -32,6 +32,10 @@ struct CcDevice {
   double line_rate_mbps = 100'000;
   bool enabled = true;         // congestion control on: ECT on data, reaction point, pacing
   bool cnp_generation = true;  // CNPs towards peers (off for old rxe peers, PROTOCOL.md §6)
+  // Pace a QP whose reaction point is unlimited at the line rate too (the simulator's links
+  // need it to model the NIC's serialisation). The daemon turns it off: its port already
+  // serialises, and spacing every packet of an unlimited QP would only add timer wake-ups.
+  bool pace_unlimited = true;
 };
 
 // Bytes a request packet occupies on the wire beyond its payload, counted by the pacer so a QP
@@ -77,7 +81,16 @@ class QpCongestion final : public transport::CongestionHooks {
   std::optional<std::uint64_t> next_deadline() const;
   void on_timer(std::uint64_t now_ns);
 
+  // The QP at the other end changed (an RC QP connected again after a reset).
+  void set_peer(wire::Qpn peer_qpn) { peer_qpn_ = peer_qpn; }
+  wire::Qpn peer() const { return peer_qpn_; }
+  int priority() const { return priority_; }
+  // Congestion control is on for this QP: on for the device and rp_enable/<priority> set.
+  // While it is off the QP's packets are not ECT, not paced, and CNPs are counted as ignored.
+  bool active() const;
+
   double rate_mbps() const;  // the rate the QP is paced at (line rate when CC is off)
+  double target_rate_mbps() const;
   double alpha() const { return rp_.alpha(); }
   RpStage stage() const { return rp_.stage(); }
   const ReactionPoint& reaction_point() const { return rp_; }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "daemon/datapath_neighbour.h"
+#include "device/counters_report.h"
 
 namespace xroce::daemon {
 namespace {
@@ -23,11 +24,38 @@ constexpr std::size_t kPayloadBufBytes = 4096;  // the largest path MTU
 constexpr std::size_t kFrameBufBytes = 4096 + 256;
 constexpr std::uint64_t kMaxSleepNs = 100'000'000;  // bounds a sleep with nothing armed
 
+constexpr std::uint16_t kVlanPcpShift = 13;
+constexpr std::uint16_t kVlanPcpMask = 0x7 << kVlanPcpShift;
+
 bool is_zero(const wire::MacAddr& mac) {
   return std::all_of(mac.begin(), mac.end(), [](std::uint8_t b) { return b == 0; });
 }
 
+// PROTOCOL.md §5.6: a notification point answers CE marks on data, never on ACKs or CNPs.
+bool cnp_worthy(wire::Operation op) {
+  return op != wire::Operation::kAck && op != wire::Operation::kAtomicAck &&
+         op != wire::Operation::kCnp;
+}
+
+bool connected(transport::QpState s) {
+  using transport::QpState;
+  return s == QpState::kRtr || s == QpState::kRts || s == QpState::kSqd || s == QpState::kSqe;
+}
+
+void add_growth(device::CounterBlock& block, device::Counter c, std::uint64_t now,
+                std::uint64_t& reported) {
+  if (now > reported) block.add(c, now - reported);
+  reported = now;
+}
+
 }  // namespace
+
+cc::CcDevice daemon_cc_defaults() {
+  cc::CcDevice d;
+  d.params.np_enable_mask = 0;
+  d.pace_unlimited = false;
+  return d;
+}
 
 std::uint64_t monotonic_now_ns() {
   timespec ts{};
@@ -44,6 +72,7 @@ Worker::Worker(WorkerConfig config)
       ifindex_(config.ifindex),
       resolve_macs_(config.resolve_macs),
       spin_ns_(config.spin_ns),
+      cc_(config.cc),
       payload_buf_(kPayloadBufBytes),
       frame_buf_(kFrameBufBytes) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -110,7 +139,11 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   const std::uint32_t qpn = hosted.qp->qpn().value();
   assert(routes_->owner(hosted.qp->qpn()) == index_);
   watch_doorbells_on_worker(*hosted.binding, true);
-  qps_[qpn] = std::move(hosted);
+  Hosted& h = qps_[qpn];
+  h.qp = std::move(hosted.qp);
+  h.binding = std::move(hosted.binding);
+  // Counters the transport already has (a QP moved between workers) were fed by its old one.
+  h.reported = h.qp->counters();
 }
 
 // Doorbell eventfds are watched with a multishot poll for as long as a QP using them lives
@@ -145,6 +178,8 @@ bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
   const auto it = qps_.find(qpn.value());
   if (it == qps_.end()) return false;
   watch_doorbells_on_worker(*it->second.binding, false);
+  feed_counters_on_worker(it->second);  // its last counts stay in the device's
+  it->second.qp->set_congestion_hooks(nullptr);
   qps_.erase(it);
   return true;
 }
@@ -160,6 +195,32 @@ DatapathCounters Worker::counters_on_worker() const {
   DatapathCounters c = counters_;
   c.sleeps = sleeps_.load(std::memory_order_relaxed);
   return c;
+}
+
+void Worker::set_cc_on_worker(const cc::CcDevice& device) {
+  assert(on_worker());
+  cc_ = device;  // the QPs' QpCongestion objects point at cc_
+}
+
+std::optional<QpCcStatus> Worker::qp_cc_on_worker(wire::Qpn qpn) {
+  assert(on_worker());
+  const auto it = qps_.find(qpn.value());
+  if (it == qps_.end()) return std::nullopt;
+  QpCcStatus status;
+  const WorkerQpCongestion* c = it->second.cc.get();
+  if (c == nullptr) {
+    status.stage = "none";
+    status.rate_mbps = status.target_rate_mbps = cc_.line_rate_mbps;
+    return status;
+  }
+  status.active = c->qp_cc.active();
+  status.rate_mbps = c->qp_cc.rate_mbps();
+  status.target_rate_mbps = c->qp_cc.target_rate_mbps();
+  status.alpha = c->qp_cc.alpha();
+  status.stage = cc::stage_name(c->qp_cc.stage());
+  status.priority = c->qp_cc.priority();
+  status.counters = c->qp_cc.counters();
+  return status;
 }
 
 net::PortStats Worker::port_stats_on_worker() const {
@@ -241,9 +302,11 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
   switch (classify(frame, decoded_)) {
     case Ingress::kMalformed:
       ++counters_.rx_malformed;
+      device_counters_.add(device::Counter::kRxMalformed);
       return;
     case Ingress::kBadIcrc:
       ++counters_.rx_icrc_errors;
+      device_counters_.add(device::Counter::kRxIcrcErrors);
       return;
     case Ingress::kPacket:
       break;
@@ -257,9 +320,14 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
   if (!peers_[owner]->inbox_[index_]->push(h)) {
     delete h;
     ++counters_.rx_handover_drops;
+    device_counters_.add(device::Counter::kRxHandoffDrops);
     return;
   }
   ++counters_.rx_handed_over;
+  // rxe's ack_deferred counts responses its completer could not take at once (the completer
+  // scheduled as a task); ours is a response that waits for the owning worker.
+  if (!decoded_.hdr.info().is_request && decoded_.hdr.info().operation != wire::Operation::kCnp)
+    device_counters_.add(device::Counter::kAckDeferred);
   peers_[owner]->wake();
 }
 
@@ -268,10 +336,56 @@ void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
   const auto it = qps_.find(f.hdr.bth.dest_qp.value());
   if (it == qps_.end()) {
     ++counters_.rx_no_qp;
+    device_counters_.add(device::Counter::kRxUnknownQp);
+    return;  // a CNP for a QP that does not exist is ignored too (PROTOCOL.md §5.6)
+  }
+  Hosted& hosted = it->second;
+  ++counters_.rx_delivered;
+  device_counters_.add(device::Counter::kRcvdPkts);
+  device_counters_.add(device::Counter::kRxBytes, frame.size());
+  attach_cc_on_worker(hosted);
+  const transport::RxMeta meta = rx_meta_of(frame, f);
+  const wire::Operation op = f.hdr.info().operation;
+  if (hosted.cc != nullptr) {
+    if (meta.ecn_ce && cnp_worthy(op)) hosted.cc->qp_cc.on_ce_marked(now_ns);
+  } else if (op == wire::Operation::kCnp) {
+    device_counters_.add(device::Counter::kRpCnpIgnored);  // no reaction point on this QP
+  }
+  hosted.qp->handle_packet(now_ns, f.hdr, f.payload, meta);
+}
+
+// Gives a connected RC QP its congestion-control hooks once its path is known (RTR), and keeps
+// the CNP's destination current. A UD QP has none: DCQCN is per connection.
+void Worker::attach_cc_on_worker(Hosted& hosted) {
+  transport::Qp& qp = *hosted.qp;
+  if (qp.type() != transport::QpType::kRc || !connected(qp.state())) {
+    if (hosted.cc != nullptr && qp.state() == transport::QpState::kReset) {
+      qp.set_congestion_hooks(nullptr);
+      hosted.cc.reset();
+    }
     return;
   }
-  ++counters_.rx_delivered;
-  it->second.qp->handle_packet(now_ns, f.hdr, f.payload, rx_meta_of(frame, f));
+  const wire::Qpn peer = qp.attr().dest_qp_num;
+  if (hosted.cc != nullptr) {
+    if (hosted.cc->qp_cc.peer() != peer) hosted.cc->qp_cc.set_peer(peer);
+    return;
+  }
+  const wire::FrameAddress* addr = hosted.binding->address_on_worker(qp.attr().av_id);
+  if (addr == nullptr) return;
+  hosted.cc = std::make_unique<WorkerQpCongestion>(cc_, peer, addr->traffic_class);
+  qp.set_congestion_hooks(hosted.cc.get());
+}
+
+// Adds to the device counters what the QP's transport and DCQCN counters grew by since the
+// last call (STYLE: counters never go backwards, and a destroyed QP's counts stay).
+void Worker::feed_counters_on_worker(Hosted& hosted) {
+  device::feed_qp_counters(device_counters_, hosted.qp->counters(), hosted.reported);
+  if (hosted.cc == nullptr) return;
+  const cc::CcCounters now = hosted.cc->qp_cc.counters();
+  add_growth(device_counters_, device::Counter::kRpCnpHandled, now.rp_cnp_handled,
+             hosted.cc_reported.rp_cnp_handled);
+  add_growth(device_counters_, device::Counter::kRpCnpIgnored, now.rp_cnp_ignored,
+             hosted.cc_reported.rp_cnp_ignored);
 }
 
 bool Worker::pull_work_on_worker() {
@@ -289,6 +403,12 @@ bool Worker::fire_timers_on_worker(std::uint64_t now_ns) {
       hosted.qp->handle_timeout(now_ns);
       any = true;
     }
+    if (hosted.cc == nullptr) continue;
+    const auto cc_deadline = hosted.cc->qp_cc.next_deadline();
+    if (cc_deadline && *cc_deadline <= now_ns) {
+      hosted.cc->qp_cc.on_timer(now_ns);  // may raise the rate: the pacer releases sooner
+      any = true;
+    }
   }
   return any;
 }
@@ -300,9 +420,20 @@ bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
   return any;
 }
 
-bool Worker::drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted) {
+bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted) {
   bool any = false;
-  // Back-pressure: while the port refuses frames, leave packets inside the QP.
+  attach_cc_on_worker(hosted);
+  if (hosted.cc != nullptr) {
+    // The pacer stamps each packet with `now`: after other QPs' bursts this turn, the turn's
+    // start would be long past and the QP's next packet would leave early by that much.
+    now_ns = monotonic_now_ns();
+    while (const auto cnp = hosted.cc->qp_cc.poll_cnp()) {
+      send_cnp_on_worker(now_ns, *cnp, hosted);
+      any = true;
+    }
+  }
+  // Back-pressure: while the port refuses frames, leave packets inside the QP. A QP its pacer
+  // holds returns nothing here; its release time is one of its deadlines.
   while (tx_backlog_.size() < kMaxTxBacklog) {
     const auto tx = hosted.qp->poll_transmit(now_ns, payload_buf_);
     if (!tx) break;
@@ -310,6 +441,7 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted) {
     any = true;
   }
   while (const auto c = hosted.qp->poll_completion()) {
+    device::feed_completion(device_counters_, *c);
     hosted.binding->complete_on_worker(*c);
     any = true;
   }
@@ -317,6 +449,7 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted) {
     hosted.binding->event_on_worker(*e);
     any = true;
   }
+  feed_counters_on_worker(hosted);
   return any;
 }
 
@@ -330,10 +463,42 @@ void Worker::send_frame_on_worker(std::uint64_t now_ns, const transport::Transmi
   const auto len = encode_transmit(tx, *addr, payload_buf_, frame_buf_);
   if (!len) {
     ++counters_.tx_encode_errors;
+    device_counters_.add(device::Counter::kSendErr);
     return;
   }
+  emit_on_worker(now_ns, *len, *addr);
+}
+
+// A CNP (PROTOCOL.md §5.3) to the QP's peer over the QP's own path: cnp_dscp, Not-ECT, and
+// cnp_802p_prio on a VLAN.
+void Worker::send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeaders& cnp,
+                                Hosted& hosted) {
+  const wire::FrameAddress* path = hosted.binding->address_on_worker(hosted.qp->attr().av_id);
+  if (path == nullptr) {
+    ++counters_.tx_no_address;
+    return;
+  }
+  wire::FrameAddress addr = *path;
+  addr.traffic_class = cc::cnp_tos(cc_.params);
+  if (addr.vlan_tci) {
+    addr.vlan_tci = static_cast<std::uint16_t>((*addr.vlan_tci & ~kVlanPcpMask) |
+                                               (cc_.params.cnp_802p_prio << kVlanPcpShift));
+  }
+  const auto len = wire::encode_frame(addr, cnp, wire::Bytes{}, frame_buf_);
+  if (!len) {
+    ++counters_.tx_encode_errors;
+    device_counters_.add(device::Counter::kSendErr);
+    return;
+  }
+  device_counters_.add(device::Counter::kNpCnpSent);
+  emit_on_worker(now_ns, *len, addr);
+}
+
+// Sends the `len` bytes in frame_buf_, once the destination MAC is known.
+void Worker::emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& a) {
+  const wire::FrameAddress* addr = &a;
   std::vector<std::uint8_t> frame(frame_buf_.begin(),
-                                  frame_buf_.begin() + static_cast<std::ptrdiff_t>(*len));
+                                  frame_buf_.begin() + static_cast<std::ptrdiff_t>(len));
   if (!resolve_macs_ || !is_zero(addr->dst_mac)) {
     transmit_on_worker(std::move(frame));
     return;
@@ -353,15 +518,22 @@ void Worker::transmit_on_worker(std::vector<std::uint8_t> frame) {
     const net::TxFrame one(frame);
     const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));
     if (sent && *sent == 1) {
-      ++counters_.tx_frames;
+      count_sent_on_worker(frame.size());
       return;
     }
   }
   if (tx_backlog_.size() >= kMaxTxBacklog) {
     ++counters_.tx_backlog_drops;
+    device_counters_.add(device::Counter::kSendErr);
     return;
   }
   tx_backlog_.push_back(std::move(frame));
+}
+
+void Worker::count_sent_on_worker(std::size_t bytes) {
+  ++counters_.tx_frames;
+  device_counters_.add(device::Counter::kSentPkts);
+  device_counters_.add(device::Counter::kTxBytes, bytes);
 }
 
 bool Worker::flush_on_worker(std::uint64_t now_ns) {
@@ -370,8 +542,8 @@ bool Worker::flush_on_worker(std::uint64_t now_ns) {
     const net::TxFrame one(tx_backlog_.front());
     const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));
     if (!sent || *sent == 0) break;
+    count_sent_on_worker(tx_backlog_.front().size());
     tx_backlog_.pop_front();
-    ++counters_.tx_frames;
     any = true;
   }
   if (!awaiting_mac_.empty() && now_ns >= next_neighbour_retry_ns_)
@@ -402,6 +574,7 @@ void Worker::retry_neighbours_on_worker(std::uint64_t now_ns) {
       transmit_on_worker(std::move(w.frame));
     } else if (now_ns >= w.give_up_ns) {
       ++counters_.tx_no_neighbour;
+      device_counters_.add(device::Counter::kNeighbourFailures);
     } else {
       still.push_back(std::move(w));
     }
@@ -428,6 +601,9 @@ std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_n
   for (const auto& [qpn, hosted] : qps_) {
     const auto d = hosted.qp->next_deadline();
     if (d && (!earliest || *d < *earliest)) earliest = d;
+    if (hosted.cc == nullptr) continue;
+    const auto c = hosted.cc->qp_cc.next_deadline();
+    if (c && (!earliest || *c < *earliest)) earliest = c;
   }
   if (!awaiting_mac_.empty()) {
     const std::uint64_t retry = std::max(next_neighbour_retry_ns_, now_ns);

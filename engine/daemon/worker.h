@@ -17,7 +17,21 @@
 // handed-over frames, port receive, expired timers, then every QP's outputs (packets out
 // through the port, completions and events to the binding). An idle worker spins
 // for `spin_ns` without work, then sleeps in io_uring on the port's fd, its eventfd and the
-// earliest QP deadline.
+// earliest QP deadline (retransmission, RNR, pacer release, DCQCN rate increase).
+//
+// Congestion control (ARCHITECTURE.md decision 9, engine/cc): each connected RC QP gets a
+// WorkerQpCongestion once its path is known. The transport asks it when the next request packet
+// may leave (a QP held by its pacer returns nothing from poll_transmit and the worker moves on
+// to the other QPs; its release time is one of the QP's deadlines) and whether to mark it
+// ECT(0). The worker feeds CE marks on received data packets to the notification point and
+// sends the CNPs it asks for; received CNPs reach the reaction point through the transport.
+// The device's parameters live in the worker's CcDevice, changed only by set_cc_on_worker
+// (a command from the control thread).
+//
+// Device counters: the worker is the one writer of its device::CounterBlock (counters.h) and
+// feeds it as counters_report.h describes: frames as it sends and classifies them, each QP's
+// transport and DCQCN counters (growth since the last drain, and once more when the QP leaves),
+// each completion. The control thread reads the blocks at any time.
 #pragma once
 
 #include <liburing.h>
@@ -31,11 +45,14 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "cc/qp_congestion.h"
 #include "daemon/datapath_frames.h"
+#include "device/counters.h"
 #include "net/port.h"
 #include "transport/qp.h"
 
@@ -70,6 +87,42 @@ struct HostedQp {
   std::unique_ptr<QpBinding> binding;
 };
 
+// The congestion-control hooks the worker attaches to a connected RC QP: engine/cc's
+// QpCongestion, except that CE marks reach its notification point from the worker, which sees
+// the opcode (no CNP for an ACK or a CNP, PROTOCOL.md §5.6), not from the transport.
+class WorkerQpCongestion final : public transport::CongestionHooks {
+ public:
+  WorkerQpCongestion(const cc::CcDevice& device, wire::Qpn peer, std::uint8_t traffic_class)
+      : qp_cc(device, peer, traffic_class), traffic_class(traffic_class) {}
+  std::uint64_t earliest_send_ns(std::uint64_t now_ns) override {
+    return qp_cc.earliest_send_ns(now_ns);
+  }
+  bool on_transmit(std::uint64_t now_ns, std::uint32_t bytes) override {
+    return qp_cc.on_transmit(now_ns, bytes);
+  }
+  void on_cnp(std::uint64_t now_ns) override { qp_cc.on_cnp(now_ns); }
+  void on_ce_marked(std::uint64_t /*now_ns*/) override {}  // the worker calls the NP itself
+
+  cc::QpCongestion qp_cc;
+  std::uint8_t traffic_class;  // of the path it was made for (its priority)
+};
+
+// A QP's congestion-control state as `xroce qp show` prints it.
+struct QpCcStatus {
+  bool active = false;  // congestion control on for its priority (rates below are its own)
+  double rate_mbps = 0;
+  double target_rate_mbps = 0;
+  double alpha = 0;
+  std::string stage;  // cc::stage_name, "none" for a QP without congestion control
+  int priority = 0;
+  cc::CcCounters counters;
+};
+
+// What xroced starts a device's workers with: ConnectX parameters, reaction point on, CNP
+// generation off (np_enable = 0 on every priority: older rxe peers mishandle CNPs, PROTOCOL.md
+// §6), no pacing of unlimited QPs (the port serialises them).
+cc::CcDevice daemon_cc_defaults();
+
 struct WorkerConfig {
   std::uint32_t index = 0;
   const QpRoutes* routes = nullptr;  // the device's QPN -> worker table (outlives the worker)
@@ -80,6 +133,8 @@ struct WorkerConfig {
   // threads (the applications poll their CQs), a spinning worker takes the core the
   // application needs, and a sleeping one is woken at once by its doorbell or port.
   std::uint64_t spin_ns = 20'000;
+  // Congestion control; line_rate_mbps must be set before the first QP is placed.
+  cc::CcDevice cc = daemon_cc_defaults();
 };
 
 class Worker {
@@ -119,6 +174,8 @@ class Worker {
   }
   // Any thread: makes a sleeping worker run a turn (a doorbell).
   void wake();
+  // Any thread may read it (counters.h threading contract); only the worker writes it.
+  const device::CounterBlock& device_counters() const { return device_counters_; }
   // Any thread: how many times the worker has gone to sleep (without disturbing it, as a
   // command would).
   std::uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
@@ -128,6 +185,12 @@ class Worker {
   bool remove_qp_on_worker(wire::Qpn qpn);
   transport::Qp* find_qp_on_worker(wire::Qpn qpn);
   DatapathCounters counters_on_worker() const;
+  // Replaces the device's congestion-control settings; existing QPs follow from their next
+  // event. A new line rate applies to QPs connected afterwards.
+  void set_cc_on_worker(const cc::CcDevice& device);
+  const cc::CcDevice& cc_on_worker() const { return cc_; }
+  // The QP's congestion-control state; nullopt if the QP is not here.
+  std::optional<QpCcStatus> qp_cc_on_worker(wire::Qpn qpn);
   net::PortStats port_stats_on_worker() const;
   std::size_t qp_count_on_worker() const;
 
@@ -139,6 +202,14 @@ class Worker {
     std::vector<std::uint8_t> frame;
     wire::IpAddr dst;
     std::uint64_t give_up_ns;
+  };
+  // A hosted QP with what the worker keeps beside it.
+  struct Hosted {
+    std::unique_ptr<transport::Qp> qp;
+    std::unique_ptr<QpBinding> binding;
+    std::unique_ptr<WorkerQpCongestion> cc;  // connected RC QPs only
+    transport::QpCounters reported;          // what feed_qp_counters has added
+    cc::CcCounters cc_reported;
   };
   using HandoverRing =
       boost::lockfree::spsc_queue<Handover*, boost::lockfree::capacity<kHandoverSlots>>;
@@ -153,10 +224,15 @@ class Worker {
   bool pull_work_on_worker();
   bool fire_timers_on_worker(std::uint64_t now_ns);
   bool drain_outputs_on_worker(std::uint64_t now_ns);
-  bool drain_qp_on_worker(std::uint64_t now_ns, HostedQp& hosted);
+  bool drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted);
+  void attach_cc_on_worker(Hosted& hosted);
+  void feed_counters_on_worker(Hosted& hosted);
   void send_frame_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
                             QpBinding& binding);
+  void send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeaders& cnp, Hosted& hosted);
+  void emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& addr);
   void transmit_on_worker(std::vector<std::uint8_t> frame);
+  void count_sent_on_worker(std::size_t bytes);
   bool flush_on_worker(std::uint64_t now_ns);
   void retry_neighbours_on_worker(std::uint64_t now_ns);
   bool work_pending_on_worker();
@@ -190,7 +266,9 @@ class Worker {
   std::thread thread_;
 
   // Worker-owned state.
-  std::unordered_map<std::uint32_t, HostedQp> qps_;
+  std::unordered_map<std::uint32_t, Hosted> qps_;
+  cc::CcDevice cc_;
+  device::CounterBlock device_counters_;
   std::map<int, std::uint32_t> doorbell_users_;  // doorbell fd -> QPs that ring it (an SRQ's: many)
   std::map<std::array<std::uint8_t, 16>, wire::MacAddr> neighbours_;
   std::deque<AwaitingMac> awaiting_mac_;

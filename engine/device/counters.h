@@ -40,17 +40,20 @@ enum class Counter : std::uint8_t {
   kRdmaSends,            // SEND messages transmitted
   kRdmaRecvs,            // SEND messages received
   // xroce's own.
-  kRxIcrcErrors,       // frames dropped for a bad ICRC
-  kRxMalformed,        // frames dropped because they did not decode (headers, lengths)
-  kRxUnknownQp,        // frames for a QPN the device does not have
-  kRxHandoffDrops,     // frames dropped because the owning worker's handoff ring was full
-  kTxBytes,            // RoCEv2 frame bytes transmitted (Ethernet header to ICRC)
-  kRxBytes,            // RoCEv2 frame bytes received
-  kCnpSent,            // congestion notification packets sent (notification point)
-  kCnpRcvd,            // congestion notification packets received (reaction point)
-  kEcnMarkedRcvd,      // frames received with ECN CE
-  kDmaErrors,          // registered-memory accesses that failed (the process is gone)
-  kNeighbourFailures,  // destinations whose MAC could not be resolved
+  kRxIcrcErrors,    // frames dropped for a bad ICRC
+  kRxMalformed,     // frames dropped because they did not decode (headers, lengths)
+  kRxUnknownQp,     // frames for a QPN the device does not have
+  kRxHandoffDrops,  // frames dropped because the owning worker's handoff ring was full
+  kTxBytes,         // RoCEv2 frame bytes transmitted (Ethernet header to ICRC)
+  kRxBytes,         // RoCEv2 frame bytes received
+  kCnpRcvd,         // congestion notification packets received for a QP of ours
+  // DCQCN, under the names ConnectX's hw_counters give them (PROTOCOL.md §5.5).
+  kNpEcnMarkedRocePackets,  // RoCEv2 packets received for a QP with IP ECN = CE
+  kNpCnpSent,               // CNPs sent (notification point)
+  kRpCnpHandled,            // CNPs that drove a QP's reaction point
+  kRpCnpIgnored,            // CNPs ignored: rp_enable off for the QP's priority, or no RP (UD)
+  kDmaErrors,               // registered-memory accesses that failed (the process is gone)
+  kNeighbourFailures,       // destinations whose MAC could not be resolved
   kCount
 };
 
@@ -81,9 +84,11 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "rx_handoff_drops",
     "tx_bytes",
     "rx_bytes",
-    "cnp_sent",
     "cnp_rcvd",
-    "ecn_marked_rcvd",
+    "np_ecn_marked_roce_packets",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
     "dma_errors",
     "neighbour_failures",
 };

@@ -5,7 +5,7 @@
 // feed_qp_counters() after draining a QP (only the growth since the last call is added, so
 // counters of destroyed QPs are never lost) and feed_completion() for each completion. Packet
 // and frame counters (sent_pkts, rcvd_pkts, rx_icrc_errors, ...) the worker adds itself where it
-// sends and classifies frames.
+// sends and classifies frames (engine/daemon/worker.cc does all of this).
 //
 // What maps to what (where rxe's meaning is only approximated, it says so):
 //   duplicate_request   <- QpCounters::duplicate_requests
@@ -15,7 +15,12 @@
 //   rcvd_seq_err        <- QpCounters::naks_received - rnr_naks_received (every non-RNR NAK;
 //                          rxe counts PSN-sequence NAKs only)
 //   completer_retry_err <- QpCounters::timeouts (retransmission rounds started by a timeout)
-//   cnp_rcvd, ecn_marked_rcvd <- cnps_received, ecn_ce_received
+//   cnp_rcvd, np_ecn_marked_roce_packets <- cnps_received, ecn_ce_received
+//   np_cnp_sent, rp_cnp_handled, rp_cnp_ignored: the worker, from the CNPs it sends and the
+//                          QPs' DCQCN counters (engine/daemon/worker.h)
+//   sent_pkts, rcvd_pkts, tx_bytes, rx_bytes, rx_*, send_err, neighbour_failures: the worker
+//   ack_deferred        <- responses received on one worker for a QP of another (handed over:
+//                          rxe counts responses its completer had to defer to a task)
 //   retry_exceeded_err, retry_rnr_exceeded_err <- completions with those statuses
 //   rdma_sends          <- successful send completions of SEND opcodes
 //   rdma_recvs          <- successful receive completions

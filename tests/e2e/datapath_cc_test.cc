@@ -1,0 +1,579 @@
+// DCQCN in the data path's workers (engine/daemon/worker.h), with real threads, io_uring sleeps
+// and the real transport over in-process pipe ports (no namespaces, no root). A sender datapath
+// A and a receiver datapath B; the pipe from A to B can set CE on A's data frames as a
+// congested switch would. Checked: B's CNP byte for byte (decoded with engine/wire), CNP
+// moderation by min_time_between_cnps, no CNP while np_enable is off or for a CE-marked ACK, the
+// rate cut a CNP causes at A, the pacer's spacing of A's packets at that rate without holding
+// A's other QP, ECT(0) on data while rp_enable is on, and the device counters.
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "daemon/datapath.h"
+#include "transport/memory.h"
+#include "wire/frame.h"
+
+namespace xroce::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+using device::Counter;
+using transport::Completion;
+using transport::WcStatus;
+using transport::WrOpcode;
+
+struct SentFrame {
+  std::uint64_t at_ns;
+  std::vector<std::uint8_t> bytes;
+};
+
+// A port whose transmit lands in another port's receive queue; it records what it sent (with
+// the time) and `mark_ce` sets IP ECN = CE on RoCE request frames on their way.
+class PipePort final : public net::Port {
+ public:
+  PipePort() : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~PipePort() override { close(efd_); }
+  PipePort* peer = nullptr;
+  std::atomic<bool> mark_ce{false};
+
+  void inject(std::vector<std::uint8_t> frame) {
+    {
+      std::lock_guard lock(m_);
+      queue_.push_back(std::move(frame));
+    }
+    const std::uint64_t one = 1;
+    (void)!write(efd_, &one, sizeof(one));
+  }
+  std::vector<SentFrame> sent() {
+    std::lock_guard lock(m_);
+    return sent_;
+  }
+
+  net::Result<std::size_t, net::PortError> receive(std::span<net::RxFrame> frames) override {
+    std::uint64_t count = 0;
+    (void)!read(efd_, &count, sizeof(count));
+    std::lock_guard lock(m_);
+    std::size_t n = 0;
+    while (n < frames.size() && !queue_.empty()) {
+      const std::uint64_t handle = next_handle_++;
+      auto& held = held_[handle] = std::move(queue_.front());
+      queue_.pop_front();
+      frames[n++] = net::RxFrame{held, handle};
+    }
+    return n;
+  }
+  void release(std::span<const net::RxFrame> frames) override {
+    std::lock_guard lock(m_);
+    for (const auto& f : frames)
+      held_.erase(f.handle);
+  }
+  net::Result<std::size_t, net::PortError> transmit(std::span<const net::TxFrame> frames) override {
+    for (const auto& f : frames) {
+      std::vector<std::uint8_t> bytes(f.begin(), f.end());
+      {
+        std::lock_guard lock(m_);
+        sent_.push_back({monotonic_now_ns(), bytes});
+      }
+      if (mark_ce.load()) bytes = with_ce(bytes);
+      peer->inject(std::move(bytes));
+    }
+    return frames.size();
+  }
+  net::Result<std::size_t, net::PortError> flush() override { return std::size_t{0}; }
+  int wait_fd() const override { return efd_; }
+  net::PortStats stats() const override { return {}; }
+  net::PortMode mode() const override { return net::PortMode::kUdpSocket; }
+  std::size_t max_frame_bytes() const override { return 9014; }
+
+ private:
+  // Re-encodes a request frame with CE (the IPv4 header checksum covers the TOS byte).
+  static std::vector<std::uint8_t> with_ce(const std::vector<std::uint8_t>& bytes) {
+    auto d = wire::decode_frame(bytes);
+    if (!d || !d->hdr.info().is_request) return bytes;
+    wire::FrameAddress a = d->addr;
+    a.traffic_class |= static_cast<std::uint8_t>(wire::Ecn::kCe);
+    std::vector<std::uint8_t> out(bytes.size() + 64);
+    const auto len = wire::encode_frame(a, d->hdr, d->payload, out);
+    out.resize(len ? *len : 0);
+    return out;
+  }
+
+  int efd_;
+  std::mutex m_;
+  std::deque<std::vector<std::uint8_t>> queue_;
+  std::map<std::uint64_t, std::vector<std::uint8_t>> held_;
+  std::uint64_t next_handle_ = 1;
+  std::vector<SentFrame> sent_;
+};
+
+struct Mailbox {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<transport::WorkRequest> sends;
+  std::vector<Completion> completions;
+
+  std::vector<Completion> wait(std::size_t n, std::chrono::seconds limit = 20s) {
+    std::unique_lock lock(m);
+    cv.wait_for(lock, limit, [&] { return completions.size() >= n; });
+    return completions;
+  }
+};
+
+class MailboxBinding final : public QpBinding {
+ public:
+  MailboxBinding(std::shared_ptr<Mailbox> box, wire::FrameAddress av)
+      : box_(std::move(box)), av_(av) {}
+  bool pull_work_on_worker(transport::Qp& qp) override {
+    std::lock_guard lock(box_->m);
+    const bool any = !box_->sends.empty();
+    for (; !box_->sends.empty(); box_->sends.pop_front())
+      EXPECT_EQ(qp.post_send(box_->sends.front()), 0);
+    return any;
+  }
+  bool work_pending_on_worker() const override {
+    std::lock_guard lock(box_->m);
+    return !box_->sends.empty();
+  }
+  void complete_on_worker(const Completion& c) override {
+    std::lock_guard lock(box_->m);
+    box_->completions.push_back(c);
+    box_->cv.notify_all();
+  }
+  void event_on_worker(const transport::AsyncEvent&) override {}
+  const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
+    return av_id == kAvId ? &av_ : nullptr;
+  }
+  static constexpr std::uint32_t kAvId = 1;
+
+ private:
+  std::shared_ptr<Mailbox> box_;
+  wire::FrameAddress av_;
+};
+
+constexpr std::uint32_t kIpA = 0xC6120001;  // 198.18.0.1
+constexpr std::uint32_t kIpB = 0xC6120002;  // 198.18.0.2
+constexpr std::uint8_t kDataTos = 26 << 2;  // DSCP 26 (priority 3), as production RoCE uses
+constexpr std::size_t kMemBytes = 1 << 20;
+constexpr std::uint32_t kMtu = 1024;
+constexpr double kLineRateMbps = 100'000;
+
+wire::FrameAddress address(std::uint32_t src_v4, std::uint32_t dst_v4) {
+  wire::FrameAddress a;
+  a.src_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(src_v4)};
+  a.dst_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(dst_v4)};
+  a.src_ip = wire::IpAddr::v4(src_v4);
+  a.dst_ip = wire::IpAddr::v4(dst_v4);
+  a.traffic_class = kDataTos;
+  return a;
+}
+
+struct Side {
+  transport::LocalMemory mem;
+  transport::MemoryRegionTable mrs{mem};
+  std::uint64_t buf = mem.allocate(kMemBytes);
+  transport::MemoryRegion mr = mrs.register_region(
+      buf, kMemBytes, transport::access::kLocalWrite | transport::access::kRemoteWrite);
+  std::unique_ptr<Datapath> dp;
+  PipePort* port = nullptr;
+  std::map<std::uint32_t, std::shared_ptr<Mailbox>> boxes;
+
+  Worker& worker() { return dp->worker(0); }
+  std::uint64_t counter(Counter c) { return worker().device_counters().load(c); }
+  void set_cc(const std::function<void(cc::CcDevice&)>& edit) {
+    cc::CcDevice d = worker().call([](Worker& w) { return w.cc_on_worker(); });
+    edit(d);
+    worker().call([d](Worker& w) {
+      w.set_cc_on_worker(d);
+      return 0;
+    });
+  }
+  QpCcStatus cc_of(wire::Qpn qpn) {
+    return *worker().call([qpn](Worker& w) { return w.qp_cc_on_worker(qpn); });
+  }
+  // An RDMA WRITE of `bytes` from our buffer to the same offset of the peer's.
+  void write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey) {
+    transport::WorkRequest wr;
+    wr.wr_id = wr_id;
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.send_flags = transport::send_flags::kSignaled;
+    wr.sg_list = {transport::Sge{buf, bytes, mr.lkey}};
+    wr.remote_addr = buf;
+    wr.rkey = wire::Rkey(rkey);
+    {
+      std::lock_guard lock(boxes[qpn.value()]->m);
+      boxes[qpn.value()]->sends.push_back(wr);
+    }
+    worker().wake();
+  }
+};
+
+void place_qp(Side& s, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src, std::uint32_t dst) {
+  namespace m = transport::qp_attr;
+  transport::QpConfig cfg;
+  cfg.qpn = qpn;
+  cfg.port_mtu = transport::PathMtu::k1024;
+  auto qp = std::make_unique<transport::Qp>(cfg, s.mrs);
+  transport::QpAttr a;
+  a.qp_access_flags = s.mr.access;
+  a.path_mtu = transport::PathMtu::k1024;
+  a.dest_qp_num = peer;
+  a.max_dest_rd_atomic = 16;
+  a.max_rd_atomic = 16;
+  a.min_rnr_timer = 1;
+  a.timeout = 16;  // ~268 ms: no retransmission while a QP is paced slowly
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.av_id = MailboxBinding::kAvId;
+  a.qp_state = transport::QpState::kInit;
+  ASSERT_EQ(qp->modify(a, m::kState | m::kPkeyIndex | m::kPort | m::kAccessFlags), 0);
+  a.qp_state = transport::QpState::kRtr;
+  ASSERT_EQ(qp->modify(a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
+                              m::kMaxDestRdAtomic | m::kMinRnrTimer),
+            0);
+  a.qp_state = transport::QpState::kRts;
+  ASSERT_EQ(qp->modify(a, m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
+                              m::kMaxQpRdAtomic),
+            0);
+  auto box = std::make_shared<Mailbox>();
+  s.boxes[qpn.value()] = box;
+  s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(box, address(src, dst))},
+               0);
+}
+
+// Waits (with a deadline) until `done` holds.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+const wire::Qpn kQpA(0x11), kQpB(0x22);    // the pair the CE marks hit
+const wire::Qpn kQpA2(0x13), kQpB2(0x24);  // a second pair, never marked
+
+struct Fabric {
+  Side a, b;
+  Fabric() {
+    auto pa = std::make_unique<PipePort>();
+    auto pb = std::make_unique<PipePort>();
+    pa->peer = pb.get();
+    pb->peer = pa.get();
+    a.port = pa.get();
+    b.port = pb.get();
+    std::vector<std::unique_ptr<net::Port>> va, vb;
+    va.push_back(std::move(pa));
+    vb.push_back(std::move(pb));
+    a.dp = Datapath::over_ports(std::move(va), 0, false);
+    b.dp = Datapath::over_ports(std::move(vb), 0, false);
+    for (Side* s : {&a, &b})
+      s->set_cc([](cc::CcDevice& d) { d.line_rate_mbps = kLineRateMbps; });
+  }
+  ~Fabric() {
+    a.worker().stop();
+    b.worker().stop();
+  }
+  void connect() {
+    place_qp(a, kQpA, kQpB, kIpA, kIpB);
+    place_qp(b, kQpB, kQpA, kIpB, kIpA);
+    place_qp(a, kQpA2, kQpB2, kIpA, kIpB);
+    place_qp(b, kQpB2, kQpA2, kIpB, kIpA);
+  }
+  void write_and_wait(wire::Qpn qpn, std::uint32_t bytes) {
+    const std::size_t before = a.boxes[qpn.value()]->completions.size();
+    a.write(qpn, before, bytes, b.mr.rkey.value());
+    const auto done = a.boxes[qpn.value()]->wait(before + 1);
+    ASSERT_EQ(done.size(), before + 1);
+    EXPECT_EQ(done.back().status, WcStatus::kSuccess);
+  }
+};
+
+std::vector<wire::DecodedFrame> decoded(const std::vector<SentFrame>& frames,
+                                        std::vector<std::uint64_t>* times = nullptr) {
+  std::vector<wire::DecodedFrame> out;
+  for (const auto& f : frames) {
+    auto d = wire::decode_frame(f.bytes);
+    EXPECT_TRUE(d.ok());
+    if (!d) continue;
+    out.push_back(*d);
+    if (times != nullptr) times->push_back(f.at_ns);
+  }
+  return out;
+}
+
+std::vector<std::vector<std::uint8_t>> cnps_sent(PipePort& port) {
+  std::vector<std::vector<std::uint8_t>> out;
+  for (const auto& f : port.sent()) {
+    auto d = wire::decode_frame(f.bytes);
+    if (d && d->hdr.bth.opcode == wire::Opcode::kCnp) out.push_back(f.bytes);
+  }
+  return out;
+}
+
+TEST(DatapathCc, CeMarkedWriteGetsOneCnpWithTheProtocolBytes) {
+  Fabric f;
+  f.b.set_cc([](cc::CcDevice& d) {
+    d.params.np_enable_mask = cc::kAllPriorities;
+    d.params.min_time_between_cnps = 1'000'000;  // 1 s: one CNP in this test
+  });
+  f.connect();
+  f.a.port->mark_ce = true;
+  f.write_and_wait(kQpA, 100);
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kNpCnpSent) == 1; }));
+  ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
+
+  const auto cnps = cnps_sent(*f.b.port);
+  ASSERT_EQ(cnps.size(), 1u);
+  const std::vector<std::uint8_t>& bytes = cnps[0];
+  EXPECT_EQ(bytes.size(), 74u);  // PROTOCOL.md §5.3: IPv4, no VLAN
+  const auto d = wire::decode_frame(bytes);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->icrc_ok);
+  EXPECT_EQ(d->hdr.bth.opcode, wire::Opcode::kCnp);
+  EXPECT_TRUE(d->hdr.bth.becn);
+  EXPECT_FALSE(d->hdr.bth.fecn);
+  EXPECT_FALSE(d->hdr.bth.solicited);
+  EXPECT_FALSE(d->hdr.bth.ack_req);
+  EXPECT_EQ(d->hdr.bth.pkey, 0xFFFF);
+  EXPECT_EQ(d->hdr.bth.dest_qp, kQpA);  // the QP that sent the marked data
+  EXPECT_EQ(d->hdr.bth.psn.value(), 0u);
+  EXPECT_EQ(d->addr.src_ip, wire::IpAddr::v4(kIpB));
+  EXPECT_EQ(d->addr.dst_ip, wire::IpAddr::v4(kIpA));
+  EXPECT_EQ(d->addr.traffic_class, 48 << 2);  // cnp_dscp 48, Not-ECT
+  EXPECT_EQ(d->udp_length, 40);
+  EXPECT_TRUE(d->payload.empty());
+  constexpr std::size_t kBthOffset = 14 + 20 + 8;
+  EXPECT_EQ(bytes[kBthOffset], 0x81);
+  EXPECT_EQ(bytes[kBthOffset + 4] & 0xC0, 0x40);  // BECN set, FECN clear
+  for (std::size_t i = 0; i < 16; ++i)
+    EXPECT_EQ(bytes[kBthOffset + 12 + i], 0) << "reserved byte " << i;
+
+  // Counters at both ends agree with the wire.
+  EXPECT_TRUE(eventually([&] { return f.b.counter(Counter::kNpEcnMarkedRocePackets) >= 1; }));
+  EXPECT_EQ(f.a.counter(Counter::kCnpRcvd), 1u);
+  EXPECT_EQ(f.a.counter(Counter::kRpCnpIgnored), 0u);
+  EXPECT_EQ(f.b.counter(Counter::kNpCnpSent), 0u + cnps.size());
+}
+
+TEST(DatapathCc, CnpsToOneQpAreSpacedByMinTimeBetweenCnps) {
+  Fabric f;
+  constexpr std::uint32_t kMinGapUs = 150'000;  // long against any scheduling delay
+  f.b.set_cc([](cc::CcDevice& d) {
+    d.params.np_enable_mask = cc::kAllPriorities;
+    d.params.min_time_between_cnps = kMinGapUs;
+  });
+  f.connect();
+  f.a.port->mark_ce = true;
+  f.write_and_wait(kQpA, 8 * kMtu);  // 8 marked packets inside one gap
+  ASSERT_TRUE(eventually([&] { return cnps_sent(*f.b.port).size() == 1; }));
+  std::uint64_t first_ns = 0;
+  for (const auto& sent : f.b.port->sent()) {
+    const auto d = wire::decode_frame(sent.bytes);
+    if (first_ns == 0 && d && d->hdr.bth.opcode == wire::Opcode::kCnp) first_ns = sent.at_ns;
+  }
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kNpEcnMarkedRocePackets) >= 8; }));
+  EXPECT_EQ(f.b.counter(Counter::kNpCnpSent), 1u);
+  EXPECT_EQ(cnps_sent(*f.b.port).size(), 1u);
+
+  // The other QP is moderated on its own: its marked packet gets its own CNP at once.
+  f.write_and_wait(kQpA2, 100);
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kNpCnpSent) == 2; }));
+
+  // Once the gap has passed, the next marked packet gets the first QP's second CNP.
+  ASSERT_TRUE(
+      eventually([&] { return monotonic_now_ns() > first_ns + kMinGapUs * 1000ull; }, 2000ms));
+  f.write_and_wait(kQpA, 100);
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kNpCnpSent) == 3; }));
+  std::size_t to_first = 0;
+  for (const auto& bytes : cnps_sent(*f.b.port))
+    to_first += wire::decode_frame(bytes)->hdr.bth.dest_qp == kQpA;
+  EXPECT_EQ(to_first, 2u);
+}
+
+TEST(DatapathCc, NoCnpWhileNpIsDisabledNorForAMarkedAck) {
+  Fabric f;  // np_enable defaults to 0 in the daemon
+  f.connect();
+  f.a.port->mark_ce = true;
+  f.b.port->mark_ce = true;  // marks only requests: B's ACKs stay unmarked
+  f.write_and_wait(kQpA, 4 * kMtu);
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kNpEcnMarkedRocePackets) >= 4; }));
+  EXPECT_EQ(f.b.counter(Counter::kNpCnpSent), 0u);
+  EXPECT_TRUE(cnps_sent(*f.b.port).empty());
+
+  // A CE-marked ACK at A, with A's notification point on: counted, never answered.
+  f.a.set_cc([](cc::CcDevice& d) { d.params.np_enable_mask = cc::kAllPriorities; });
+  f.a.port->mark_ce = false;
+  const std::uint64_t before = f.a.counter(Counter::kNpEcnMarkedRocePackets);
+  // The pipe marks only requests, so the marked ACK is made by hand.
+  wire::FrameAddress addr = address(kIpB, kIpA);
+  addr.traffic_class |= static_cast<std::uint8_t>(wire::Ecn::kCe);
+  wire::TransportHeaders ack;
+  ack.bth.opcode = wire::Opcode::kRcAck;
+  ack.bth.dest_qp = kQpA;
+  ack.bth.psn = wire::Psn(0);
+  ack.aeth = wire::Aeth{};
+  std::vector<std::uint8_t> frame(256);
+  const auto len = wire::encode_frame(addr, ack, wire::Bytes{}, frame);
+  ASSERT_TRUE(len.ok());
+  frame.resize(*len);
+  f.a.port->inject(frame);
+  ASSERT_TRUE(
+      eventually([&] { return f.a.counter(Counter::kNpEcnMarkedRocePackets) == before + 1; }));
+  f.write_and_wait(kQpA2, 100);  // a later turn of A's worker has run
+  EXPECT_EQ(f.a.counter(Counter::kNpCnpSent), 0u);
+  EXPECT_TRUE(cnps_sent(*f.a.port).empty());
+}
+
+// Wire bytes of a data packet as the pacer counts them (engine/cc/qp_congestion.h).
+constexpr double kPacedBits = (kMtu + cc::kRoceV4DataOverheadBytes) * 8.0;
+
+TEST(DatapathCc, CnpCutsTheRateAndThePacerSpacesThatQpOnly) {
+  Fabric f;
+  f.b.set_cc([](cc::CcDevice& d) {
+    d.params.np_enable_mask = cc::kAllPriorities;
+    d.params.min_time_between_cnps = 1'000'000;
+  });
+  f.a.set_cc([](cc::CcDevice& d) {
+    d.params.rate_to_set_on_first_cnp = 100;  // Mb/s
+    d.params.rpg_time_reset = 1'000'000;      // no rate increase during the test
+    d.params.rpg_byte_reset = 0;
+  });
+  f.connect();
+  EXPECT_EQ(f.a.cc_of(kQpA).stage, "unlimited");  // connected: attached, not limited yet
+  f.a.port->mark_ce = true;
+  f.write_and_wait(kQpA, 100);
+  ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
+  f.a.port->mark_ce = false;
+
+  // PROTOCOL.md §5.4(b): Rc = Rt = rate_to_set_on_first_cnp, then Rc * (1 - alpha/2) with
+  // alpha = initial_alpha_value / 1024.
+  const double expected_rate = 100 * (1 - (1023.0 / 1024) / 2);
+  const QpCcStatus st = f.a.cc_of(kQpA);
+  EXPECT_TRUE(st.active);
+  EXPECT_EQ(st.priority, 3);
+  EXPECT_NEAR(st.rate_mbps, expected_rate, 1e-9);
+  EXPECT_NEAR(st.target_rate_mbps, 100, 1e-9);
+  EXPECT_GT(st.alpha, 0.9);
+  EXPECT_EQ(f.a.cc_of(kQpA2).rate_mbps, kLineRateMbps);
+
+  // 12 packets on the cut QP and 64 KiB on the other, posted together.
+  const std::size_t first_frame = f.a.port->sent().size();
+  constexpr std::uint32_t kPaced = 12;
+  f.a.write(kQpA, 1, kPaced * kMtu, f.b.mr.rkey.value());
+  f.a.write(kQpA2, 1, 64 * kMtu, f.b.mr.rkey.value());
+  ASSERT_EQ(f.a.boxes[kQpA2.value()]->wait(1).size(), 1u);
+  ASSERT_EQ(f.a.boxes[kQpA.value()]->wait(2).size(), 2u);
+
+  std::vector<SentFrame> sent = f.a.port->sent();
+  sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(first_frame));
+  std::vector<std::uint64_t> times;
+  const auto frames = decoded(sent, &times);
+  std::vector<std::uint64_t> paced, other;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (!frames[i].hdr.info().is_request) continue;
+    EXPECT_EQ(frames[i].ecn, wire::Ecn::kEct0) << "rp_enable is on: data is ECT(0)";
+    EXPECT_EQ(static_cast<int>(frames[i].addr.traffic_class >> 2), 26);
+    (frames[i].hdr.bth.dest_qp == kQpB ? paced : other).push_back(times[i]);
+  }
+  ASSERT_EQ(paced.size(), kPaced);
+  ASSERT_EQ(other.size(), 64u);
+  // Capture times trail the pacer's decisions by a few µs of encoding (more when the
+  // machine is loaded), so each gap is checked with 25 µs of slack and the median closely.
+  // Without the pacer the gaps would be ~2 µs.
+  const double gap_ns = kPacedBits / expected_rate * 1000;  // ~173 µs
+  std::vector<double> gaps;
+  for (std::size_t i = 1; i < paced.size(); ++i) {
+    gaps.push_back(static_cast<double>(paced[i] - paced[i - 1]));
+    EXPECT_GE(gaps.back(), gap_ns - 25'000) << "packet " << i;
+  }
+  std::sort(gaps.begin(), gaps.end());
+  const double median = gaps[gaps.size() / 2];
+  EXPECT_GE(median, gap_ns - 5'000);
+  EXPECT_LE(median, gap_ns * 1.25) << "the pacer releases packets on time";
+  // The held QP did not stall the worker: the other QP's packets all left while it was held.
+  EXPECT_LT(other.back(), paced.back());
+  EXPECT_LT(other.back(), paced[1]);
+}
+
+TEST(DatapathCc, RpDisabledMeansNotEctAndCnpsIgnored) {
+  Fabric f;
+  f.b.set_cc([](cc::CcDevice& d) {
+    d.params.np_enable_mask = cc::kAllPriorities;
+    d.params.min_time_between_cnps = 0;
+  });
+  f.a.set_cc([](cc::CcDevice& d) { d.params.rp_enable_mask = ~(1u << 3) & 0xFF; });  // prio 3 off
+  f.connect();
+  f.a.port->mark_ce = true;
+  f.write_and_wait(kQpA, 2 * kMtu);
+  ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpIgnored) >= 1; }));
+  EXPECT_EQ(f.a.counter(Counter::kRpCnpHandled), 0u);
+  const QpCcStatus st = f.a.cc_of(kQpA);
+  EXPECT_FALSE(st.active);
+  EXPECT_EQ(st.rate_mbps, kLineRateMbps);
+  for (const auto& d : decoded(f.a.port->sent())) {
+    if (d.hdr.info().is_request) {
+      EXPECT_EQ(d.ecn, wire::Ecn::kNotEct);
+    }
+  }
+
+  // Turned back on at run time: the next data is ECT(0) and the next CNP is handled.
+  f.a.set_cc([](cc::CcDevice& d) { d.params.rp_enable_mask = cc::kAllPriorities; });
+  const std::size_t from = f.a.port->sent().size();
+  f.write_and_wait(kQpA, 100);
+  ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) >= 1; }));
+  auto sent = f.a.port->sent();
+  sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(from));
+  for (const auto& d : decoded(sent)) {
+    if (d.hdr.info().is_request) {
+      EXPECT_EQ(d.ecn, wire::Ecn::kEct0);
+    }
+  }
+  EXPECT_LT(f.a.cc_of(kQpA).rate_mbps, kLineRateMbps);
+}
+
+TEST(DatapathCc, DeviceCountersFollowTheTraffic) {
+  Fabric f;
+  f.connect();
+  f.write_and_wait(kQpA, 10 * kMtu);
+  ASSERT_TRUE(eventually([&] { return f.b.counter(Counter::kRcvdPkts) >= 10; }));
+  // Both workers count after their port took the frame: wait until the two ends agree.
+  EXPECT_TRUE(eventually([&] {
+    return f.a.counter(Counter::kRcvdPkts) == f.b.counter(Counter::kSentPkts) &&
+           f.b.counter(Counter::kRxBytes) == f.a.counter(Counter::kTxBytes) &&
+           f.b.counter(Counter::kRcvdPkts) == f.a.counter(Counter::kSentPkts);
+  }));
+  EXPECT_EQ(f.b.counter(Counter::kRcvdPkts), 10u);
+  EXPECT_EQ(f.a.counter(Counter::kSentPkts), 10u);
+  EXPECT_GE(f.b.counter(Counter::kSentPkts), 1u);  // the ACK
+  EXPECT_GT(f.a.counter(Counter::kTxBytes), 10u * kMtu);
+
+  // A request PSN already executed: a duplicate; a PSN ahead: out of sequence (NAK).
+  wire::TransportHeaders w;
+  w.bth.opcode = wire::Opcode::kRcWriteOnly;
+  w.bth.dest_qp = kQpB;
+  w.reth = wire::Reth{f.b.buf, f.b.mr.rkey, 4};
+  std::vector<std::uint8_t> payload(4, 0xAB), frame(256);
+  for (const std::uint32_t psn : {0u, 1000u}) {
+    w.bth.psn = wire::Psn(psn);
+    const auto len = wire::encode_frame(address(kIpA, kIpB), w, payload, frame);
+    ASSERT_TRUE(len.ok());
+    f.b.port->inject(std::vector<std::uint8_t>(frame.begin(), frame.begin() + *len));
+  }
+  EXPECT_TRUE(eventually([&] { return f.b.counter(Counter::kDuplicateRequest) == 1; }));
+  EXPECT_TRUE(eventually([&] { return f.b.counter(Counter::kOutOfSeqRequest) == 1; }));
+}
+
+}  // namespace
+}  // namespace xroce::daemon
