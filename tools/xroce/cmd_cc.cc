@@ -30,6 +30,7 @@ struct IncastFlags {
   double pmax = 0;
   std::uint64_t bin_us = 20;
   std::uint32_t message_bytes = 64 * 1024;
+  std::uint64_t start_spread_us = 0;
   std::vector<std::string> cc_set;
   bool json = false;
   bool no_cnp = false;
@@ -71,6 +72,7 @@ nlohmann::json to_json(const cc::sim::IncastResult& r, bool series) {
       {"cc", c.cc ? "dcqcn" : "none"},
       {"profile", c.profile},
       {"duration_us", c.duration_us},
+      {"start_spread_us", c.start_spread_us},
       {"port",
        {{"mode", c.lossless ? "lossless" : "droptail"},
         {"kmin_bytes", c.kmin_bytes},
@@ -153,6 +155,8 @@ std::shared_ptr<IncastFlags> add_incast_options(CLI::App* sim) {
   sim->add_option("--buffer", f->buffer, "Incast: bottleneck queue capacity in bytes");
   sim->add_option("--bin-us", f->bin_us, "Incast: time-series bin in microseconds");
   sim->add_option("--message-bytes", f->message_bytes, "Incast: RDMA WRITE size");
+  sim->add_option("--start-spread-us", f->start_spread_us,
+                  "Incast: each sender starts at a seeded offset in [0, this) (0 = together)");
   sim->add_flag("--no-cnp", f->no_cnp, "Incast: the receiver sends no CNPs");
   sim->add_flag("--json", f->json, "Incast: print JSON");
   sim->add_flag("--series", f->series,
@@ -208,6 +212,7 @@ bool run_incast_if_asked(const CLI::App& sim, const IncastFlags& f, ExitStatus& 
   c.buffer_bytes = f.buffer;
   c.bin_us = f.bin_us;
   c.message_bytes = f.message_bytes;
+  c.start_spread_us = f.start_spread_us;
   c.cnp_generation = !f.no_cnp;
 
   const cc::sim::IncastResult r = cc::sim::run_incast(c);

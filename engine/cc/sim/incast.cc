@@ -7,6 +7,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "net/sim/rng.h"
 #include "transport/memory.h"
 #include "transport/qp.h"
 #include "wire/frame.h"
@@ -24,6 +25,7 @@ constexpr std::uint32_t kQpnBase = 0x100;
 constexpr std::uint8_t kDataTrafficClass = 26 << 2;
 constexpr double kJainConverged = 0.95;
 constexpr std::uint64_t kSwingWindowUs = 1000;
+constexpr std::uint64_t kStartSeedSalt = 0x57A87;  // the start offsets' own random stream
 // A host's NIC takes packets from its QPs only while its port queue holds less than this: the
 // NIC's transmit scheduler stops when the port is paused (PFC) instead of filling a deep FIFO,
 // so the QP's byte counter counts what actually leaves and the queueing happens at the switch,
@@ -83,6 +85,7 @@ class Driver {
   std::vector<std::unique_ptr<Host>> hosts_;  // senders 0..N-1, receiver N
   ns::PortId bottleneck_ = 0;
   std::vector<std::uint32_t> in_flight_;  // WRITEs outstanding per sender
+  std::vector<std::uint64_t> start_ns_;   // when each sender posts its first WRITE
   std::vector<std::uint64_t> completed_;
   std::uint64_t now_ = 0;
   std::uint64_t end_ns_ = 0;
@@ -192,6 +195,10 @@ void Driver::build() {
   }
   in_flight_.assign(cfg_.senders, 0);
   completed_.assign(cfg_.senders, 0);
+  ns::Rng start_rng(cfg_.seed ^ kStartSeedSalt);
+  for (std::uint32_t i = 0; i < cfg_.senders; ++i)
+    start_ns_.push_back(
+        cfg_.start_spread_us == 0 ? 0 : start_rng.below(cfg_.start_spread_us * ns::kNsPerUs));
   net_.enable_flow_trace(bottleneck_, ns::FlowKey::kSourceNode, cfg_.bin_us * ns::kNsPerUs);
   net_.enable_depth_series(bottleneck_, cfg_.bin_us * ns::kNsPerUs / 4);
 }
@@ -201,6 +208,7 @@ void Driver::post_writes() {
   for (std::uint32_t i = 0; i < cfg_.senders; ++i) {
     Endpoint& s = *hosts_[i]->eps.front();
     const Endpoint& r = *rx.eps[i];
+    if (now_ < start_ns_[i]) continue;
     while (in_flight_[i] < cfg_.outstanding) {
       transport::WorkRequest wr;
       wr.wr_id = next_wr_id_++;
@@ -309,6 +317,8 @@ std::optional<std::uint64_t> Driver::next_time() const {
       take(e->cc->next_deadline());
     }
   }
+  for (const std::uint64_t start : start_ns_)
+    if (start > now_) take(start);
   if (!window_started_) take(window_ns_);
   take(end_ns_);
   return next;
@@ -510,15 +520,16 @@ IncastResult run_incast(const IncastConfig& config) {
 
 std::string reproduce_command(const IncastConfig& c) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "xroce sim --incast %u --cc %s --profile %s --rate-gbps %g --duration-ms %g "
-                "--seed %llu --kmin %llu --kmax %llu --pmax %g --buffer %llu --port %s",
-                c.senders, c.cc ? "dcqcn" : "none", c.profile.c_str(), c.rate_gbps,
-                static_cast<double>(c.duration_us) / 1000, static_cast<unsigned long long>(c.seed),
-                static_cast<unsigned long long>(c.kmin_bytes),
-                static_cast<unsigned long long>(c.kmax_bytes), c.pmax,
-                static_cast<unsigned long long>(c.buffer_bytes),
-                c.lossless ? "lossless" : "droptail");
+  std::snprintf(
+      buf, sizeof buf,
+      "xroce sim --incast %u --cc %s --profile %s --rate-gbps %g --duration-ms %g "
+      "--seed %llu --kmin %llu --kmax %llu --pmax %g --buffer %llu --port %s "
+      "--start-spread-us %llu",
+      c.senders, c.cc ? "dcqcn" : "none", c.profile.c_str(), c.rate_gbps,
+      static_cast<double>(c.duration_us) / 1000, static_cast<unsigned long long>(c.seed),
+      static_cast<unsigned long long>(c.kmin_bytes), static_cast<unsigned long long>(c.kmax_bytes),
+      c.pmax, static_cast<unsigned long long>(c.buffer_bytes), c.lossless ? "lossless" : "droptail",
+      static_cast<unsigned long long>(c.start_spread_us));
   return buf;
 }
 

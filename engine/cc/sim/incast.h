@@ -25,6 +25,9 @@ struct IncastConfig {
   DcqcnParams params = DcqcnParams::connectx();
   std::string profile = "connectx";  // for reports only: `params` is what runs
   std::uint64_t duration_us = 10'000;
+  // Sender i starts at a seeded offset uniform in [0, start_spread_us) (0 = all at t = 0). Real
+  // senders never start in the same nanosecond, and their timers then run out of phase.
+  std::uint64_t start_spread_us = 0;
   // The fairness/utilisation window is [warmup_fraction * duration, duration): the flows start
   // together at t = 0 at line rate and the first part of the run is their convergence.
   double warmup_fraction = 0.5;
