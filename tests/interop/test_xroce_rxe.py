@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+"""interop (issue 8): xroce against the Linux kernel's Soft-RoCE, rxe in a VM.
+
+One VM boots (rxe0 on its eth0, netdev MTU 9000 so that path MTU 4096 is possible); an xroce
+device (`xroce link add`, AF_XDP port) runs in a host namespace whose eth0 is on the VM's
+bridge. Phases, each with both sides once as server and once as client unless said otherwise:
+
+  matrix   ibv_rc_pingpong -c at 1 B, 4 KiB, 64 KiB, 1 MiB with path MTU 1024 and 4096,
+           ibv_ud_pingpong -c, ibv_srq_pingpong -c, ib_write_bw, ib_read_bw, ib_send_bw,
+           ib_atomic_bw, ib_send_lat; the tap is captured meanwhile and every RoCEv2 frame
+           must decode with `xroce wire decode` with its ICRC ok.
+  errors   xri_verbs (this folder) provokes an rkey violation and RNR (retries exhausted, and
+           recovery when receives arrive late) from each side against the other.
+
+Usage: test_xroce_rxe.py XROCE XRI_VERBS XROCE_SWITCH [--only PHASE ...] [--port afxdp|udp]
+"""
+
+import argparse
+import base64
+import re
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from check_capture import check_capture
+from peers import RxeGuest, SwitchedPort, XroceHost
+from vm import Lab, log, main_wrapper
+
+NETDEV_MTU = 9000  # rxe's active MTU is 4096 on a 9000-byte netdev, 1024 on 1500
+FIRST_TCP_PORT = 18700
+VM_XRI_VERBS = "/tmp/xri_verbs"
+GBN_DROP_NTH = 5  # the 5th matching frame of a 256-packet transfer
+
+# ibv_rc_pingpong -c: (message size, path MTU, iterations). Small -n: the VM is emulated.
+RC_PINGPONG = [(1, 1024, 50), (4096, 1024, 50), (65536, 1024, 10), (1 << 20, 1024, 2),
+               (1, 4096, 50), (4096, 4096, 50), (65536, 4096, 10), (1 << 20, 4096, 3)]
+OTHER_PINGPONG = [("ibv_ud_pingpong", 1024, 50, ""), ("ibv_srq_pingpong", 4096, 20, "-q 4")]
+# perftest: (program, size, iterations, extra flags)
+PERFTEST = [("ib_write_bw", 65536, 100, ""), ("ib_read_bw", 65536, 50, ""),
+            ("ib_send_bw", 65536, 50, ""), ("ib_atomic_bw", 8, 100, "-A FETCH_AND_ADD"),
+            ("ib_atomic_bw", 8, 100, "-A CMP_AND_SWAP"), ("ib_send_lat", 64, 100, "")]
+NEEDED_OPCODES = {
+    0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
+    0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
+    0x0C: "RDMA_READ_REQUEST", 0x0D: "RDMA_READ_RESPONSE_FIRST",
+    0x0E: "RDMA_READ_RESPONSE_MIDDLE", 0x0F: "RDMA_READ_RESPONSE_LAST", 0x11: "ACKNOWLEDGE",
+    0x12: "ATOMIC_ACKNOWLEDGE", 0x13: "COMPARE_SWAP", 0x14: "FETCH_ADD", 0x64: "UD_SEND_ONLY",
+}
+
+
+class Suite:
+    def __init__(self, lab: Lab, rxe: RxeGuest, xr: XroceHost, xri_verbs: Path):
+        self.lab = lab
+        self.rxe = rxe
+        self.xr = xr
+        self.xri_verbs = xri_verbs
+        self.port = FIRST_TCP_PORT
+        self.rxe_xri = None  # xri_verbs inside the guest, once copied there
+        self.gid = {rxe.name: rxe.gid_index(rxe.ip4), xr.name: xr.gid_index(xr.ip4)}
+        log(f"GID index of the IPv4 RoCE v2 GID: {self.gid}")
+        self.directions = [(rxe, xr), (xr, rxe)]  # (server, client)
+
+    def next_port(self) -> int:
+        self.port += 1
+        return self.port
+
+    def pair(self, server, client, server_cmd: str, client_cmd: str, timeout_s: float = 180):
+        port = self.next_port()
+        srv = server.start_command(f"{server_cmd} -p {port}")
+        server.wait_listening(port)
+        cli = client.run(f"{client_cmd} -p {port} {server.ip4}", timeout_s)
+        srv_result = srv.wait(timeout_s)
+        for side, peer, r in (("server", server, srv_result), ("client", client, cli)):
+            if not r.ok:
+                raise AssertionError(f"{side} on {peer.name} exited {r.rc} "
+                                     f"(`{server_cmd}` / `{client_cmd}`):\n{r.output}")
+        return srv_result.output, cli.output
+
+    def cmd(self, peer, program: str, flags: str) -> str:
+        gid_flag = "-g" if program.startswith("ibv_") else "-x"
+        return f"{program} -d {peer.device} {gid_flag} {self.gid[peer.name]} {flags}"
+
+    def pingpong(self, server, client, program: str, size: int, iters: int, flags: str) -> None:
+        started = time.monotonic()
+        common = f"-c -s {size} -n {iters} {flags}".strip()
+        outs = self.pair(server, client, self.cmd(server, program, common),
+                         self.cmd(client, program, common))
+        for out in outs:
+            if f"{size * iters * 2} bytes in" not in out or f"{iters} iters in" not in out:
+                raise AssertionError(f"{program} {common}: no report of {iters} iters:\n{out}")
+        log(f"{program} {common}: server {server.name}, client {client.name}: ok in "
+            f"{time.monotonic() - started:.1f} s")
+
+    def perftest(self, server, client, program: str, size: int, iters: int, extra: str) -> None:
+        started = time.monotonic()
+        units = "" if program.endswith("_lat") else "--report_gbits"
+        flags = f"-s {size} -n {iters} -F {units} {extra}".strip()
+        _, out = self.pair(server, client, self.cmd(server, program, flags),
+                           self.cmd(client, program, flags))
+        m = re.search(rf"^\s*{size}\s+{iters}\s+([\d.]+)\s+([\d.]+)", out, re.MULTILINE)
+        if not m:
+            raise AssertionError(f"{program} {flags}: no result line for {size} B x {iters}:\n"
+                                 f"{out}")
+        log(f"{program} {flags}: server {server.name}, client {client.name}: ok in "
+            f"{time.monotonic() - started:.1f} s; {' '.join(m.group(0).split())}")
+
+    # --- phases ---------------------------------------------------------------------------
+
+    def matrix(self, xroce: Path) -> None:
+        cap = self.lab.capture(self.lab.vms[0].tap, "matrix")
+        for server, client in self.directions:
+            for size, mtu, iters in RC_PINGPONG:
+                self.pingpong(server, client, "ibv_rc_pingpong", size, iters, f"-m {mtu}")
+            for program, size, iters, flags in OTHER_PINGPONG:
+                self.pingpong(server, client, program, size, iters, flags)
+            for program, size, iters, extra in PERFTEST:
+                self.perftest(server, client, program, size, iters, extra)
+        log(f"tcpdump: {' / '.join(cap.stop().splitlines()[-3:])}")
+        if cap.dropped_by_kernel():
+            raise AssertionError(f"tcpdump dropped frames: {cap.summary}")
+        summary = check_capture(xroce, cap.path, NEEDED_OPCODES, min_payload=4096)
+        log(f"matrix capture: {summary['roce']} RoCEv2 frames of {summary['frames']}, all "
+            f"decoded with ICRC ok; {summary['retransmitted']} retransmitted requests; "
+            f"{summary['opcodes']}")
+
+    def install_xri_verbs(self) -> None:
+        data = base64.b64encode(self.xri_verbs.read_bytes()).decode()
+        lines = "\n".join(data[i:i + 76] for i in range(0, len(data), 76))
+        self.rxe.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
+                       f"chmod +x {VM_XRI_VERBS}")
+        self.rxe_xri = VM_XRI_VERBS
+
+    def xri(self, peer, args: str) -> str:
+        if peer is self.rxe and self.rxe_xri is None:
+            self.install_xri_verbs()
+        program = self.rxe_xri if peer is self.rxe else str(self.xri_verbs)
+        return f"{program} --gid-index {self.gid[peer.name]} {args}"
+
+    def xri_pair(self, server, client, server_args: str, client_args: str, between=None):
+        """xri_verbs server and client; `between(server_cmd)` runs while both are running."""
+        port = self.next_port()
+        srv = server.start_command(self.xri(server, f"--server --port {port} {server_args}"))
+        server.wait_listening(port)
+        cli = client.start_command(self.xri(client, f"--client {server.ip4} --port {port} "
+                                                    f"{client_args}"))
+        if between:
+            between()
+        c = cli.wait(120)
+        s = srv.wait(60)
+        for side, peer, r in (("server", server, s), ("client", client, c)):
+            if not r.ok:
+                raise AssertionError(f"xri_verbs {side} on {peer.name} exited {r.rc}:\n"
+                                     f"{r.output}")
+        return s.output, c.output
+
+    @staticmethod
+    def completions(out: str, side: str) -> dict:
+        return {int(m.group(1)): m.group(2) for m in
+                re.finditer(rf"^wc {side} (\d+) (.+?) (-?\d+) (\d+)$", out, re.MULTILINE)}
+
+    def rkey_violation(self, server, client) -> None:
+        before = server.counters()
+        s, c = self.xri_pair(server, client, "--recvs 1", "--test rkey")
+        wcs = self.completions(c, "client")
+        expected = {1: "remote access error", 2: "Work Request Flushed Error"}
+        if wcs != expected:
+            raise AssertionError(f"rkey violation, requester {client.name}: completions {wcs}, "
+                                 f"expected {expected}\nclient:\n{c}\nserver:\n{s}")
+        srv_wcs = self.completions(s, "server")
+        state = re.search(r"^qp_state server (\d+)", s, re.MULTILINE)
+        log(f"rkey violation: requester {client.name} {wcs}; responder {server.name} "
+            f"completions {srv_wcs}, QP state {state.group(1) if state else '?'}, "
+            f"async {re.findall(r'^async server (.+)$', s, re.MULTILINE)}; counters "
+            f"{diff(before, server.counters())}")
+
+    def rnr(self, server, client, recover: bool) -> None:
+        before_srv, before_cli = server.counters(), client.counters()
+        wait_file = f"/tmp/xri-rnr-go-{self.port}"
+        if recover:
+            def post_late():
+                counter = "send_rnr_err"
+                deadline = time.monotonic() + 60
+                while server.counters().get(counter, 0) <= before_srv.get(counter, 0):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{server.name} sent no RNR NAK within 60 s")
+                    time.sleep(0.1)  # polling a counter with a deadline
+                server.check(f"touch {wait_file}")
+            s, c = self.xri_pair(server, client,
+                                 f"--recvs 1 --wait-file {wait_file} --late-recvs 2",
+                                 "--test rnr --sends 3 --rnr-retry 7", between=post_late)
+            server.run(f"rm -f {wait_file}")
+            expected = {1: "success", 2: "success", 3: "success"}
+        else:
+            s, c = self.xri_pair(server, client, "--recvs 1",
+                                 "--test rnr --sends 3 --rnr-retry 1")
+            expected = {1: "success", 2: "RNR retry counter exceeded",
+                        3: "Work Request Flushed Error"}
+        wcs = self.completions(c, "client")
+        if wcs != expected:
+            raise AssertionError(f"RNR ({'recover' if recover else 'exceed'}), requester "
+                                 f"{client.name}: completions {wcs}, expected {expected}\n"
+                                 f"client:\n{c}\nserver:\n{s}")
+        srv_wcs = self.completions(s, "server")
+        want_recvs = 3 if recover else 1
+        got = sum(1 for status in srv_wcs.values() if status == "success")
+        if got != want_recvs:
+            raise AssertionError(f"RNR: responder {server.name} received {got} messages, "
+                                 f"expected {want_recvs}: {srv_wcs}")
+        log(f"RNR {'recovery' if recover else 'retries exhausted'}: requester {client.name} "
+            f"{wcs}; responder {server.name} {srv_wcs}; responder counters "
+            f"{diff(before_srv, server.counters())}, requester counters "
+            f"{diff(before_cli, client.counters())}")
+
+    def errors(self) -> None:
+        for server, client in ((self.rxe, self.xr), (self.xr, self.rxe)):
+            self.rkey_violation(server, client)
+            self.rnr(server, client, recover=False)
+            self.rnr(server, client, recover=True)
+
+
+    # --- go-back-N through xroce-switch ------------------------------------------------
+
+    def go_back_n(self, sw, xr2) -> None:
+        """One RoCE frame dropped by xroce-switch (--drop-nth, once) in a 256 KiB RDMA WRITE or
+        in the READ that reads it back: the transfer completes with the right data and the
+        requester's counters show the retransmission."""
+        self.gid[xr2.name] = xr2.gid_index(xr2.ip4)
+        rxe = self.rxe
+        cases = [  # (requester, responder, opcode dropped, switch port it arrives on)
+            (xr2, rxe, 0x07, "swdown", "RDMA_WRITE_MIDDLE from xroce: rxe NAKs, xroce goes back"),
+            (xr2, rxe, 0x0E, "swup", "RDMA_READ_RESPONSE_MIDDLE from rxe: xroce re-reads"),
+            (rxe, xr2, 0x07, "swup", "RDMA_WRITE_MIDDLE from rxe: xroce NAKs, rxe goes back"),
+            (rxe, xr2, 0x0E, "swdown", "RDMA_READ_RESPONSE_MIDDLE from xroce: rxe re-reads"),
+        ]
+        for requester, responder, opcode, port, what in cases:
+            sw.start("--drop-nth", GBN_DROP_NTH, "--match-opcode", hex(opcode), "--from", port)
+            before_req, before_resp = requester.counters(), responder.counters()
+            size = 1 << 18
+            s, c = self.xri_pair(responder, requester, f"--size {size}",
+                                 f"--test write --size {size}")
+            stats = sw.stop()
+            dropped = stats[port]["dropped_impair"]
+            req_diff = diff(before_req, requester.counters())
+            resp_diff = diff(before_resp, responder.counters())
+            wcs = self.completions(c, "client")
+            sums = (re.search(r"^client_sum (\w+)", c, re.M), re.search(r"^server_sum (\w+)", s, re.M))
+            if dropped != 1:
+                raise AssertionError(f"{what}: the switch dropped {dropped} frames, not 1: {stats}")
+            if wcs != {1: "success", 2: "success"} or "read_back equal" not in c:
+                raise AssertionError(f"{what}: completions {wcs}\nclient:\n{c}\nserver:\n{s}")
+            if not all(sums) or sums[0].group(1) != sums[1].group(1):
+                raise AssertionError(f"{what}: the responder's buffer differs from what was "
+                                     f"written\nclient:\n{c}\nserver:\n{s}")
+            if req_diff.get("completer_retry_err", 0) < 1:
+                raise AssertionError(f"{what}: requester {requester.name} counted no "
+                                     f"retransmission: {req_diff}")
+            log(f"go-back-N, {what}: data equal; requester {requester.name} {req_diff}; "
+                f"responder {responder.name} {resp_diff}")
+
+
+def diff(before: dict, after: dict) -> dict:
+    return {k: v - before.get(k, 0) for k, v in after.items()
+            if isinstance(v, int) and v != before.get(k, 0)}
+
+
+PHASES = ("matrix", "errors", "gbn")
+DEFAULT_PHASES = ("matrix", "errors")
+
+
+def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> None:
+    for path in (xroce, xri_verbs, switch):
+        if not path.is_file():
+            raise AssertionError(f"{path} does not exist: build xroce, xri_verbs, xroce-switch")
+    started = time.monotonic()
+    with Lab("xr", mtu=NETDEV_MTU) as lab, ExitStack() as devices:
+        vm = lab.add_vm("a")
+        hp = lab.add_host_port("x")
+        sw = SwitchedPort(lab, switch, "y", host_index=1)
+        lab.boot_all()
+        vm.add_rxe()
+        vm.wait_in_guest("ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*4096'", 30,
+                         "rxe0 active_mtu 4096")
+        rxe = RxeGuest(vm)
+        xr = devices.enter_context(XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind))
+        suite = Suite(lab, rxe, xr, xri_verbs)
+        xr2 = None
+        for phase in phases:
+            phase_started = time.monotonic()
+            if phase == "matrix":
+                suite.matrix(xroce)
+            elif phase == "errors":
+                suite.errors()
+            elif phase == "gbn":
+                if xr2 is None:
+                    xr2 = devices.enter_context(
+                        XroceHost(xroce, sw.ns, sw.ifname, sw.ip4, "xri1", port_kind))
+                suite.go_back_n(sw, xr2)
+            log(f"phase {phase} passed in {time.monotonic() - phase_started:.1f} s")
+        vm.check("ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE")  # rxe still fine
+    log(f"xroce-rxe test took {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("xroce", type=Path)
+    parser.add_argument("xri_verbs", type=Path)
+    parser.add_argument("switch", type=Path)
+    parser.add_argument("--only", action="append", choices=PHASES)
+    parser.add_argument("--port", default="afxdp", choices=("afxdp", "udp"))
+    args = parser.parse_args()
+    sys.exit(main_wrapper(lambda: test(args.xroce, args.xri_verbs, args.switch,
+                                       args.only or DEFAULT_PHASES, args.port)))
