@@ -231,6 +231,8 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
   }
   served.runner = std::move(*runner);
   served.model->set_runner(served.runner.get());
+  served.cc.line_rate_mbps = line_rate_mbps(netdev_name);
+  push_cc(served);  // before any QP: a QP's reaction point takes the line rate when it connects
   served.uverbs = create_device_node();
   if (served.uverbs.empty()) return {errno != 0 ? errno : EIO, {}};
   if (int err = tree_.write_device(*served.model, served.uverbs, paths_.control_socket)) {

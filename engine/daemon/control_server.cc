@@ -236,6 +236,12 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
       return stat(body);
     case control::Op::qp_show:
       return qp_show(body);
+    case control::Op::cc_show:
+      return cc_show(body);
+    case control::Op::cc_set:
+      return cc_set(client, body);
+    case control::Op::cc_profile:
+      return cc_profile(client, body);
     case control::Op::create_cq:
       return create_cq(client, body);
     case control::Op::destroy_cq:

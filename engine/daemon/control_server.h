@@ -45,6 +45,9 @@ class ControlServer {
     std::string uverbs;
     control::PortKind port = control::PortKind::afxdp;
     uint32_t queues = 0;
+    // Congestion control as `xroce cc` set it; every worker holds a copy (control_cc.cc).
+    cc::CcDevice cc = daemon_cc_defaults();
+    std::string cc_profile = "connectx";
     // Last, so it is destroyed first: the workers stop before the model's objects go.
     std::unique_ptr<DatapathRunner> runner;
   };
@@ -81,6 +84,15 @@ class ControlServer {
   // control_stat.cc: `xroce stat` and `xroce qp show`.
   Reply stat(const std::string& body);
   Reply qp_show(const std::string& body);
+  // control_cc.cc: `xroce cc show|set|profile`.
+  Reply cc_show(const std::string& body);
+  Reply cc_set(const Client& client, const std::string& body);
+  Reply cc_profile(const Client& client, const std::string& body);
+  // Gives every worker of the device its congestion-control settings (blocks until each has).
+  static void push_cc(ServedDevice& served);
+  // The netdev's speed from sysfs, or 100 Gb/s where it has none (veth): the rate a QP starts
+  // at and recovers to.
+  static double line_rate_mbps(const std::string& netdev);
   // control_queues.cc: the data path objects.
   Reply create_cq(const Client& client, const std::string& body);
   Reply destroy_cq(const Client& client, const std::string& body);

@@ -1,11 +1,11 @@
 // The observability ops (include/xroce/control.h: stat, qp_show) behind `xroce stat` and
 // `xroce qp show`, and the hw_counters files of the sysfs-shaped tree.
 //
-// Where the counters come from today: the workers' frame counters (DatapathCounters, read
-// through Datapath::status()) and the transport counters of the QPs that exist now (read on
-// their workers). Counters of QPs already destroyed are not kept, and link_downed is not
-// counted yet; engine/device/counters.h's per-worker DeviceCounters, fed as
-// counters_report.h describes, is the replacement that keeps both.
+// Where the counters come from: each worker's device::CounterBlock, which the worker alone
+// writes (frames as it sends and classifies them, its QPs' transport and DCQCN counters as they
+// grow, completions; engine/daemon/worker.h), summed here with relaxed loads. Counts of QPs
+// already destroyed stay; the counters restart when the device's data path does (link del /
+// link add). link_downed is not counted yet.
 #include <arpa/inet.h>
 
 #include <cstring>
@@ -34,21 +34,15 @@ std::string requested_name(const std::string& body) {
   return request.name;
 }
 
-void add(device::CounterValues& v, device::Counter c, std::uint64_t n) {
-  v[static_cast<std::size_t>(c)] += n;
-}
-
-// The frame counters the workers keep, under the counter set's names.
-void add_datapath(device::CounterValues& v, const DatapathCounters& d) {
-  using device::Counter;
-  add(v, Counter::kSentPkts, d.tx_frames);
-  add(v, Counter::kRcvdPkts, d.rx_delivered);
-  add(v, Counter::kRxIcrcErrors, d.rx_icrc_errors);
-  add(v, Counter::kRxMalformed, d.rx_malformed);
-  add(v, Counter::kRxUnknownQp, d.rx_no_qp);
-  add(v, Counter::kRxHandoffDrops, d.rx_handover_drops);
-  add(v, Counter::kSendErr, d.tx_encode_errors + d.tx_backlog_drops);
-  add(v, Counter::kNeighbourFailures, d.tx_no_neighbour);
+// Every worker's counter block, summed.
+device::CounterValues worker_counters(Datapath& datapath) {
+  device::CounterValues v{};
+  for (std::uint32_t w = 0; w < datapath.worker_count(); ++w) {
+    const device::CounterBlock& block = datapath.worker(w).device_counters();
+    for (std::size_t i = 0; i < device::kCounterCount; ++i)
+      v[i] += block.load(static_cast<device::Counter>(i));
+  }
+  return v;
 }
 
 std::string peer_text(const control::AhAttr& av) {
@@ -73,17 +67,7 @@ ControlServer::Reply ControlServer::stat(const std::string& body) {
   device::Device& dev = *served.model;
 
   device::CounterValues values{};
-  if (served.runner) add_datapath(values, served.runner->datapath().status().counters);
-  device::DeviceCounters qp_totals(0);  // the control block sums the live QPs' counters
-  for (const auto& [handle, qp] : dev.queue_pairs()) {
-    dev.with_core(*qp, [&](transport::Qp& core) {
-      transport::QpCounters none;
-      device::feed_qp_counters(qp_totals.control_block(), core.counters(), none);
-    });
-  }
-  const device::CounterValues from_qps = qp_totals.read();
-  for (std::size_t i = 0; i < device::kCounterCount; ++i)
-    values[i] += from_qps[i];
+  if (served.runner) values = worker_counters(served.runner->datapath());
   device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1", values);
 
   nlohmann::ordered_json regions = nlohmann::ordered_json::array();
@@ -128,6 +112,25 @@ ControlServer::Reply ControlServer::qp_show(const std::string& body) {
       if (client.id == qp->owner) context.pid = client.pid;
     dev.with_core(*qp,
                   [&](transport::Qp& core) { out.push_back(device::qp_show_json(core, context)); });
+    if (out.empty()) continue;
+    // DCQCN (engine/cc): the rate the QP is paced at, its target and alpha; the line rate and
+    // stage "none" for a QP without congestion control (UD, or not connected yet).
+    std::optional<QpCcStatus> cc;
+    if (served.runner) {
+      if (Worker* w = served.runner->datapath().worker_for(qp->qpn)) {
+        const wire::Qpn qpn = qp->qpn;
+        cc = w->call([qpn](Worker& self) { return self.qp_cc_on_worker(qpn); });
+      }
+    }
+    nlohmann::ordered_json& j = out.back();
+    j["rate_mbps"] = cc ? cc->rate_mbps : served.cc.line_rate_mbps;
+    j["target_rate_mbps"] = cc ? cc->target_rate_mbps : served.cc.line_rate_mbps;
+    j["alpha"] = cc ? cc->alpha : 0.0;
+    j["cc_stage"] = cc ? cc->stage : "none";
+    j["cc_active"] = cc && cc->active;
+    j["priority"] = cc ? cc->priority : 0;
+    j["rp_cnp_handled"] = cc ? cc->counters.rp_cnp_handled : 0;
+    j["np_cnp_sent"] = cc ? cc->counters.np_cnp_sent : 0;
   }
   return {0, text_reply(out.dump())};
 }

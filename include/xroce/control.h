@@ -62,6 +62,16 @@ enum class Op : uint16_t {
             // xroce's, engine/device/counters.h}, "memory_regions": [{..., "dma": "shared"|"cma"}]}
   qp_show,  // NameRequest -> TextReply: [{"qpn", "type", "state", "sq_psn", "rq_psn",
             // "dest_qpn", "peer", "worker", "retransmits", ...}]
+  // Congestion control (DCQCN, engine/cc; `xroce cc`). Parameters are named as ConnectX's
+  // ecn/roce_rp and ecn/roce_np name them (engine/cc/params.h), the per-priority enables as
+  // rp_enable.P / np_enable.P (P = 0..7), and rp_enable / np_enable set all eight. Changes
+  // apply at run time to existing QPs.
+  cc_show,     // NameRequest -> TextReply: {"device", "profile", "line_rate_mbps", "params":
+               // {name: value, ...}, "roce_rp": [names], "roce_np": [names], "rp_enable":
+               // [8 x 0|1], "np_enable": [8 x 0|1]}; any user
+  cc_set,      // CcSetRequest + text "NAME=VALUE\n..." -> TextReply: {"ok": true, "cc": <as
+               // cc_show>} or {"ok": false, "error": "..."} and nothing changed; root only
+  cc_profile,  // CcProfileRequest -> TextReply as cc_set (the enables are kept); root only
 };
 
 // The most file descriptors one reply carries.
@@ -327,6 +337,18 @@ struct ModifySrqRequest {
 // Names a device (NUL-terminated).
 struct NameRequest {
   char name[kNameBytes];
+};
+
+// Op::cc_set: the device, then `length` bytes of assignments, one NAME=VALUE per line.
+struct CcSetRequest {
+  char name[kNameBytes];
+  uint32_t length;
+};
+
+// Op::cc_profile: "connectx" or "paper" (NUL-terminated).
+struct CcProfileRequest {
+  char name[kNameBytes];
+  char profile[16];
 };
 
 struct CreateAhRequest {

@@ -2,20 +2,29 @@
 // through a switch port that ECN-marks, with DCQCN (engine/cc) on or off; prints per-flow
 // throughput, Jain's index, utilisation, queue depth and drops, and optionally plots them.
 //
-// The device commands (`xroce cc show|set|profile NAME`) are not here: the daemon has no
-// control operation for congestion-control parameters yet (include/xroce/control.h).
+// `xroce cc show|set|profile NAME ...` (device builds): a running device's DCQCN parameters
+// under their ConnectX names, through xroced's cc_show / cc_set / cc_profile control ops
+// (include/xroce/control.h). `set` is all or nothing: one bad assignment changes nothing.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cc/params.h"
+#include "cc/sim/fluid_model.h"
 #include "cc/sim/incast.h"
 #include "commands.h"
+#ifdef XROCE_HAVE_DEVICE
+#include <cstring>
+
+#include "daemon_launch.h"
+#include "xroce/control.h"
+#endif
 
 namespace xroce::cli {
 
@@ -31,6 +40,7 @@ struct IncastFlags {
   std::uint64_t bin_us = 20;
   std::uint32_t message_bytes = 64 * 1024;
   std::uint64_t start_spread_us = 0;
+  bool fluid = false;
   std::vector<std::string> cc_set;
   bool json = false;
   bool no_cnp = false;
@@ -131,6 +141,29 @@ void print_text(const cc::sim::IncastResult& r) {
   if (!r.ok()) fmt::print("FAILED: {}\n", r.failure);
 }
 
+// The fluid model for the incast just run: its N, rate, marking, parameters and frame size.
+cc::sim::FluidResult run_fluid_for(const cc::sim::IncastResult& r) {
+  const cc::sim::IncastConfig& c = r.config;
+  const double frame_bytes = transport::mtu_bytes(c.mtu) + cc::kRoceV4DataOverheadBytes;
+  cc::sim::FluidConfig fc = cc::sim::fluid_config_for(c.params, c.senders, c.rate_gbps, frame_bytes,
+                                                      static_cast<double>(c.kmin_bytes),
+                                                      static_cast<double>(c.kmax_bytes), c.pmax);
+  fc.duration_us = static_cast<double>(c.duration_us);
+  return cc::sim::run_fluid_model(fc);
+}
+
+nlohmann::json fluid_json(const cc::sim::FluidResult& f) {
+  return {{"packet_bytes", f.config.packet_bytes},
+          {"feedback_delay_us", f.config.feedback_delay_us},
+          {"fair_share_gbps", f.fair_share_gbps},
+          {"settled_at_us", f.settled_at_us},
+          {"rc_min_gbps", f.rc_min_gbps},
+          {"rc_max_gbps", f.rc_max_gbps},
+          {"queue_mean_bytes", f.queue_mean_bytes},
+          {"alpha_mean", f.alpha_mean},
+          {"p_mean", f.p_mean}};
+}
+
 bool bad(ExitStatus& status, const std::string& why) {
   fmt::print(stderr, "xroce sim --incast: {}\n", why);
   status.code = 2;
@@ -157,6 +190,9 @@ std::shared_ptr<IncastFlags> add_incast_options(CLI::App* sim) {
   sim->add_option("--message-bytes", f->message_bytes, "Incast: RDMA WRITE size");
   sim->add_option("--start-spread-us", f->start_spread_us,
                   "Incast: each sender starts at a seeded offset in [0, this) (0 = together)");
+  sim->add_flag("--fluid", f->fluid,
+                "Incast: also run the DCQCN fluid model for the same N, rate, marking and "
+                "parameters (in the JSON and dashed in the plot)");
   sim->add_flag("--no-cnp", f->no_cnp, "Incast: the receiver sends no CNPs");
   sim->add_flag("--json", f->json, "Incast: print JSON");
   sim->add_flag("--series", f->series,
@@ -216,14 +252,22 @@ bool run_incast_if_asked(const CLI::App& sim, const IncastFlags& f, ExitStatus& 
   c.cnp_generation = !f.no_cnp;
 
   const cc::sim::IncastResult r = cc::sim::run_incast(c);
+  std::optional<cc::sim::FluidResult> fluid;
+  if (f.fluid) fluid = run_fluid_for(r);
   if (f.json) {
-    fmt::print("{}\n", to_json(r, f.series).dump());
+    nlohmann::json out = to_json(r, f.series);
+    if (fluid) out["fluid"] = fluid_json(*fluid);
+    fmt::print("{}\n", out.dump());
   } else {
     print_text(r);
+    if (fluid)
+      fmt::print("fluid model: settled at {} us, R_C {:.3f}-{:.3f} Gb/s, queue mean {:.1f} KB\n",
+                 fluid->settled_at_us, fluid->rc_min_gbps, fluid->rc_max_gbps,
+                 fluid->queue_mean_bytes / 1000);
   }
   if (!f.plot.empty()) {
     std::ofstream out(f.plot);
-    out << cc::sim::plot_svg(r);
+    out << cc::sim::plot_svg(r, fluid ? &*fluid : nullptr);
     if (!out) {
       fmt::print(stderr, "xroce sim --incast: cannot write {}\n", f.plot);
       status.code = 1;
@@ -236,5 +280,156 @@ bool run_incast_if_asked(const CLI::App& sim, const IncastFlags& f, ExitStatus& 
   }
   return true;
 }
+
+#ifdef XROCE_HAVE_DEVICE
+namespace {
+
+struct CcArgs {
+  std::string name;
+  std::vector<std::string> assignments;
+  std::string profile;
+  bool json = false;
+};
+
+void print_cc(const nlohmann::ordered_json& cc) {
+  fmt::print("cc {} profile {} line_rate_mbps {}\n", cc.value("device", ""),
+             cc.value("profile", ""), cc.value("line_rate_mbps", 0.0));
+  for (const char* mask : {"rp_enable", "np_enable"}) {
+    fmt::print("  {}", mask);
+    for (const auto& bit : cc[mask])
+      fmt::print(" {}", bit.get<int>());
+    fmt::print("\n");
+  }
+  const auto& params = cc["params"];
+  for (const char* section : {"roce_rp", "roce_np", "extension"}) {
+    fmt::print("  {}:", section);
+    for (const auto& name : cc[section]) {
+      const std::string n = name.get<std::string>();
+      if (n.rfind("rp_enable.", 0) == 0 || n.rfind("np_enable.", 0) == 0) continue;  // above
+      fmt::print(" {} {}", n, params[n].get<std::int64_t>());
+    }
+    fmt::print("\n");
+  }
+}
+
+// One cc op: sends `request` (+ `extra` bytes), prints the reply. Returns the exit status.
+int cc_call(control::Op op, const std::string& request, const char* what, bool json) {
+  daemon::ControlClient client;
+  std::string error;
+  if (connect_daemon(client, false, error) != 0) {
+    fmt::print(stderr, "xroce cc {}: {}\n", what, error);
+    return 1;
+  }
+  std::string text;
+  if (int err = client.call_text(op, request.data(), request.size(), text)) {
+    fmt::print(stderr, "xroce cc {}: {}\n", what,
+               err == ENODEV ? "no such device" : std::strerror(err));
+    return 1;
+  }
+  auto reply = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (!reply.is_object()) {
+    fmt::print(stderr, "xroce cc {}: malformed reply from xroced\n", what);
+    return 1;
+  }
+  if (op != control::Op::cc_show) {
+    if (!reply.value("ok", false)) {
+      fmt::print(stderr, "xroce cc {}: {}\n", what, reply.value("error", "refused"));
+      return 2;
+    }
+    reply = reply["cc"];
+  }
+  if (json) {
+    fmt::print("{}\n", reply.dump());
+  } else {
+    print_cc(reply);
+  }
+  return 0;
+}
+
+template <typename T>
+std::string request_bytes(const T& request) {
+  return std::string(reinterpret_cast<const char*>(&request), sizeof request);
+}
+
+// Copies the device name into a request's name field; false (and a message) if it does not fit.
+bool set_name(char (&field)[control::kNameBytes], const std::string& name, const char* what) {
+  if (name.empty() || name.size() >= sizeof field) {
+    fmt::print(stderr, "xroce cc {}: bad device name\n", what);
+    return false;
+  }
+  std::snprintf(field, sizeof field, "%s", name.c_str());
+  return true;
+}
+
+}  // namespace
+
+void register_cc(CLI::App& app, ExitStatus& status) {
+  auto* cc = app.add_subcommand("cc", "Congestion control (DCQCN) of a device");
+  cc->require_subcommand(1);
+
+  auto show_args = std::make_shared<CcArgs>();
+  auto* show = cc->add_subcommand("show", "Show every roce_rp / roce_np parameter");
+  show->add_option("name", show_args->name, "Device name")->required();
+  show->add_flag("--json,-j", show_args->json, "Print as JSON");
+  show->callback([show_args, &status] {
+    control::NameRequest request{};
+    if (!set_name(request.name, show_args->name, "show")) {
+      status.code = 2;
+      return;
+    }
+    status.code = cc_call(control::Op::cc_show, request_bytes(request), "show", show_args->json);
+  });
+
+  auto set_args = std::make_shared<CcArgs>();
+  auto* set = cc->add_subcommand("set", "Set parameters: PARAM=VALUE ... (all or nothing)");
+  set->add_option("name", set_args->name, "Device name")->required();
+  set->add_option("assignments", set_args->assignments,
+                  "PARAM=VALUE (rp_enable.P / np_enable.P per priority, rp_enable / np_enable "
+                  "for all)")
+      ->required();
+  set->add_flag("--json,-j", set_args->json, "Print the result as JSON");
+  set->callback([set_args, &status] {
+    control::CcSetRequest request{};
+    if (!set_name(request.name, set_args->name, "set")) {
+      status.code = 2;
+      return;
+    }
+    std::string text;
+    for (const auto& a : set_args->assignments) {
+      if (a.find('\n') != std::string::npos) {
+        fmt::print(stderr, "xroce cc set: '{}' is not NAME=VALUE\n", a);
+        status.code = 2;
+        return;
+      }
+      text += a + "\n";
+    }
+    request.length = static_cast<std::uint32_t>(text.size());
+    status.code =
+        cc_call(control::Op::cc_set, request_bytes(request) + text, "set", set_args->json);
+  });
+
+  auto profile_args = std::make_shared<CcArgs>();
+  auto* profile = cc->add_subcommand("profile", "Load a parameter profile (enables are kept)");
+  profile->add_option("name", profile_args->name, "Device name")->required();
+  profile->add_option("profile", profile_args->profile, "connectx or paper")->required();
+  profile->add_flag("--json,-j", profile_args->json, "Print the result as JSON");
+  profile->callback([profile_args, &status] {
+    control::CcProfileRequest request{};
+    if (!set_name(request.name, profile_args->name, "profile")) {
+      status.code = 2;
+      return;
+    }
+    if (profile_args->profile.size() >= sizeof request.profile) {
+      fmt::print(stderr, "xroce cc profile: unknown profile '{}'; known: connectx, paper\n",
+                 profile_args->profile);
+      status.code = 2;
+      return;
+    }
+    std::snprintf(request.profile, sizeof request.profile, "%s", profile_args->profile.c_str());
+    status.code =
+        cc_call(control::Op::cc_profile, request_bytes(request), "profile", profile_args->json);
+  });
+}
+#endif
 
 }  // namespace xroce::cli

@@ -1,5 +1,6 @@
 // `xroce qp show NAME [--json]`, modelled on iproute2's `rdma resource show qp link NAME/1`:
-// every QP of the device with its type, state, PSNs, peer, owning worker and retransmissions.
+// every QP of the device with its type, state, PSNs, peer, owning worker and retransmissions,
+// and its DCQCN state: rate_mbps (the rate it is paced at), target_rate_mbps, alpha, cc_stage.
 #include <fmt/core.h>
 
 #include <memory>
@@ -24,11 +25,14 @@ struct QpShowArgs {
 void print_qp(const std::string& name, const nlohmann::ordered_json& qp) {
   fmt::print(
       "link {}/1 lqpn {} type {} state {} sq-psn {} unacked-psn {} rq-psn {} rqpn {} peer {} "
-      "worker {} pid {} retransmits {} timeouts {}\n",
+      "worker {} pid {} retransmits {} timeouts {} rate-mbps {:.1f} target-rate-mbps {:.1f} "
+      "alpha {:.4f} cc {}\n",
       name, qp.value("qpn", 0u), qp.value("type", ""), qp.value("state", ""),
       qp.value("sq_psn", 0u), qp.value("unacked_psn", 0u), qp.value("rq_psn", 0u),
       qp.value("dest_qpn", 0u), qp.value("peer", "-"), qp.value("worker", 0u), qp.value("pid", 0),
-      qp.value("retransmits", std::uint64_t{0}), qp.value("timeouts", std::uint64_t{0}));
+      qp.value("retransmits", std::uint64_t{0}), qp.value("timeouts", std::uint64_t{0}),
+      qp.value("rate_mbps", 0.0), qp.value("target_rate_mbps", 0.0), qp.value("alpha", 0.0),
+      qp.value("cc_stage", "none"));
 }
 
 }  // namespace

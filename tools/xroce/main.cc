@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   xroce::cli::register_exec(app, status);
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
+  xroce::cli::register_cc(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
