@@ -97,8 +97,11 @@ IncastResult run_incast(const IncastConfig& config);
 
 double jain_index(const std::vector<double>& x);
 
-// An SVG of every flow's measured rate and the bottleneck queue depth over time.
-std::string plot_svg(const IncastResult& result);
+struct FluidResult;
+
+// An SVG of every flow's measured rate and the bottleneck queue depth over time; with `fluid`,
+// the fluid model's rate and queue dashed over them (fluid_model.h).
+std::string plot_svg(const IncastResult& result, const FluidResult* fluid = nullptr);
 
 // The `xroce sim --incast` command line for this configuration.
 std::string reproduce_command(const IncastConfig& config);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cc/sim/fluid_model.h"
 #include "cc/sim/incast.h"
 
 namespace xroce::cc::sim {
@@ -74,8 +75,11 @@ void axes(std::string& out, const Panel& p, const std::string& y_label) {
 }
 
 void polyline(std::string& out, const Panel& p, const std::vector<std::pair<double, double>>& pts,
-              const char* colour) {
-  out += "<polyline fill='none' stroke-width='1.2' stroke='" + std::string(colour) + "' points='";
+              const char* colour, const char* dash = nullptr) {
+  out += "<polyline fill='none' stroke-width='" + std::string(dash ? "2" : "1.2") + "' stroke='" +
+         std::string(colour) + "'";
+  if (dash) out += " stroke-dasharray='" + std::string(dash) + "'";
+  out += " points='";
   for (const auto& [t, v] : pts)
     out += fmt_num(p.x(t)) + "," + fmt_num(p.y(std::min(v, p.y_max))) + " ";
   out += "'/>\n";
@@ -96,9 +100,34 @@ std::vector<std::pair<double, double>> downsample(const std::vector<double>& v, 
   return out;
 }
 
+// The fluid model's R_C and queue, dashed over the measured ones, with a legend entry.
+void fluid_overlay(std::string& out, const Panel& rates, const Panel& queue,
+                   const FluidResult& fluid) {
+  constexpr const char* kFluidColour = "black";
+  constexpr const char* kFluidDash = "8,3";
+  const std::size_t step = std::max<std::size_t>(1, fluid.samples.size() / kMaxPoints);
+  std::vector<std::pair<double, double>> rc;
+  std::vector<std::pair<double, double>> q;
+  for (std::size_t i = 0; i < fluid.samples.size(); i += step) {
+    rc.emplace_back(fluid.samples[i].t_us, fluid.samples[i].rc_gbps);
+    q.emplace_back(fluid.samples[i].t_us, fluid.samples[i].queue_bytes / 1000);
+  }
+  polyline(out, rates, rc, kFluidColour, kFluidDash);
+  polyline(out, queue, q, kFluidColour, kFluidDash);
+  const double lx = kWidth - kRight + 12;
+  for (const Panel* p : {&rates, &queue}) {
+    const double ly = p->top + kPanelHeight - (p == &rates ? 36 : 4);
+    out += "<line x1='" + fmt_num(lx) + "' y1='" + fmt_num(ly - 4) + "' x2='" + fmt_num(lx + 20) +
+           "' y2='" + fmt_num(ly - 4) + "' stroke='black' stroke-width='2' stroke-dasharray='" +
+           kFluidDash + "'/>";
+    out += "<text x='" + fmt_num(lx + 26) + "' y='" + fmt_num(ly) +
+           "' font-size='11'>fluid model</text>\n";
+  }
+}
+
 }  // namespace
 
-std::string plot_svg(const IncastResult& r) {
+std::string plot_svg(const IncastResult& r, const FluidResult* fluid) {
   const IncastConfig& c = r.config;
   const double bin_us = static_cast<double>(r.bin_ns) / 1000;
   const double x_max = static_cast<double>(c.duration_us);
@@ -160,6 +189,7 @@ std::string plot_svg(const IncastResult& r) {
     pts.emplace_back(static_cast<double>(r.queue_series[i].first) / 1000,
                      static_cast<double>(r.queue_series[i].second) / 1000);
   polyline(out, queue, pts, "#333");
+  if (fluid != nullptr) fluid_overlay(out, rates, queue, *fluid);
   const double lx = kWidth - kRight + 12;
   out += "<text x='" + fmt_num(lx) + "' y='" + fmt_num(queue.top + 14) +
          "' font-size='11'>queue depth</text>\n";
