@@ -60,13 +60,10 @@ ControlServer::~ControlServer() {
 }
 
 int ControlServer::start() {
-  std::error_code ec;
-  std::filesystem::create_directories(paths_.dir, ec);
-  if (ec) return ec.value();
-  lock_fd_ = open(paths_.lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) return errno;
-  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) return errno == EWOULDBLOCK ? EEXIST : errno;
+  lock_fd_ = lock_run_dir(paths_);
+  if (lock_fd_ < 0) return -lock_fd_;
   owns_run_dir_ = true;
+  reclaim_stale_run_dirs(paths_);
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(lock_fd_, 0) != 0 || write(lock_fd_, pid.data(), pid.size()) < 0) return errno;
 
@@ -325,9 +322,7 @@ void ControlServer::shutdown() {
   }
   if (owns_run_dir_) {
     owns_run_dir_ = false;
-    std::error_code ec;
-    std::filesystem::remove_all(paths_.sysfs_root, ec);
-    unlink(paths_.control_socket.c_str());
+    remove_run_dir(paths_);
   }
   if (lock_fd_ >= 0) close(lock_fd_);
   lock_fd_ = -1;

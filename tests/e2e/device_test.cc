@@ -1,12 +1,16 @@
 // End-to-end: unmodified Debian verbs programs (ibverbs-utils) and a small verbs program linked
 // against the system's libibverbs see an xroce device served by xroced in a network namespace.
 // Needs root (namespaces, /dev/infiniband nodes); skips otherwise.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
@@ -288,6 +292,41 @@ TEST_F(DeviceTest, AProcessThatDiesReleasesItsObjects) {
       },
       seconds(10)))
       << link_show(host).dump();
+}
+
+// A daemon removes its run directory when it exits cleanly, and at start removes the ones dead
+// daemons left (a lock file nobody holds), never one whose lock is held.
+TEST_F(DeviceTest, RunDirectoriesAreRemovedAtExitAndReclaimedWhenStale) {
+  namespace fs = std::filesystem;
+  // Made-up namespace inodes (real ones are above 0xf0000000), unique to this test process.
+  const fs::path stale = "/run/xroce/ns-" + std::to_string(1000000000 + getpid());
+  const fs::path held = "/run/xroce/ns-" + std::to_string(1100000000 + getpid());
+  std::error_code ec;
+  for (const auto& dir : {stale, held}) {
+    fs::create_directories(dir / "sys" / "class", ec);
+    std::ofstream(dir / "xroced.lock") << "999999\n";
+    std::ofstream(dir / "xroced.log") << "old\n";
+  }
+  const int held_fd = open((held / "xroced.lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(held_fd, 0);
+  ASSERT_EQ(flock(held_fd, LOCK_EX | LOCK_NB), 0);
+
+  Host host("xre2e-rundir", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);  // starts the namespace's daemon
+  const auto inode = host.exec({"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
+  const fs::path own = "/run/xroce/ns-" + inode.substr(0, inode.find('\n'));
+  EXPECT_TRUE(fs::exists(own / "control.sock"));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(held / "xroced.lock"));
+
+  const pid_t daemon = host.daemon_pid();
+  ASSERT_GT(daemon, 0);
+  ASSERT_EQ(host.exec({xroce_bin(), "link", "del", "xre0"}).status, 0);  // its last device
+  EXPECT_TRUE(Host::wait_gone(daemon, seconds(10)));
+  EXPECT_FALSE(fs::exists(own)) << own;
+  close(held_fd);
+  fs::remove_all(held, ec);
+  fs::remove_all(stale, ec);
 }
 
 // The daemon going away (stopped, or killed) must not hang a client: it gets
