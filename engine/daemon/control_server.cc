@@ -285,6 +285,8 @@ void ControlServer::refresh_netdevs() {
     const bool gids_changed =
         dev.update_addresses(state ? read_addresses(now.name) : std::vector<device::IpAddress>{});
     if (!port_changed && !gids_changed) continue;
+    // New addresses are steered to our sockets from now on, removed ones no longer.
+    if (gids_changed && served.runner) served.runner->datapath().set_local_ips(local_ips_of(dev));
     tree_.write_port(dev);
     const uint32_t new_state = device::port_state(now);
     if (new_state != old_state) {

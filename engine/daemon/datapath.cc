@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "net/afxdp_port.h"
@@ -123,7 +124,20 @@ bool Datapath::remove_qp(wire::Qpn qpn) {
 }
 
 void Datapath::add_local_ip(const wire::IpAddr& ip) {
-  if (steering_) (void)steering_->add_local_ip(ip.bytes);
+  if (!steering_) return;
+  (void)steering_->add_local_ip(ip.bytes);
+  if (std::find(local_ips_.begin(), local_ips_.end(), ip) == local_ips_.end())
+    local_ips_.push_back(ip);
+}
+
+void Datapath::set_local_ips(const std::vector<wire::IpAddr>& ips) {
+  if (!steering_) return;
+  for (const auto& old : local_ips_) {
+    if (std::find(ips.begin(), ips.end(), old) == ips.end()) steering_->remove_local_ip(old.bytes);
+  }
+  local_ips_.clear();
+  for (const auto& ip : ips)
+    add_local_ip(ip);
 }
 
 DatapathStatus Datapath::status() {

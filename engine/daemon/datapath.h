@@ -70,6 +70,9 @@ class Datapath {
   bool remove_qp(wire::Qpn qpn);
   // Frames to this address are ours from now on (AF_XDP steering; the UDP port takes all).
   void add_local_ip(const wire::IpAddr& ip);
+  // Control thread, when the netdev's addresses change: frames to exactly these addresses are
+  // ours from now on (new ones steered, removed ones passed to the kernel again).
+  void set_local_ips(const std::vector<wire::IpAddr>& ips);
   DatapathStatus status();
 
  private:
@@ -78,6 +81,7 @@ class Datapath {
 
   QpRoutes routes_;  // before the workers: they read it until they stop
   std::shared_ptr<net::XdpSteering> steering_;
+  std::vector<wire::IpAddr> local_ips_;  // what the steering map holds
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::size_t> qps_per_worker_;
 };

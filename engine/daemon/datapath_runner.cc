@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -232,15 +233,21 @@ wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device
         std::min(cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1u, rx_queue_count(netdev.name));
   }
   config.queues = queues;
+  config.local_ips = local_ips_of(device);
+  auto datapath = Datapath::open(config);
+  if (!datapath) return wire::Err(datapath.error());
+  return std::make_unique<DatapathRunner>(device, std::move(*datapath));
+}
+
+std::vector<wire::IpAddr> local_ips_of(const device::Device& device) {
+  std::vector<wire::IpAddr> ips;
   for (std::size_t i = 0; i < device.gids().size(); ++i) {
     if (device::is_zero(device.gids().at(i))) continue;
     wire::IpAddr ip;
     std::memcpy(ip.bytes.data(), device.gids().at(i).data(), ip.bytes.size());
-    config.local_ips.push_back(ip);
+    if (std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
   }
-  auto datapath = Datapath::open(config);
-  if (!datapath) return wire::Err(datapath.error());
-  return std::make_unique<DatapathRunner>(device, std::move(*datapath));
+  return ips;
 }
 
 DatapathRunner::DatapathRunner(device::Device& device, std::unique_ptr<Datapath> datapath)

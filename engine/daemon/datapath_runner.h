@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/datapath.h"
 #include "device/device.h"
@@ -47,6 +48,9 @@ class DatapathRunner final : public device::QpRunner {
 // Opens `device`'s data path (ports on its netdev, workers) and the runner over it. `queues` 0
 // means one per online CPU, capped by the netdev's receive queues (AF_XDP binds one socket
 // per queue); a UDP port always has one. The error says what failed.
+// The device's local addresses (its GIDs' IPs, each once): what the XDP steering map holds.
+std::vector<wire::IpAddr> local_ips_of(const device::Device& device);
+
 wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device::Device& device,
                                                                           DatapathPort port,
                                                                           std::uint32_t queues);
