@@ -1,0 +1,327 @@
+// Congestion control against a running xroced (needs root): `xroce cc show|set|profile`
+// round trips (every ConnectX roce_rp/roce_np name with its default, changes visible, bad input
+// refused with a non-zero exit and nothing changed), and ECT on the wire: the RDMA WRITEs of an
+// unmodified ib_write_bw leave ECT(0) while rp_enable is on and Not-ECT once it is off, captured
+// with tcpdump in the sender's namespace and decoded with tshark.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+
+namespace xroce::e2e {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr auto kProgramDeadline = 120s;
+
+json cc_show(const Host& h, const std::string& dev) {
+  const RunResult r = h.exec({xroce_bin(), "cc", "show", dev, "--json"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  return json::parse(r.output, nullptr, false);
+}
+
+// PROTOCOL.md §5.5: the ConnectX firmware defaults, under their names.
+const std::map<std::string, int> kConnectxDefaults = {
+    {"rpg_time_reset", 300},
+    {"rpg_byte_reset", 32767},
+    {"rpg_threshold", 1},
+    {"rpg_max_rate", 0},
+    {"rpg_ai_rate", 5},
+    {"rpg_hai_rate", 50},
+    {"rpg_gd", 11},
+    {"rpg_min_dec_fac", 50},
+    {"rpg_min_rate", 1},
+    {"rate_to_set_on_first_cnp", 0},
+    {"dce_tcp_g", 1019},
+    {"dce_tcp_rtt", 1},
+    {"rate_reduce_monitor_period", 4},
+    {"initial_alpha_value", 1023},
+    {"clamp_tgt_rate", 0},
+    {"clamp_tgt_rate_ati", 1},
+    {"min_time_between_cnps", 4},
+    {"cnp_dscp", 48},
+    {"cnp_802p_prio", 6},
+};
+
+class CcControl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+    host_ = std::make_unique<Host>("xrcc", 171);
+    const RunResult added = host_->add_device(kDev);
+    ASSERT_EQ(added.status, 0) << added.output;
+  }
+  static constexpr const char* kDev = "xrcc0";
+  std::unique_ptr<Host> host_;
+};
+
+TEST_F(CcControl, ShowListsEveryParameterWithItsConnectxDefault) {
+  const json cc = cc_show(*host_, kDev);
+  ASSERT_TRUE(cc.is_object());
+  EXPECT_EQ(cc["device"], kDev);
+  EXPECT_EQ(cc["profile"], "connectx");
+  EXPECT_EQ(cc["rp_enable"], json::array({1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 0, 0, 0, 0, 0}));  // PROTOCOL.md §6
+  for (const auto& [name, value] : kConnectxDefaults)
+    EXPECT_EQ(cc["params"][name], value) << name;
+  for (int p = 0; p < 8; ++p) {
+    EXPECT_EQ(cc["params"]["rp_enable." + std::to_string(p)], 1);
+    EXPECT_EQ(cc["params"]["np_enable." + std::to_string(p)], 0);
+  }
+  // The text form names them too.
+  const RunResult text = host_->exec({xroce_bin(), "cc", "show", kDev});
+  ASSERT_EQ(text.status, 0) << text.output;
+  for (const auto& [name, value] : kConnectxDefaults)
+    EXPECT_NE(text.output.find(name + " " + std::to_string(value)), std::string::npos) << name;
+}
+
+TEST_F(CcControl, SetRoundTripsAndBadInputChangesNothing) {
+  RunResult r = host_->exec({xroce_bin(), "cc", "set", kDev, "np_enable=1", "rp_enable.5=0",
+                             "min_time_between_cnps=50", "rpg_ai_rate=40", "cnp_dscp=46"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  json cc = cc_show(*host_, kDev);
+  EXPECT_EQ(cc["np_enable"], json::array({1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(cc["rp_enable"], json::array({1, 1, 1, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(cc["params"]["min_time_between_cnps"], 50);
+  EXPECT_EQ(cc["params"]["rpg_ai_rate"], 40);
+  EXPECT_EQ(cc["params"]["cnp_dscp"], 46);
+  EXPECT_EQ(cc["profile"], "connectx+custom");
+  const json before = cc;
+
+  const std::vector<std::vector<std::string>> bad = {
+      {"no_such_param=1"},              // unknown name
+      {"cnp_dscp=64"},                  // out of range (0..63)
+      {"rpg_threshold=0"},              // out of range (1..31)
+      {"rp_enable.8=1"},                // no priority 8
+      {"np_enable=2"},                  // not a bool
+      {"rpg_ai_rate=fast"},             // not a number
+      {"rpg_ai_rate"},                  // not NAME=VALUE
+      {"rpg_ai_rate=7", "cnp_dscp=99"}  // one bad assignment: neither applies
+  };
+  for (const auto& args : bad) {
+    std::vector<std::string> argv = {xroce_bin(), "cc", "set", kDev};
+    argv.insert(argv.end(), args.begin(), args.end());
+    r = host_->exec(argv);
+    EXPECT_NE(r.status, 0) << args.front();
+    EXPECT_NE(r.output.find("xroce cc set: "), std::string::npos) << r.output;
+    EXPECT_EQ(cc_show(*host_, kDev), before) << args.front();
+  }
+  r = host_->exec({xroce_bin(), "cc", "set", kDev, "cnp_dscp=64"});
+  EXPECT_NE(r.output.find("[0, 63]"), std::string::npos) << "says what is allowed: " << r.output;
+  EXPECT_NE(host_->exec({xroce_bin(), "cc", "set", "nosuchdev", "np_enable=1"}).status, 0);
+  EXPECT_NE(host_->exec({xroce_bin(), "cc", "show", "nosuchdev"}).status, 0);
+}
+
+TEST_F(CcControl, ProfileSwitchKeepsTheEnables) {
+  ASSERT_EQ(host_->exec({xroce_bin(), "cc", "set", kDev, "np_enable.3=1"}).status, 0);
+  RunResult r = host_->exec({xroce_bin(), "cc", "profile", kDev, "paper"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  json cc = cc_show(*host_, kDev);
+  EXPECT_EQ(cc["profile"], "paper");
+  // DCQCN.md §2 / engine/cc/README.md: the paper's values.
+  EXPECT_EQ(cc["params"]["rpg_time_reset"], 55);
+  EXPECT_EQ(cc["params"]["rpg_threshold"], 5);
+  EXPECT_EQ(cc["params"]["rpg_ai_rate"], 40);
+  EXPECT_EQ(cc["params"]["dce_tcp_rtt"], 55);
+  EXPECT_EQ(cc["params"]["min_time_between_cnps"], 50);
+  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 1, 0, 0, 0, 0}));
+
+  r = host_->exec({xroce_bin(), "cc", "profile", kDev, "fast"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(cc_show(*host_, kDev), cc);
+
+  ASSERT_EQ(host_->exec({xroce_bin(), "cc", "profile", kDev, "connectx"}).status, 0);
+  cc = cc_show(*host_, kDev);
+  EXPECT_EQ(cc["profile"], "connectx");
+  for (const auto& [name, value] : kConnectxDefaults)
+    EXPECT_EQ(cc["params"][name], value) << name;
+}
+
+// ---- ECT on the wire ---------------------------------------------------------------------
+
+int pair_counter = 0;
+
+// Two namespaces joined by veth ccw0 <-> ccw1 (198.18.172.1 and .2), an xroce device on each
+// (udp port: its frames pass the kernel's packet taps, where tcpdump sees them).
+class WirePair {
+ public:
+  WirePair() {
+    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(pair_counter++);
+    ns_[0] = "xrccw-a-" + tag;
+    ns_[1] = "xrccw-b-" + tag;
+    for (const auto& ns : ns_)
+      run({"ip", "netns", "add", ns});
+    run({"ip", "link", "add", "ccw0", "netns", ns_[0], "type", "veth", "peer", "name", "ccw1",
+         "netns", ns_[1]});
+    for (int i = 0; i < 2; ++i) {
+      const std::string dev = "ccw" + std::to_string(i);
+      exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", dev});
+      exec(i, {"ip", "link", "set", dev, "up"});
+      exec(i, {"ip", "link", "set", "lo", "up"});
+      added_[i] = exec(i, {xroce_bin(), "link", "add", this->dev(i), "netdev", dev, "port", "udp",
+                           "queues", "1"});
+    }
+  }
+  ~WirePair() {
+    for (int i = 0; i < 2; ++i) {
+      const std::string pid = exec(i, {"cat", lock_file(i)}).output;
+      exec(i, {xroce_bin(), "link", "del", dev(i)});  // the daemon exits with its last device
+      if (!pid.empty()) Host::wait_gone(std::stoi(pid), 5s);
+    }
+    for (const auto& ns : ns_)
+      run({"ip", "netns", "del", ns});
+  }
+  WirePair(const WirePair&) = delete;
+  WirePair& operator=(const WirePair&) = delete;
+
+  bool ready() const {
+    if (added_[0].status != 0 || added_[1].status != 0) return false;
+    for (int i = 0; i < 2; ++i) {
+      if (!eventually(
+              [&] {
+                return verbs(i, {"ibv_devinfo", "-d", dev(i)}).output.find("PORT_ACTIVE") !=
+                       std::string::npos;
+              },
+              20s))
+        return false;
+    }
+    return true;
+  }
+  std::string why_not() const { return added_[0].output + added_[1].output; }
+  std::string ip(int i) const { return "198.18.172." + std::to_string(i + 1); }
+  std::string dev(int i) const { return "xrccw" + std::to_string(i); }
+  RunResult exec(int i, std::vector<std::string> argv,
+                 std::chrono::milliseconds deadline = 30s) const {
+    return run(in(i, std::move(argv)), deadline);
+  }
+  std::vector<std::string> in(int i, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
+    return argv;
+  }
+  RunResult verbs(int i, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
+    return exec(i, std::move(argv), kProgramDeadline);
+  }
+  bool listening(int i, int port) const {
+    return !exec(i, {"ss", "-Hltn", "sport", "=", ":" + std::to_string(port)}).output.empty();
+  }
+
+ private:
+  std::string lock_file(int i) const {
+    const auto ino = exec(i, {"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
+    return "/run/xroce/ns-" + ino.substr(0, ino.find('\n')) + "/xroced.lock";
+  }
+  std::string ns_[2];
+  RunResult added_[2];
+};
+
+struct Packet {
+  int ecn = -1;
+  int dscp = -1;
+  int opcode = -1;
+};
+
+// Every RoCEv2 packet in a capture: IP ECN, DSCP and BTH opcode, as tshark decodes them.
+std::vector<Packet> decode_capture(const std::string& pcap) {
+  const RunResult r = run({"tshark", "-r", pcap, "-d", "udp.port==4791,infiniband", "-T", "fields",
+                           "-e", "ip.dsfield.ecn", "-e", "ip.dsfield.dscp", "-e",
+                           "infiniband.bth.opcode", "udp.dstport==4791"},
+                          60s);
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::vector<Packet> out;
+  std::istringstream lines(r.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    Packet p;
+    if (fields >> p.ecn >> p.dscp >> p.opcode) out.push_back(p);
+  }
+  return out;
+}
+
+class CcWire : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
+    pair_ = std::make_unique<WirePair>();
+    ASSERT_TRUE(pair_->ready()) << pair_->why_not();
+    pcap_ = "/tmp/xroce-cc-ect-" + std::to_string(getpid()) + ".pcap";
+  }
+  void TearDown() override { unlink(pcap_.c_str()); }
+
+  // ib_write_bw from namespace b (the client writes) to a, captured on b's veth. Returns the
+  // RDMA WRITE packets (opcodes 6..11) seen leaving b.
+  std::vector<Packet> writes_on_the_wire(const std::vector<std::string>& extra = {}) {
+    unlink(pcap_.c_str());
+    Child capture(pair_->in(1, {"tcpdump", "-i", "ccw1", "-U", "-n", "-w", pcap_, "udp", "and",
+                                "dst", "port", "4791"}));
+    bool listening = false;
+    for (int i = 0; i < 5 && !listening; ++i)
+      listening = capture.read_line(10s).find("listening on") != std::string::npos;
+    EXPECT_TRUE(listening) << "tcpdump did not start";
+    std::vector<std::string> common = {"ib_write_bw", "-x", "0", "-n", "200", "-s", "8192"};
+    common.insert(common.end(), extra.begin(), extra.end());
+    std::vector<std::string> server = common, client = common;
+    server.insert(server.begin() + 1, {"-d", pair_->dev(0)});
+    client.insert(client.begin() + 1, {"-d", pair_->dev(1)});
+    auto s = std::async(std::launch::async, [&] { return pair_->verbs(0, server); });
+    eventually([&] { return pair_->listening(0, 18515); }, 20s);
+    client.push_back(pair_->ip(0));
+    const RunResult c = pair_->verbs(1, client);
+    const RunResult sr = s.get();
+    EXPECT_EQ(c.status, 0) << c.output;
+    EXPECT_EQ(sr.status, 0) << sr.output;
+    capture.wait(0ms);  // stops tcpdump; -U wrote every packet as it came
+    std::vector<Packet> writes;
+    for (const Packet& p : decode_capture(pcap_))
+      if (p.opcode >= 6 && p.opcode <= 11) writes.push_back(p);
+    return writes;
+  }
+
+  std::unique_ptr<WirePair> pair_;
+  std::string pcap_;
+};
+
+TEST_F(CcWire, DataIsEct0WhileRpIsEnabledAndNotEctOnceOff) {
+  std::vector<Packet> writes = writes_on_the_wire();
+  ASSERT_GE(writes.size(), 200u) << "200 writes of 8 KiB are at least 200 packets";
+  for (const Packet& p : writes) {
+    EXPECT_EQ(p.ecn, 2) << "ECT(0)";
+    EXPECT_EQ(p.dscp, 0);  // perftest's traffic class 0
+  }
+
+  // The sender's reaction point off for every priority: no ECT (cc set applies at run time).
+  const RunResult off = pair_->exec(1, {xroce_bin(), "cc", "set", pair_->dev(1), "rp_enable=0"});
+  ASSERT_EQ(off.status, 0) << off.output;
+  writes = writes_on_the_wire();
+  ASSERT_GE(writes.size(), 200u);
+  for (const Packet& p : writes)
+    EXPECT_EQ(p.ecn, 0) << "Not-ECT";
+
+  // On again, only for priority 3 (DSCP 24..31): traffic class 104 = DSCP 26 gets ECT(0).
+  ASSERT_EQ(pair_->exec(1, {xroce_bin(), "cc", "set", pair_->dev(1), "rp_enable.3=1"}).status, 0);
+  writes = writes_on_the_wire({"--tclass=104"});
+  ASSERT_GE(writes.size(), 200u);
+  for (const Packet& p : writes) {
+    EXPECT_EQ(p.ecn, 2) << "ECT(0)";
+    EXPECT_EQ(p.dscp, 26);
+  }
+  // No CNPs: the notification point is off by default.
+  const RunResult stat = pair_->exec(0, {xroce_bin(), "stat", pair_->dev(0), "--json"});
+  ASSERT_EQ(stat.status, 0) << stat.output;
+  const json counters = json::parse(stat.output)["counters"];
+  EXPECT_EQ(counters["np_cnp_sent"], 0);
+  EXPECT_GE(counters["rcvd_pkts"].get<std::uint64_t>(), 600u);
+}
+
+}  // namespace
+}  // namespace xroce::e2e
