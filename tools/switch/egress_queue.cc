@@ -7,10 +7,9 @@ namespace xroce::sw {
 namespace {
 
 constexpr std::uint64_t kDepthBins = 4096;
-// The rate limiter lets the head go this early (or two jumbo frames' time, if longer), so a
-// switch woken late by the scheduler catches up instead of losing rate.
+// The rate limiter lets the head go this early, so a switch woken late by the scheduler
+// catches up instead of losing rate.
 constexpr std::uint64_t kBurstToleranceNs = 100'000;
-constexpr std::uint64_t kJumboFrameBytes = 9018;
 
 std::uint64_t transmit_ns(std::uint64_t bytes, std::uint64_t rate_mbit) {
   return bytes * 8 * 1000 / rate_mbit;  // bits / (Mbit/s) = microseconds; * 1000 = ns
@@ -21,9 +20,7 @@ std::uint64_t transmit_ns(std::uint64_t bytes, std::uint64_t rate_mbit) {
 EgressQueue::EgressQueue(const EgressConfig& config) : config_(config), rng_(config.seed) {
   bin_bytes_ = std::max<std::uint64_t>(64, (config.buffer_bytes + kDepthBins - 1) / kDepthBins);
   depth_bins_.assign(config.buffer_bytes / bin_bytes_ + 2, 0);
-  if (config.rate_mbit != 0) {
-    burst_ns_ = std::max(kBurstToleranceNs, transmit_ns(2 * kJumboFrameBytes, config.rate_mbit));
-  }
+  if (config.rate_mbit != 0) burst_ns_ = kBurstToleranceNs;
 }
 
 bool EgressQueue::should_mark() {

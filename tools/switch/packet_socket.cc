@@ -124,6 +124,14 @@ void PacketSocket::release() {
   slot_ = (slot_ + 1) % (ring_bytes_ / kSlotBytes);
 }
 
+std::uint64_t PacketSocket::ring_drops() {
+  tpacket_stats stats{};  // reading resets the kernel's counters: accumulate them here
+  socklen_t len = sizeof(stats);
+  if (getsockopt(fd_, SOL_PACKET, PACKET_STATISTICS, &stats, &len) == 0)
+    ring_drops_ += stats.tp_drops;
+  return ring_drops_;
+}
+
 PacketSocket::SendResult PacketSocket::send(std::span<const std::uint8_t> buffer) {
   const ssize_t n = ::send(fd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
   if (n == static_cast<ssize_t>(buffer.size())) return SendResult::kSent;

@@ -43,6 +43,9 @@ class PacketSocket {
   std::optional<ReceivedFrame> peek();
   void release();
 
+  // Frames the kernel dropped because the ring was full, since the socket opened.
+  std::uint64_t ring_drops();
+
   enum class SendResult : std::uint8_t { kSent, kBlocked, kFailed };
   // `buffer`: a virtio-net header, then the frame.
   SendResult send(std::span<const std::uint8_t> buffer);
@@ -56,6 +59,7 @@ class PacketSocket {
   std::uint8_t* ring_ = nullptr;
   std::size_t ring_bytes_ = 0;
   std::size_t slot_ = 0;
+  std::uint64_t ring_drops_ = 0;
 };
 
 }  // namespace xroce::sw

@@ -221,7 +221,7 @@ bool Switch::write_stats() {
   if (config_.stats_path.empty()) return true;
   nlohmann::json ports = nlohmann::json::array();
   for (std::size_t i = 0; i < ports_.size(); ++i) {
-    const Port& p = ports_[i];
+    Port& p = ports_[i];
     const EgressCounters& e = p.queue->counters();
     ports.push_back({{"name", config_.ports[i]},
                      {"rx", p.counters.rx},
@@ -232,6 +232,7 @@ bool Switch::write_stats() {
                      {"dropped_full", e.dropped_full},
                      {"dropped_impair", p.counters.dropped_impair},
                      {"rx_truncated", p.counters.rx_truncated},
+                     {"rx_ring_drops", p.socket->ring_drops()},
                      {"tx_errors", p.counters.tx_errors},
                      {"queue_bytes", p.queue->depth_bytes()},
                      {"queue_max_bytes", e.queue_max_bytes},
