@@ -143,13 +143,7 @@ void print_text(const cc::sim::IncastResult& r) {
 
 // The fluid model for the incast just run: its N, rate, marking, parameters and frame size.
 cc::sim::FluidResult run_fluid_for(const cc::sim::IncastResult& r) {
-  const cc::sim::IncastConfig& c = r.config;
-  const double frame_bytes = transport::mtu_bytes(c.mtu) + cc::kRoceV4DataOverheadBytes;
-  cc::sim::FluidConfig fc = cc::sim::fluid_config_for(c.params, c.senders, c.rate_gbps, frame_bytes,
-                                                      static_cast<double>(c.kmin_bytes),
-                                                      static_cast<double>(c.kmax_bytes), c.pmax);
-  fc.duration_us = static_cast<double>(c.duration_us);
-  return cc::sim::run_fluid_model(fc);
+  return cc::sim::run_fluid_model(cc::sim::fluid_config_for(r.config));
 }
 
 nlohmann::json fluid_json(const cc::sim::FluidResult& f) {

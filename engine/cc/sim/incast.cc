@@ -518,6 +518,15 @@ IncastResult run_incast(const IncastConfig& config) {
   return driver->run();
 }
 
+FluidConfig fluid_config_for(const IncastConfig& c) {
+  const double frame_bytes = transport::mtu_bytes(c.mtu) + kRoceV4DataOverheadBytes;
+  FluidConfig f = fluid_config_for(c.params, c.senders, c.rate_gbps, frame_bytes,
+                                   static_cast<double>(c.kmin_bytes),
+                                   static_cast<double>(c.kmax_bytes), c.pmax);
+  f.duration_us = static_cast<double>(c.duration_us);
+  return f;
+}
+
 std::string reproduce_command(const IncastConfig& c) {
   char buf[512];
   std::snprintf(
