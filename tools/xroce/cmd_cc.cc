@@ -147,7 +147,9 @@ cc::sim::FluidResult run_fluid_for(const cc::sim::IncastResult& r) {
 }
 
 nlohmann::json fluid_json(const cc::sim::FluidResult& f) {
-  return {{"packet_bytes", f.config.packet_bytes},
+  return {{"model",
+           "DCQCN fluid model (DCQCN.md 3.2): identical flows, alpha per CNP, no hyper increase"},
+          {"packet_bytes", f.config.packet_bytes},
           {"feedback_delay_us", f.config.feedback_delay_us},
           {"fair_share_gbps", f.fair_share_gbps},
           {"settled_at_us", f.settled_at_us},
@@ -186,7 +188,8 @@ std::shared_ptr<IncastFlags> add_incast_options(CLI::App* sim) {
                   "Incast: each sender starts at a seeded offset in [0, this) (0 = together)");
   sim->add_flag("--fluid", f->fluid,
                 "Incast: also run the DCQCN fluid model for the same N, rate, marking and "
-                "parameters (in the JSON and dashed in the plot)");
+                "parameters (in the JSON and dashed in the plot). The model is the paper's "
+                "algorithm (alpha per CNP, no hyper increase): meaningful for --profile paper");
   sim->add_flag("--no-cnp", f->no_cnp, "Incast: the receiver sends no CNPs");
   sim->add_flag("--json", f->json, "Incast: print JSON");
   sim->add_flag("--series", f->series,
