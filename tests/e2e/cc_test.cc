@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -173,9 +174,10 @@ class WirePair {
   }
   ~WirePair() {
     for (int i = 0; i < 2; ++i) {
+      // Read before the daemon exits: it removes its run directory, lock file included.
       const std::string pid = exec(i, {"cat", lock_file(i)}).output;
       exec(i, {xroce_bin(), "link", "del", dev(i)});  // the daemon exits with its last device
-      if (!pid.empty()) Host::wait_gone(std::stoi(pid), 5s);
+      if (const pid_t p = std::atoi(pid.c_str()); p > 0) Host::wait_gone(p, 5s);
     }
     for (const auto& ns : ns_)
       run({"ip", "netns", "del", ns});
