@@ -178,6 +178,39 @@ TEST(ReactionPointConnectx, AdditiveThenHyperIncrease) {
   EXPECT_EQ(rp.counters().byte_events, 3u);
 }
 
+// PROTOCOL.md §5.4(a) 2: a cut resets both stage counts and the byte accumulator, so bytes sent
+// before a cut never count toward a byte event after it (docs/dcqcn-results.md §3.2 item 3: why
+// the byte counter favours the faster flow).
+TEST(ReactionPointConnectx, ACutRestartsTheByteAccumulatorAndBothStageCounts) {
+  const DcqcnParams p = DcqcnParams::connectx();  // F = 1, B = 32767 bytes, T = 300 µs
+  ReactionPoint rp(p, 100'000);
+  rp.on_cnp(0);                     // Rc = 50048.828125, Rt = 100000
+  rp.on_bytes_sent(30'000, us(1));  // below B: no byte event
+  EXPECT_EQ(rp.byte_stage(), 0u);
+  rp.on_timer(us(300));
+  // Timer event: T_cnt = 1 >= F, B_cnt = 0 < F: additive, Rt = min(100005, line) = 100000,
+  // Rc = (100000 + 50048.828125)/2 = 75024.4140625.
+  EXPECT_EQ(rp.timer_stage(), 1u);
+  EXPECT_EQ(rp.rate_mbps(), 75024.4140625);
+  rp.on_cnp(us(300.5));
+  // The cut: clamp_tgt_rate_ati with T_cnt > 0 sets Rt = Rc; alpha after 300 plain periods is
+  // a = 1023/1024 * d^300; Rc = 75024.4140625 * (1 - a/2); both stage counts back to 0.
+  const double a300 = 1023.0 / 1024 * pow_n(kCxDecay, 300);
+  const double rc_cut = 75024.4140625 * (1 - a300 / 2);
+  EXPECT_EQ(rp.target_rate_mbps(), 75024.4140625);
+  EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc_cut);
+  EXPECT_EQ(rp.timer_stage(), 0u);
+  EXPECT_EQ(rp.byte_stage(), 0u);
+  // 30000 bytes before the cut + 30000 after would cross B; only those after it count.
+  rp.on_bytes_sent(30'000, us(301));
+  EXPECT_EQ(rp.byte_stage(), 0u);
+  EXPECT_EQ(rp.counters().byte_events, 0u);
+  rp.on_bytes_sent(2'767, us(302));  // 32767 since the cut: byte event, B_cnt = 1: additive
+  EXPECT_EQ(rp.byte_stage(), 1u);
+  EXPECT_EQ(rp.target_rate_mbps(), 75029.4140625);  // Rt + R_AI
+  EXPECT_DOUBLE_EQ(rp.rate_mbps(), (75029.4140625 + rc_cut) / 2);
+}
+
 TEST(ReactionPointConnectx, ClampTargetAfterIncrease) {
   DcqcnParams p = DcqcnParams::connectx();
   p.rate_to_set_on_first_cnp = 10'000;
