@@ -15,6 +15,10 @@ namespace xroce::provider {
 
 namespace {
 
+// The memfd's name; /proc/<pid>/maps shows its mappings as "/memfd:xroce-mr (deleted)".
+constexpr const char* kMemfdName = "xroce-mr";
+constexpr std::string_view kMemfdPath = "/memfd:xroce-mr";
+
 struct Fd {
   int fd = -1;
   ~Fd() {
@@ -104,6 +108,27 @@ bool range_is_private_anonymous(std::uintptr_t begin, std::uintptr_t end) {
   return covered >= end;
 }
 
+// True if [begin, end) is covered, without gaps, by share_region's memfd mappings (of the memfd
+// with that inode, when inode != 0).
+bool range_is_shared_memfd(std::uintptr_t begin, std::uintptr_t end, unsigned long inode) {
+  std::string maps;
+  if (!read_file("/proc/self/maps", maps)) return false;
+  std::uintptr_t covered = begin;
+  std::size_t at = 0;
+  while (at < maps.size() && covered < end) {
+    std::size_t eol = maps.find('\n', at);
+    if (eol == std::string::npos) eol = maps.size();
+    Vma v;
+    const std::string_view line(maps.data() + at, eol - at);
+    at = eol + 1;
+    if (!parse_vma(line, v) || v.end <= covered) continue;
+    const bool ours = v.path.starts_with(kMemfdPath) && (inode == 0 || v.inode == inode);
+    if (v.start > covered || !ours) return false;
+    covered = v.end;
+  }
+  return covered >= end;
+}
+
 }  // namespace
 
 int share_region(void* addr, std::size_t length) {
@@ -111,7 +136,7 @@ int share_region(void* addr, std::size_t length) {
   const auto begin = reinterpret_cast<std::uintptr_t>(addr);
   if (!range_is_private_anonymous(begin, begin + length)) return -ENOTSUP;
 
-  Fd memfd{::memfd_create("xroce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING)};
+  Fd memfd{::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING)};
   if (memfd.fd < 0) return -errno;
   if (::ftruncate(memfd.fd, static_cast<off_t>(length)) != 0) return -errno;
   // The daemon maps this memfd; sealing its size means neither side can make the other's
@@ -128,8 +153,13 @@ int share_region(void* addr, std::size_t length) {
   return memfd.release();
 }
 
-int unshare_region(void* addr, std::size_t length) {
+int unshare_region(void* addr, std::size_t length, unsigned long inode) {
   if (!page_aligned(addr, length)) return -EINVAL;
+  // The application may have unmapped or re-mapped the range since (freed the buffer before
+  // deregistering it, which a real device allows): then there is nothing of ours to undo, and
+  // copying from it could fault.
+  const auto begin = reinterpret_cast<std::uintptr_t>(addr);
+  if (!range_is_shared_memfd(begin, begin + length, inode)) return -ENOENT;
   void* fresh = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (fresh == MAP_FAILED) return -errno;
   std::memcpy(fresh, addr, length);

@@ -41,7 +41,9 @@ int share_region(void* addr, std::size_t length);
 
 // Puts private anonymous pages with the same contents back under a range share_region re-backed
 // (so the memfd's pages are freed and a later registration can share the range again). 0 or a
-// negative errno.
-int unshare_region(void* addr, std::size_t length);
+// negative errno: -ENOENT, leaving the range alone, when it is no longer wholly mapped by
+// share_region's memfd (of inode `inode`, the memfd's st_ino, when not 0) — the application
+// unmapped or re-mapped it meanwhile.
+int unshare_region(void* addr, std::size_t length, unsigned long inode = 0);
 
 }  // namespace xroce::provider

@@ -1,10 +1,15 @@
 #include "provider/verbs.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "provider/queues.h"
+#include "provider/shared_mr.h"
 #include "provider/xroce.h"
 
 namespace xroce::provider {
@@ -109,6 +114,32 @@ int dealloc_pd(ibv_pd* ibpd) {
   return 0;
 }
 
+// Registered memory (ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
+// goes to the daemon with the request, so the daemon maps the very pages (no system call per
+// access, true CPU atomics), whenever shared_mr.h can do that — whole pages of private anonymous
+// memory. Any other buffer (a part of a page, a file mapping, the stack, an already shared
+// range), or XROCE_MR_DMA=cma in the environment, is registered without one and reached by
+// cross-memory attach.
+bool wants_shared_mapping() {
+  const char* env = std::getenv("XROCE_MR_DMA");
+  return env == nullptr || std::strcmp(env, "cma") != 0;
+}
+
+struct SharedBacking {
+  int memfd = -1;
+  unsigned long inode = 0;
+};
+
+SharedBacking try_share(void* addr, size_t length) {
+  SharedBacking b;
+  if (!wants_shared_mapping()) return b;
+  b.memfd = share_region(addr, length);
+  if (b.memfd < 0) return SharedBacking{};
+  struct stat st {};
+  if (fstat(b.memfd, &st) == 0) b.inode = st.st_ino;
+  return b;
+}
+
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access) {
   control::RegMrRequest request{};
   request.pd_handle = pd->handle;
@@ -116,9 +147,17 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
   request.addr = reinterpret_cast<uint64_t>(addr);
   request.length = length;
   request.iova = hca_va;
+  const SharedBacking backing = try_share(addr, length);
   control::RegMrReply reply{};
-  if (int err = call(pd->context, control::Op::reg_mr, &request, sizeof(request), &reply,
-                     sizeof(reply))) {
+  const int err = call(pd->context, control::Op::reg_mr, &request, sizeof(request), &reply,
+                       sizeof(reply), backing.memfd);
+  if (backing.memfd >= 0) close(backing.memfd);  // the daemon has its own copy now, or none
+  const bool shared =
+      err == 0 && reply.dma == static_cast<uint32_t>(control::MrDma::kSharedMapping);
+  // The daemon did not map it (or the registration failed): give the application its private
+  // pages back, as they were before.
+  if (backing.memfd >= 0 && !shared) (void)unshare_region(addr, length, backing.inode);
+  if (err != 0) {
     errno = err;
     return nullptr;
   }
@@ -126,6 +165,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
   if (mr == nullptr) {
     control::HandleRequest release{reply.mr_handle};
     (void)call(pd->context, control::Op::dereg_mr, &release, sizeof(release), nullptr, 0);
+    if (shared) (void)unshare_region(addr, length, backing.inode);
     errno = ENOMEM;
     return nullptr;
   }
@@ -134,6 +174,10 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
   mr->vmr.ibv_mr.handle = reply.mr_handle;
   mr->vmr.ibv_mr.lkey = reply.lkey;
   mr->vmr.ibv_mr.rkey = reply.rkey;
+  mr->shared = shared;
+  mr->addr = addr;
+  mr->length = length;
+  mr->memfd_inode = backing.inode;
   return &mr->vmr.ibv_mr;
 }
 
@@ -143,7 +187,11 @@ int dereg_mr(verbs_mr* vmr) {
           call(vmr->ibv_mr.context, control::Op::dereg_mr, &request, sizeof(request), nullptr, 0)) {
     return err;
   }
-  delete reinterpret_cast<Mr*>(vmr);
+  auto* mr = reinterpret_cast<Mr*>(vmr);
+  // The daemon has dropped its mapping: the pages become private again (a later registration
+  // can share them anew). Skipped by unshare_region if the application unmapped them already.
+  if (mr->shared) (void)unshare_region(mr->addr, mr->length, mr->memfd_inode);
+  delete mr;
   return 0;
 }
 

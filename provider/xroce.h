@@ -43,6 +43,12 @@ struct Pd {
 
 struct Mr {
   ::verbs_mr vmr;
+  // Set when reg_mr re-backed the buffer with a memfd the daemon maps (shared_mr.h): dereg_mr
+  // puts private pages back under [addr, addr + length).
+  bool shared = false;
+  void* addr = nullptr;
+  std::size_t length = 0;
+  unsigned long memfd_inode = 0;
 };
 
 // A shared-memory region the daemon passed us (include/xroce/queues.h), mapped MAP_SHARED.

@@ -15,6 +15,7 @@
 
 #include "daemon/control_body.h"
 #include "daemon/control_server.h"
+#include "daemon/fd.h"
 
 namespace xroce::daemon {
 
@@ -49,6 +50,35 @@ bool range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write)
     in >> std::hex >> lo >> dash >> hi >> perms;
     if (hi <= covered_to || lo > covered_to) continue;
     if (perms.size() < 2 || perms[0] != 'r' || (need_write && perms[1] != 'w')) return false;
+    covered_to = hi;
+  }
+  return covered_to >= end;
+}
+
+// True if the process's mappings over [addr, addr+length) are all of `memfd` (same inode), at
+// the offsets of a mapping of the whole memfd placed at addr: what share_region (provider) made.
+bool memfd_backs_range(pid_t pid, uint64_t addr, uint64_t length, int memfd) {
+  struct stat st {};
+  if (fstat(memfd, &st) != 0) return false;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  uint64_t covered_to = addr;
+  const uint64_t end = addr + length;
+  std::string line;
+  while (std::getline(maps, line) && covered_to < end) {
+    std::istringstream in(line);
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+    uint64_t offset = 0;
+    uint64_t inode = 0;
+    char dash = 0;
+    std::string perms;
+    std::string device;
+    in >> std::hex >> lo >> dash >> hi >> perms >> offset >> device >> std::dec >> inode;
+    if (hi <= covered_to) continue;
+    if (lo > covered_to || lo < addr) return false;
+    if (inode != st.st_ino || offset != lo - addr || perms.size() < 4 || perms[3] != 's') {
+      return false;
+    }
     covered_to = hi;
   }
   return covered_to >= end;
@@ -170,7 +200,12 @@ ControlServer::Reply ControlServer::dealloc_pd(const Client& client, const std::
   return {dev->dealloc_pd(client.id, request.handle), {}};
 }
 
-ControlServer::Reply ControlServer::reg_mr(const Client& client, const std::string& body) {
+// Registered memory (ARCHITECTURE.md decision 5). With a memfd from the provider the region
+// is reached through the daemon's mapping of it; the daemon first checks that the memfd really
+// is what the process has mapped over the whole range, so a region always reaches the memory the
+// process registered. Without one, or if the memfd cannot be mapped, through cross-memory attach.
+ControlServer::Reply ControlServer::reg_mr(Client& client, const std::string& body, int memfd) {
+  Fd passed(memfd);
   device::Device* dev = device_of(client);
   control::RegMrRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
@@ -185,15 +220,51 @@ ControlServer::Reply ControlServer::reg_mr(const Client& client, const std::stri
       dev->reg_mr(client.id, device::MrRequest{request.pd_handle, request.addr, request.length,
                                                request.iova, request.access, client.pid});
   if (!keys) return {keys.error(), {}};
-  return {0, bytes_of(control::RegMrReply{keys->handle, keys->lkey, keys->rkey})};
+  auto dma = control::MrDma::kCrossMemory;
+  if (passed.get() >= 0 && share_region(client, *keys, request, passed.release()) == 0) {
+    dma = control::MrDma::kSharedMapping;
+  }
+  return {0, bytes_of(control::RegMrReply{keys->handle, keys->lkey, keys->rkey,
+                                          static_cast<uint32_t>(dma)})};
 }
 
-ControlServer::Reply ControlServer::dereg_mr(const Client& client, const std::string& body) {
+int ControlServer::share_region(Client& client, const device::MrKeys& keys,
+                                const control::RegMrRequest& request, int memfd) {
+  Fd owned(memfd);
+  const auto served = devices_.find(client.device);
+  const auto memory = served->second.memory->find(client.pid);
+  if (memory == nullptr) return ESRCH;
+  if (!memfd_backs_range(client.pid, request.addr, request.length, owned.get())) return EINVAL;
+  if (int err = memory->add_shared(owned.release(), request.addr, request.length)) return err;
+  client.shared_mrs.emplace(keys.handle, request.addr);
+  return 0;
+}
+
+void ControlServer::unshare_region(Client& client, uint32_t mr_handle) {
+  const auto it = client.shared_mrs.find(mr_handle);
+  if (it == client.shared_mrs.end()) return;
+  const auto served = devices_.find(client.device);
+  if (served != devices_.end()) {
+    if (const auto memory = served->second.memory->find(client.pid))
+      memory->remove_shared(it->second);
+  }
+  client.shared_mrs.erase(it);
+}
+
+void ControlServer::release_shared_regions(Client& client) {
+  while (!client.shared_mrs.empty())
+    unshare_region(client, client.shared_mrs.begin()->first);
+}
+
+ControlServer::Reply ControlServer::dereg_mr(Client& client, const std::string& body) {
   device::Device* dev = device_of(client);
   control::HandleRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
   if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->dereg_mr(client.id, request.handle), {}};
+  const int err = dev->dereg_mr(client.id, request.handle);
+  // After the keys are gone, so no new access finds the mapping (one in flight keeps it alive).
+  if (err == 0) unshare_region(client, request.handle);
+  return {err, {}};
 }
 
 ControlServer::Reply ControlServer::link_add(const Client& client, const std::string& body) {
@@ -257,6 +328,7 @@ ControlServer::Reply ControlServer::link_del(const Client& client, const std::st
     if (c.device != name) continue;
     // The device is gone: its contexts keep their connections (so their verbs fail with
     // ENODEV rather than hang) but own nothing any more.
+    release_shared_regions(c);
     it->second.model->release_client(c.id);
     c.device.clear();
   }

@@ -190,6 +190,7 @@ void ControlServer::send_reply(int fd, const std::string& out, const std::vector
 void ControlServer::drop_client(int fd) {
   auto it = clients_.find(fd);
   if (it != clients_.end()) {
+    release_shared_regions(it->second);  // while the PDs still hold the process's memory
     if (auto* dev = device_of(it->second)) dev->release_client(it->second.id);
     if (it->second.event_fd >= 0) close(it->second.event_fd);
     for (const auto& [handle, channel_fd] : it->second.channels)
@@ -209,6 +210,7 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
                                              const std::string& body, int passed_fd) {
   if (op == control::Op::hello) return hello(client, body, passed_fd);
   if (op == control::Op::create_comp_channel) return create_comp_channel(client, passed_fd);
+  if (op == control::Op::reg_mr) return reg_mr(client, body, passed_fd);
   if (passed_fd >= 0) close(passed_fd);
   switch (op) {
     case control::Op::query_device:
@@ -219,8 +221,6 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
       return alloc_pd(client);
     case control::Op::dealloc_pd:
       return dealloc_pd(client, body);
-    case control::Op::reg_mr:
-      return reg_mr(client, body);
     case control::Op::dereg_mr:
       return dereg_mr(client, body);
     case control::Op::link_add:

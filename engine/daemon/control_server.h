@@ -59,6 +59,7 @@ class ControlServer {
     int event_fd = -1;                 // the context's async event socket (daemon end)
     std::map<uint32_t, int> channels;  // completion channels: handle -> daemon end
     uint32_t next_channel = 1;
+    std::map<uint32_t, uint64_t> shared_mrs;  // MRs reached through a shared mapping -> addr
   };
   struct Reply {
     int32_t status = 0;
@@ -75,8 +76,14 @@ class ControlServer {
   Reply query_port(const Client& client, const std::string& body);
   Reply alloc_pd(const Client& client);
   Reply dealloc_pd(const Client& client, const std::string& body);
-  Reply reg_mr(const Client& client, const std::string& body);
-  Reply dereg_mr(const Client& client, const std::string& body);
+  Reply reg_mr(Client& client, const std::string& body, int memfd);
+  Reply dereg_mr(Client& client, const std::string& body);
+  // Registered memory through the shared mapping (decision 5): 0 or errno (the region then
+  // uses cross-memory attach); takes ownership of memfd.
+  int share_region(Client& client, const device::MrKeys& keys, const control::RegMrRequest& request,
+                   int memfd);
+  void unshare_region(Client& client, uint32_t mr_handle);
+  void release_shared_regions(Client& client);
   Reply create_comp_channel(Client& client, int passed_fd);
   Reply link_add(const Client& client, const std::string& body);
   Reply link_del(const Client& client, const std::string& body);

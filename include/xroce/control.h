@@ -36,7 +36,7 @@ enum class Op : uint16_t {
   query_port,           // PortRequest -> PortAttr
   alloc_pd,             // -> HandleReply
   dealloc_pd,           // HandleRequest -> (empty)
-  reg_mr,               // RegMrRequest -> RegMrReply
+  reg_mr,               // RegMrRequest (+ optional memfd, see MrDma) -> RegMrReply
   dereg_mr,             // HandleRequest -> (empty)
   link_add,             // LinkAddRequest -> (empty); root only
   link_del,             // LinkDelRequest -> (empty); root only
@@ -161,7 +161,15 @@ struct RegMrReply {
   uint32_t mr_handle;
   uint32_t lkey;
   uint32_t rkey;
+  uint32_t dma;  // MrDma: how the daemon reaches the region
 };
+
+// How the daemon reaches a registered region (ARCHITECTURE.md decision 5). Op::reg_mr may carry
+// one file descriptor (SCM_RIGHTS): a memfd, sealed against shrinking, that now backs the whole
+// region in the caller (provider/shared_mr.h). The daemon maps it (kSharedMapping) or, when it
+// cannot, closes it and uses cross-memory attach (kCrossMemory); without a descriptor it always
+// uses cross-memory attach.
+enum class MrDma : uint32_t { kCrossMemory = 0, kSharedMapping = 1 };
 
 enum class PortKind : uint8_t { afxdp = 0, udp = 1 };
 

@@ -11,6 +11,8 @@
 //   verbs_probe DEV events   print async events as they come, until DEVICE_FATAL or EOF
 //   verbs_probe DEV hold     alloc a PD and an MR, print "ready", wait for an async event, then
 //                            try another verb (the daemon is stopped meanwhile)
+//   verbs_probe DEV dma_regions|dma_hold|dma_loopback N  registered memory through both DMA
+//                            paths (verbs_probe_dma.cc)
 //
 // Exit status 0 when every check it makes itself passed.
 #include <fcntl.h>
@@ -184,9 +186,9 @@ int hold(ibv_context* ctx) {
 
 int main_probe(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(
-        stderr,
-        "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N\n");
+    std::fprintf(stderr,
+                 "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N|"
+                 "dma_regions|dma_hold|dma_loopback N\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -204,6 +206,9 @@ int main_probe(int argc, char** argv) {
   if (mode == "pdloop") rc = pd_loop(ctx, argc > 3 ? std::atoi(argv[3]) : 10000);
   if (mode == "channel") rc = channel(ctx, true);
   if (mode == "nochannel") rc = channel(ctx, false);
+  if (mode == "dma_regions") rc = dma_regions(ctx, false);
+  if (mode == "dma_hold") rc = dma_regions(ctx, true);
+  if (mode == "dma_loopback") rc = dma_loopback(ctx, argc > 3 ? std::atoi(argv[3]) : 1000);
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;

@@ -7,5 +7,8 @@ namespace xroce::probe {
 
 void check(bool ok, const char* what);
 int objects(ibv_context* ctx);
+// verbs_probe_dma.cc
+int dma_regions(ibv_context* ctx, bool hold);
+int dma_loopback(ibv_context* ctx, int atomics);
 
 }  // namespace xroce::probe
