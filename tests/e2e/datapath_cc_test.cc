@@ -193,17 +193,25 @@ struct Side {
   std::map<std::uint32_t, std::shared_ptr<Mailbox>> boxes;
 
   Worker& worker() { return dp->worker(0); }
-  std::uint64_t counter(Counter c) { return worker().device_counters().load(c); }
+  // The device's count: every worker's block.
+  std::uint64_t counter(Counter c) {
+    std::uint64_t sum = 0;
+    for (std::uint32_t w = 0; w < dp->worker_count(); ++w)
+      sum += dp->worker(w).device_counters().load(c);
+    return sum;
+  }
   void set_cc(const std::function<void(cc::CcDevice&)>& edit) {
     cc::CcDevice d = worker().call([](Worker& w) { return w.cc_on_worker(); });
     edit(d);
-    worker().call([d](Worker& w) {
-      w.set_cc_on_worker(d);
-      return 0;
-    });
+    for (std::uint32_t w = 0; w < dp->worker_count(); ++w) {
+      dp->worker(w).call([d](Worker& self) {
+        self.set_cc_on_worker(d);
+        return 0;
+      });
+    }
   }
   QpCcStatus cc_of(wire::Qpn qpn) {
-    return *worker().call([qpn](Worker& w) { return w.qp_cc_on_worker(qpn); });
+    return *dp->worker_for(qpn)->call([qpn](Worker& w) { return w.qp_cc_on_worker(qpn); });
   }
   // An RDMA WRITE of `bytes` from our buffer to the same offset of the peer's.
   void write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey) {
@@ -218,7 +226,7 @@ struct Side {
       std::lock_guard lock(boxes[qpn.value()]->m);
       boxes[qpn.value()]->sends.push_back(wr);
     }
-    worker().wake();
+    dp->worker_for(qpn)->wake();
   }
 };
 
@@ -229,7 +237,7 @@ struct Retries {
 };
 
 void place_qp(Side& s, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src, std::uint32_t dst,
-              Retries retries = {}) {
+              Retries retries = {}, std::uint32_t worker = 0) {
   namespace m = transport::qp_attr;
   transport::QpConfig cfg;
   cfg.qpn = qpn;
@@ -259,7 +267,7 @@ void place_qp(Side& s, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src, std::ui
   auto box = std::make_shared<Mailbox>();
   s.boxes[qpn.value()] = box;
   s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(box, address(src, dst))},
-               0);
+               worker);
 }
 
 // Waits (with a deadline) until `done` holds.
@@ -275,17 +283,23 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds lim
 const wire::Qpn kQpA(0x11), kQpB(0x22);    // the pair the CE marks hit
 const wire::Qpn kQpA2(0x13), kQpB2(0x24);  // a second pair, never marked
 
+// A with `a_workers` workers (B's frames all land on A's queue 0, as RSS might put them), B
+// with one.
 struct Fabric {
   Side a, b;
-  Fabric() {
-    auto pa = std::make_unique<PipePort>();
+  std::vector<PipePort*> a_ports;  // a.port is a_ports[0]
+  explicit Fabric(std::uint32_t a_workers = 1) {
     auto pb = std::make_unique<PipePort>();
-    pa->peer = pb.get();
-    pb->peer = pa.get();
-    a.port = pa.get();
-    b.port = pb.get();
     std::vector<std::unique_ptr<net::Port>> va, vb;
-    va.push_back(std::move(pa));
+    for (std::uint32_t i = 0; i < a_workers; ++i) {
+      auto pa = std::make_unique<PipePort>();
+      pa->peer = pb.get();
+      if (i == 0) a.port = pa.get();
+      a_ports.push_back(pa.get());
+      va.push_back(std::move(pa));
+    }
+    pb->peer = a.port;
+    b.port = pb.get();
     vb.push_back(std::move(pb));
     a.dp = Datapath::over_ports(std::move(va), 0, false);
     b.dp = Datapath::over_ports(std::move(vb), 0, false);
@@ -293,11 +307,12 @@ struct Fabric {
       s->set_cc([](cc::CcDevice& d) { d.line_rate_mbps = kLineRateMbps; });
   }
   ~Fabric() {
-    a.worker().stop();
+    for (std::uint32_t w = 0; w < a.dp->worker_count(); ++w)
+      a.dp->worker(w).stop();
     b.worker().stop();
   }
-  void connect(Retries a_retries = {}) {
-    place_qp(a, kQpA, kQpB, kIpA, kIpB, a_retries);
+  void connect(Retries a_retries = {}, std::uint32_t a_worker = 0) {
+    place_qp(a, kQpA, kQpB, kIpA, kIpB, a_retries, a_worker);
     place_qp(b, kQpB, kQpA, kIpB, kIpA);
     place_qp(a, kQpA2, kQpB2, kIpA, kIpB);
     place_qp(b, kQpB2, kQpA2, kIpB, kIpA);
@@ -638,6 +653,26 @@ TEST(DatapathCc, SendRnrAndRetryCountersMove) {
   EXPECT_EQ(done[0].status, WcStatus::kRetryExcErr);
   EXPECT_TRUE(eventually([&] { return g.a.counter(Counter::kRetryExceededErr) == 1; }));
   EXPECT_GE(g.a.counter(Counter::kCompleterRetryErr), 1u);
+}
+
+// rxe's ack_deferred: responses its completer could not take at once. Ours: responses that
+// arrived on one worker's queue for a QP of another and waited in its handover ring.
+TEST(DatapathCc, AckDeferredCountsResponsesHandedToTheOwningWorker) {
+  Fabric f(2);
+  f.connect({}, 1);  // A's first QP on worker 1; B's ACKs arrive on worker 0's queue
+  f.write_and_wait(kQpA, 3 * kMtu);
+  EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kAckDeferred) >= 1; }));
+  EXPECT_EQ(f.a.dp->worker(1).device_counters().load(Counter::kAckDeferred), 0u);
+  const std::uint64_t deferred = f.a.counter(Counter::kAckDeferred);
+  f.write_and_wait(kQpA2, 3 * kMtu);  // on worker 0, where its ACKs arrive: nothing deferred
+  EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kRcvdPkts) >= 2; }));
+  EXPECT_EQ(f.a.counter(Counter::kAckDeferred), deferred);
+  // A CNP handed over is not a response: CE-marked writes from the QP on worker 1.
+  f.b.set_cc([](cc::CcDevice& d) { d.params.np_enable_mask = cc::kAllPriorities; });
+  f.a_ports[1]->mark_ce = true;
+  f.write_and_wait(kQpA, 100);
+  EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
+  EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kAckDeferred) == deferred + 1; }));
 }
 
 }  // namespace
