@@ -141,6 +141,13 @@ SharedBacking try_share(void* addr, size_t length) {
 }
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access) {
+  // ibv_reg_mr_iova with an iova other than the address: the transport checks keys and reaches
+  // memory by the application's address, so such a region would register and then fail every
+  // access. Refused instead, as a device without the feature does.
+  if (hca_va != reinterpret_cast<uint64_t>(addr)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   control::RegMrRequest request{};
   request.pd_handle = pd->handle;
   request.access = static_cast<uint32_t>(access);

@@ -210,6 +210,8 @@ ControlServer::Reply ControlServer::reg_mr(Client& client, const std::string& bo
   control::RegMrRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
   if (!parse(body, request)) return {EINVAL, {}};
+  // Keys are checked, and memory reached, by the process's address: no separate iova yet.
+  if (request.iova != request.addr) return {EOPNOTSUPP, {}};
   const bool writes = (request.access & (device::kAccessLocalWrite | device::kAccessRemoteWrite |
                                          device::kAccessRemoteAtomic)) != 0;
   if (request.length != 0 && request.addr + request.length > request.addr &&
