@@ -67,6 +67,8 @@ nlohmann::json to_json(const cc::sim::IncastResult& r, bool series) {
                      {"final_rate_gbps", f.final_rate_gbps},
                      {"final_alpha", f.final_alpha},
                      {"writes_completed", f.writes_completed},
+                     {"timer_events", f.timer_events},
+                     {"byte_events", f.byte_events},
                      {"counters", counters_json(f.counters)}});
     if (series) {
       flows.back()["rate_series_gbps"] = f.rate_series_gbps;

@@ -446,6 +446,8 @@ void Driver::finish() {
     f.writes_completed = completed_[i];
     f.counters = s.cc->counters();
     f.counters += hosts_.back()->eps[i]->cc->counters();
+    f.timer_events = s.cc->reaction_point().counters().timer_events;
+    f.byte_events = s.cc->reaction_point().counters().byte_events;
     for (std::size_t b = 0; b < last; ++b)
       f.rate_series_gbps.push_back(
           b < bins.size() ? static_cast<double>(bins[b]) * 8 / static_cast<double>(bin_ns) : 0.0);

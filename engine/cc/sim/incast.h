@@ -56,7 +56,9 @@ struct FlowResult {
   double final_rate_gbps = 0;  // the reaction point's Rc at the end
   double final_alpha = 0;
   std::uint64_t writes_completed = 0;
-  CcCounters counters;                   // the sender QP's RP side plus its receiver QP's NP side
+  CcCounters counters;             // the sender QP's RP side plus its receiver QP's NP side
+  std::uint64_t timer_events = 0;  // the sender's rate-increase events, by source
+  std::uint64_t byte_events = 0;
   std::vector<double> rate_series_gbps;  // measured per bin over the whole run
   std::vector<double> rc_series_gbps;    // the reaction point's Rc at each bin's start
 };
