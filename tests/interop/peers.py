@@ -196,8 +196,8 @@ class SwitchedPort:
         sh("ip", "-n", lab.ns, "link", "set", self.bridge_end, "master", "br0", "up")
         sh("ip", "-n", self.sw_ns, "link", "add", "swdown", "mtu", mtu, "type", "veth", "peer",
            "name", self.ifname, "netns", self.ns)
-        for dev in ("swup", "swdown"):
-            sh("ip", "-n", self.sw_ns, "link", "set", dev, "up")
+        for dev in ("swup", "swdown"):  # a veth peer does not inherit `mtu` from `ip link add`
+            sh("ip", "-n", self.sw_ns, "link", "set", dev, "mtu", mtu, "up")
         sh("ip", "-n", self.ns, "addr", "add", f"{self.ip4}/{lab.net4.prefixlen}", "dev",
            self.ifname)
         sh("ip", "-n", self.ns, "link", "set", self.ifname, "mtu", mtu, "up")

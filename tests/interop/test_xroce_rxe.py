@@ -11,12 +11,18 @@ bridge. Phases, each with both sides once as server and once as client unless sa
            must decode with `xroce wire decode` with its ICRC ok.
   errors   xri_verbs (this folder) provokes an rkey violation and RNR (retries exhausted, and
            recovery when receives arrive late) from each side against the other.
+  gbn      through xroce-switch (a second xroce device behind it): one dropped WRITE or READ
+           response packet in each direction; the data arrives intact and counters show the
+           retransmission.
+  cnp      through xroce-switch marking rxe's ECT(0) WRITEs CE: no CNP from xroce by default;
+           with np_enable=1 CNPs go to rxe, which ignores them (transfer completes, rxe works).
 
 Usage: test_xroce_rxe.py XROCE XRI_VERBS XROCE_SWITCH [--only PHASE ...] [--port afxdp|udp]
 """
 
 import argparse
 import base64
+import json
 import re
 import sys
 import time
@@ -31,6 +37,11 @@ NETDEV_MTU = 9000  # rxe's active MTU is 4096 on a 9000-byte netdev, 1024 on 150
 FIRST_TCP_PORT = 18700
 VM_XRI_VERBS = "/tmp/xri_verbs"
 GBN_DROP_NTH = 5  # the 5th matching frame of a 256-packet transfer
+# CE marking needs a queue: rate-limit the switch to about what rxe sends under emulation
+# (~150-250 Mbit/s) so that its bursts queue, and mark every frame that finds more than 2 bytes
+# queued. The default 1 MiB buffer holds rxe's whole window (128 PSNs), so nothing is dropped.
+CNP_SWITCH_FLAGS = ("--rate-mbit", 100, "--ecn", "1,2,1.0")
+CNP_WRITES = 200
 
 # ibv_rc_pingpong -c: (message size, path MTU, iterations). Small -n: the VM is emulated.
 RC_PINGPONG = [(1, 1024, 50), (4096, 1024, 50), (65536, 1024, 10), (1 << 20, 1024, 2),
@@ -252,11 +263,68 @@ class Suite:
             if not all(sums) or sums[0].group(1) != sums[1].group(1):
                 raise AssertionError(f"{what}: the responder's buffer differs from what was "
                                      f"written\nclient:\n{c}\nserver:\n{s}")
-            if req_diff.get("completer_retry_err", 0) < 1:
-                raise AssertionError(f"{what}: requester {requester.name} counted no "
-                                     f"retransmission: {req_diff}")
+            # rxe counts every retry it starts in completer_retry_err and NAKs it receives in
+            # rcvd_seq_err; xroce counts only timeouts in completer_retry_err (README).
+            evidence = (req_diff.get("completer_retry_err", 0) + req_diff.get("rcvd_seq_err", 0)
+                        + resp_diff.get("duplicate_request", 0)
+                        + resp_diff.get("out_of_seq_request", 0))
+            if evidence < 1:
+                raise AssertionError(f"{what}: no counter shows the retransmission: requester "
+                                     f"{requester.name} {req_diff}, responder {responder.name} "
+                                     f"{resp_diff}")
             log(f"go-back-N, {what}: data equal; requester {requester.name} {req_diff}; "
                 f"responder {responder.name} {resp_diff}")
+
+
+    # --- CNPs toward rxe --------------------------------------------------------------------
+
+    def cnp(self, sw, xr2, xroce: Path) -> None:
+        """rxe sends ECT(0) RDMA WRITEs (perftest --tclass 2) through xroce-switch, which marks
+        them CE behind a rate limit; xroce is the notification point. With the default
+        np_enable = 0 xroce sends no CNP; with np_enable = 1 it sends CNPs that rxe, which has
+        no CNP support (PROTOCOL.md section 6), must drop harmlessly: the transfer completes and
+        rxe keeps working."""
+        self.gid.setdefault(xr2.name, xr2.gid_index(xr2.ip4))
+        rxe = self.rxe
+        shown = xr2.xroce_cli("cc", "show", xr2.device, "--json")
+        np_enable = json.loads(shown.stdout)["np_enable"] if shown.returncode == 0 else None
+        if not np_enable or any(np_enable):
+            raise AssertionError(f"np_enable is not 0 on every priority by default: {shown.stdout}")
+        dmesg_before = rxe.check("dmesg").splitlines()
+        for enabled in (False, True):
+            if enabled:
+                xr2.xroce_cli("cc", "set", xr2.device, "np_enable=1").check_returncode()
+            sw.start(*CNP_SWITCH_FLAGS)
+            cap = self.lab.capture(sw.bridge_end, f"cnp-{int(enabled)}")
+            before_x, before_r = xr2.counters(), rxe.counters()
+            self.perftest(xr2, rxe, "ib_write_bw", 65536, CNP_WRITES, "--tclass 2")
+            self.pingpong(xr2, rxe, "ibv_rc_pingpong", 4096, 20, "-m 1024")  # rxe still works
+            cap.stop()
+            stats = sw.stop()
+            dx, dr = diff(before_x, xr2.counters()), diff(before_r, rxe.counters())
+            summary = check_capture(xroce, cap.path, {0x81: "CNP"} if enabled else {})
+            cnps = summary["opcodes"].get("CNP", 0) + summary["opcodes"].get("Unknown(129)", 0)
+            marked = sum(p.get("marked", 0) for p in stats.values())
+            log(f"np_enable={int(enabled)}: switch marked {marked} frames CE; xroce {dx}; "
+                f"rxe {dr}; capture {summary['opcodes']}")
+            if marked == 0 or dx.get("np_ecn_marked_roce_packets", 0) == 0:
+                raise AssertionError(f"no CE-marked frames reached xroce (switch {stats}, xroce "
+                                     f"{dx}): the test proves nothing")
+            sent = dx.get("np_cnp_sent", 0)
+            if not enabled and (sent or cnps):
+                raise AssertionError(f"np_enable=0 but xroce sent CNPs: counter {sent}, capture "
+                                     f"{summary['opcodes']}")
+            if enabled and (sent == 0 or cnps == 0):
+                raise AssertionError(f"np_enable=1 and CE-marked traffic but no CNP: counter "
+                                     f"{sent}, capture {summary['opcodes']}")
+            if dr.get("retry_exceeded_err", 0) or dr.get("send_err", 0):
+                raise AssertionError(f"rxe counted errors: {dr}")
+        xr2.xroce_cli("cc", "set", xr2.device, "np_enable=0").check_returncode()
+        new_lines = rxe.check("dmesg").splitlines()[len(dmesg_before):]
+        bad = [line for line in new_lines
+               if re.search(r"BUG:|Oops|WARNING:|Call Trace|rxe|ib_uverbs", line)]
+        if bad:
+            raise AssertionError(f"the guest kernel complained after our CNPs: {bad}")
 
 
 def diff(before: dict, after: dict) -> dict:
@@ -264,8 +332,7 @@ def diff(before: dict, after: dict) -> dict:
             if isinstance(v, int) and v != before.get(k, 0)}
 
 
-PHASES = ("matrix", "errors", "gbn")
-DEFAULT_PHASES = ("matrix", "errors")
+PHASES = ("matrix", "errors", "gbn", "cnp")
 
 
 def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> None:
@@ -287,15 +354,25 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> 
         xr2 = None
         for phase in phases:
             phase_started = time.monotonic()
-            if phase == "matrix":
-                suite.matrix(xroce)
-            elif phase == "errors":
-                suite.errors()
-            elif phase == "gbn":
-                if xr2 is None:
-                    xr2 = devices.enter_context(
-                        XroceHost(xroce, sw.ns, sw.ifname, sw.ip4, "xri1", port_kind))
-                suite.go_back_n(sw, xr2)
+            try:
+                if phase == "matrix":
+                    suite.matrix(xroce)
+                elif phase == "errors":
+                    suite.errors()
+                elif phase == "gbn":
+                    if xr2 is None:
+                        xr2 = devices.enter_context(
+                            XroceHost(xroce, sw.ns, sw.ifname, sw.ip4, "xri1", port_kind))
+                    suite.go_back_n(sw, xr2)
+                elif phase == "cnp":
+                    if xr2 is None:
+                        xr2 = devices.enter_context(
+                            XroceHost(xroce, sw.ns, sw.ifname, sw.ip4, "xri1", port_kind))
+                    suite.cnp(sw, xr2, xroce)
+            except Exception:
+                for peer in filter(None, (rxe, xr, xr2)):  # the counters tell why, mostly
+                    log(f"phase {phase} failed; {peer.name} counters: {peer.counters()}")
+                raise
             log(f"phase {phase} passed in {time.monotonic() - phase_started:.1f} s")
         vm.check("ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE")  # rxe still fine
     log(f"xroce-rxe test took {time.monotonic() - started:.1f} s")
@@ -310,4 +387,4 @@ if __name__ == "__main__":
     parser.add_argument("--port", default="afxdp", choices=("afxdp", "udp"))
     args = parser.parse_args()
     sys.exit(main_wrapper(lambda: test(args.xroce, args.xri_verbs, args.switch,
-                                       args.only or DEFAULT_PHASES, args.port)))
+                                       args.only or PHASES, args.port)))
