@@ -65,7 +65,9 @@ std::uint64_t QpCongestion::earliest_send_ns(std::uint64_t now_ns) {
   if (!active()) return now_ns;
   rp_.on_timer(now_ns);  // a rate increase that is due applies before the packet
   sync_pacer(now_ns);
-  if (!device_->pace_unlimited && !rp_.limited()) return now_ns;
+  // Without pace_unlimited, a QP at the line rate is left to the port; one held below it (by
+  // DCQCN, or by rpg_max_rate) is paced.
+  if (!device_->pace_unlimited && rp_.rate_mbps() >= device_->line_rate_mbps) return now_ns;
   return pacer_.next_send_ns();
 }
 

@@ -32,9 +32,10 @@ struct CcDevice {
   double line_rate_mbps = 100'000;
   bool enabled = true;         // congestion control on: ECT on data, reaction point, pacing
   bool cnp_generation = true;  // CNPs towards peers (off for old rxe peers, PROTOCOL.md §6)
-  // Pace a QP whose reaction point is unlimited at the line rate too (the simulator's links
-  // need it to model the NIC's serialisation). The daemon turns it off: its port already
-  // serialises, and spacing every packet of an unlimited QP would only add timer wake-ups.
+  // Pace a QP that may send at the line rate too (the simulator's links need it to model the
+  // NIC's serialisation). The daemon turns it off: its port already serialises, and spacing
+  // every packet of such a QP would only add timer wake-ups. A QP below the line rate (DCQCN,
+  // or rpg_max_rate) is paced either way.
   bool pace_unlimited = true;
 };
 

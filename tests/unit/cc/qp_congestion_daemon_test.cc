@@ -30,6 +30,16 @@ TEST(QpCongestionDaemon, UnlimitedQpIsNotPacedButStillEct) {
   EXPECT_EQ(qp.target_rate_mbps(), 10'000);
 }
 
+TEST(QpCongestionDaemon, MaxRateBelowTheLineIsPacedBeforeAnyCnp) {
+  CcDevice d = daemon_like();
+  d.params.rpg_max_rate = 500;  // Mb/s
+  QpCongestion qp(d, wire::Qpn(0x42), kTc);
+  EXPECT_EQ(qp.rate_mbps(), 500);
+  EXPECT_TRUE(qp.on_transmit(0, 1000));
+  // (1000 + 58) bytes at 500 Mb/s = 16.928 µs.
+  EXPECT_EQ(qp.earliest_send_ns(1), 16'928u);
+}
+
 TEST(QpCongestionDaemon, AfterACnpTheQpIsPacedAtItsRate) {
   const CcDevice d = daemon_like();
   QpCongestion qp(d, wire::Qpn(0x42), kTc);
