@@ -239,6 +239,11 @@ void Completer::fail(WcStatus status) {
 void Completer::handle_timeout(std::uint64_t now_ns) {
   if (ctx_.rnr_deadline_ns != 0 && now_ns >= ctx_.rnr_deadline_ns) {
     ctx_.rnr_deadline_ns = 0;
+    // The restart is a started retry, as in rxe's completer (started_retry): rxe answers the
+    // SEND queued behind an RNR-NAKed one with a NAK-PSN for the same PSN, and when that NAK
+    // arrives after this short timer it must not start a second go-back-N.
+    retry_started_ = true;
+    retry_psn_ = ctx_.comp_psn;
     req_.retry();
     ctx_.retransmit_deadline_ns = 0;
   }

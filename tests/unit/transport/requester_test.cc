@@ -186,6 +186,25 @@ TEST_F(RequesterTest, RnrNakWaitsTheTimerThenRetransmits) {
   EXPECT_EQ(qp->counters().rnr_naks_received, 1u);
 }
 
+// Seen against rxe (tests/interop): rxe RNR-NAKs the first SEND and answers the one behind it
+// with a NAK-PSN for the same PSN. A NAK that arrives after the RNR timer restarted is stale.
+TEST_F(RequesterTest, NakPsnForTheRnrRestartPointDoesNotRestartAgain) {
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain().size(), 2u);
+  receive(ack(kSqPsn, Aeth::rnr_nak(0, 1)), {}, 5000);  // code 1 = 10 us
+  qp->handle_timeout(15'000);
+  ASSERT_EQ(drain(15'000).size(), 2u);
+  receive(ack(kSqPsn, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 15'500);
+  EXPECT_TRUE(drain(15'500).empty());
+  receive(ack(kSqPsn + 1), {}, 16'000);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->counters().rnr_naks_received, 1u);
+}
+
 TEST_F(RequesterTest, RnrRetriesExhaustedFailWithRnrRetryExcErr) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
   std::uint64_t now = 0;
