@@ -50,9 +50,11 @@ class Pair {
   }
   ~Pair() {
     for (int i = 0; i < 2; ++i) {
-      exec(i, {xroce_bin(), "link", "del", dev_[i]});  // the daemon exits with its last device
-      const std::string pid = exec(i, {"cat", lock_file(i)}).output;
-      if (!pid.empty()) Host::wait_gone(std::stoi(pid), 5s);
+      // The daemon exits with its last device, removing its run directory (the lock file too):
+      // its pid is read before.
+      const RunResult pid = exec(i, {"cat", lock_file(i)});
+      exec(i, {xroce_bin(), "link", "del", dev_[i]});
+      if (pid.status == 0 && !pid.output.empty()) Host::wait_gone(std::stoi(pid.output), 5s);
     }
     for (const auto& ns : ns_)
       run({"ip", "netns", "del", ns});
