@@ -99,7 +99,7 @@ int ControlServer::start() {
 int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
-    const int n = epoll_wait(epoll_fd_, events, 32, -1);
+    const int n = epoll_wait(epoll_fd_, events, 32, devices_.empty() ? -1 : kCounterRefreshMs);
     if (n < 0 && errno != EINTR) return 1;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -114,6 +114,7 @@ int ControlServer::run() {
       }
     }
     if (served_any_ && devices_.empty()) stop_ = true;
+    refresh_hw_counters();
   }
   shutdown();
   return 0;

@@ -90,6 +90,11 @@ class ControlServer {
   Reply link_show();
   // control_stat.cc: `xroce stat` and `xroce qp show`.
   Reply stat(const std::string& body);
+  // Rewrites every device's ports/1/hw_counters from its workers' counters, at most once per
+  // kCounterRefreshMs (the loop wakes that often while devices exist), so readers of the files
+  // see counts no older than that without running `xroce stat`.
+  void refresh_hw_counters();
+  static constexpr int kCounterRefreshMs = 1000;
   Reply qp_show(const std::string& body);
   // control_cc.cc: `xroce cc show|set|profile`.
   Reply cc_show(const std::string& body);
@@ -132,7 +137,8 @@ class ControlServer {
   bool served_any_ = false;
   device::ClientId next_client_ = 1;
   std::map<std::string, ServedDevice> devices_;
-  std::map<int, Client> clients_;  // by connection fd
+  std::map<int, Client> clients_;          // by connection fd
+  std::uint64_t counters_written_ns_ = 0;  // last refresh_hw_counters
 };
 
 }  // namespace xroce::daemon

@@ -59,6 +59,17 @@ std::string peer_text(const control::AhAttr& av) {
 
 }  // namespace
 
+void ControlServer::refresh_hw_counters() {
+  const std::uint64_t now = monotonic_now_ns();
+  if (now - counters_written_ns_ < kCounterRefreshMs * 1'000'000ull) return;
+  counters_written_ns_ = now;
+  for (auto& [name, served] : devices_) {
+    if (!served.runner) continue;
+    device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1",
+                              worker_counters(served.runner->datapath()));
+  }
+}
+
 ControlServer::Reply ControlServer::stat(const std::string& body) {
   const std::string name = requested_name(body);
   const auto it = devices_.find(name);

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -218,6 +219,14 @@ class WirePair {
   bool listening(int i, int port) const {
     return !exec(i, {"ss", "-Hltn", "sport", "=", ":" + std::to_string(port)}).output.empty();
   }
+  // ports/1/hw_counters/<name> of device i in its daemon's sysfs-shaped tree, or -1.
+  long long hw_counter(int i, const std::string& name) const {
+    const std::string dir = lock_file(i).substr(0, lock_file(i).rfind('/'));
+    std::ifstream file(dir + "/sys/class/infiniband/" + dev(i) + "/ports/1/hw_counters/" + name);
+    long long v = -1;
+    file >> v;
+    return v;
+  }
 
  private:
   std::string lock_file(int i) const {
@@ -319,6 +328,9 @@ TEST_F(CcWire, DataIsEct0WhileRpIsEnabledAndNotEctOnceOff) {
     EXPECT_EQ(p.ecn, 2) << "ECT(0)";
     EXPECT_EQ(p.dscp, 26);
   }
+  // The hw_counters files follow without `xroce stat` (the daemon rewrites them every second).
+  EXPECT_TRUE(eventually([&] { return pair_->hw_counter(0, "rcvd_pkts") >= 600; }, 10s))
+      << pair_->hw_counter(0, "rcvd_pkts");
   // No CNPs: the notification point is off by default.
   const RunResult stat = pair_->exec(0, {xroce_bin(), "stat", pair_->dev(0), "--json"});
   ASSERT_EQ(stat.status, 0) << stat.output;
