@@ -91,6 +91,7 @@ CompleterState Completer::retry_once() {
 }
 
 CompleterState Completer::rnr_retry(const Response& r) {
+  ++ctx_.counters.naks_received;  // every NAK kind, as naks_sent (work.h)
   ++ctx_.counters.rnr_naks_received;
   if (ctx_.rnr_deadline_ns != 0) return CompleterState::kDone;  // already waiting
   if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns_, r.psn);

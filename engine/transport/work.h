@@ -92,7 +92,7 @@ struct QpCounters {
   std::uint64_t packets_received = 0;
   std::uint64_t naks_sent = 0;  // every NAK kind, RNR included
   std::uint64_t rnr_naks_sent = 0;
-  std::uint64_t naks_received = 0;
+  std::uint64_t naks_received = 0;  // every NAK kind, RNR included
   std::uint64_t rnr_naks_received = 0;
   std::uint64_t timeouts = 0;
   std::uint64_t duplicate_requests = 0;

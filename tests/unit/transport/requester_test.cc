@@ -203,6 +203,8 @@ TEST_F(RequesterTest, NakPsnForTheRnrRestartPointDoesNotRestartAgain) {
   EXPECT_EQ(c[0].status, WcStatus::kSuccess);
   EXPECT_EQ(c[1].status, WcStatus::kSuccess);
   EXPECT_EQ(qp->counters().rnr_naks_received, 1u);
+  // Both NAKs count; the device's rcvd_seq_err is naks_received - rnr_naks_received.
+  EXPECT_EQ(qp->counters().naks_received, 2u);
 }
 
 TEST_F(RequesterTest, RnrRetriesExhaustedFailWithRnrRetryExcErr) {
