@@ -18,6 +18,9 @@ bridge. Phases, each with both sides once as server and once as client unless sa
            with np_enable=1 CNPs go to rxe, which ignores them (transfer completes, rxe works).
 
 Usage: test_xroce_rxe.py XROCE XRI_VERBS XROCE_SWITCH [--only PHASE ...] [--port afxdp|udp]
+                         [--ipv6]
+--ipv6 uses the IPv6 GIDs in the matrix and errors phases (gbn and cnp stay on IPv4); the UDP
+port needs it against rxe (README: differences, 2).
 """
 
 import argparse
@@ -61,15 +64,19 @@ NEEDED_OPCODES = {
 
 
 class Suite:
-    def __init__(self, lab: Lab, rxe: RxeGuest, xr: XroceHost, xri_verbs: Path):
+    def __init__(self, lab: Lab, rxe: RxeGuest, xr: XroceHost, xri_verbs: Path, ip_version: int):
         self.lab = lab
         self.rxe = rxe
         self.xr = xr
         self.xri_verbs = xri_verbs
         self.port = FIRST_TCP_PORT
         self.rxe_xri = None  # xri_verbs inside the guest, once copied there
-        self.gid = {rxe.name: rxe.gid_index(rxe.ip4), xr.name: xr.gid_index(xr.ip4)}
-        log(f"GID index of the IPv4 RoCE v2 GID: {self.gid}")
+        # The RoCE v2 GID of each side's IPv4 (or, with --ipv6, global IPv6) address; the TCP
+        # side channel of the programs always uses IPv4.
+        self.ip_version = ip_version
+        address = (lambda peer: peer.ip6) if ip_version == 6 else (lambda peer: peer.ip4)
+        self.gid = {rxe.name: rxe.gid_index(address(rxe)), xr.name: xr.gid_index(address(xr))}
+        log(f"GID index of the IPv{ip_version} RoCE v2 GID: {self.gid}")
         self.directions = [(rxe, xr), (xr, rxe)]  # (server, client)
 
     def next_port(self) -> int:
@@ -130,7 +137,8 @@ class Suite:
         log(f"tcpdump: {' / '.join(cap.stop().splitlines()[-3:])}")
         if cap.dropped_by_kernel():
             raise AssertionError(f"tcpdump dropped frames: {cap.summary}")
-        summary = check_capture(xroce, cap.path, NEEDED_OPCODES, min_payload=4096)
+        summary = check_capture(xroce, cap.path, NEEDED_OPCODES, min_payload=4096,
+                                ip_versions={self.ip_version})
         log(f"matrix capture: {summary['roce']} RoCEv2 frames of {summary['frames']}, all "
             f"decoded with ICRC ok; {summary['retransmitted']} retransmitted requests; "
             f"{summary['opcodes']}")
@@ -223,11 +231,17 @@ class Suite:
             f"{diff(before_srv, server.counters())}, requester counters "
             f"{diff(before_cli, client.counters())}")
 
-    def errors(self) -> None:
+    def errors(self, xroce: Path) -> None:
+        cap = self.lab.capture(self.lab.vms[0].tap, "errors")
         for server, client in ((self.rxe, self.xr), (self.xr, self.rxe)):
             self.rkey_violation(server, client)
             self.rnr(server, client, recover=False)
             self.rnr(server, client, recover=True)
+        cap.stop()
+        # The NAKs (remote access error, RNR) decode with a good ICRC too.
+        summary = check_capture(xroce, cap.path, {0x11: "ACKNOWLEDGE", 0x04: "SEND_ONLY"})
+        log(f"errors capture: {summary['roce']} RoCEv2 frames, all decoded with ICRC ok; "
+            f"{summary['opcodes']}")
 
 
     # --- go-back-N through xroce-switch ------------------------------------------------
@@ -335,7 +349,8 @@ def diff(before: dict, after: dict) -> dict:
 PHASES = ("matrix", "errors", "gbn", "cnp")
 
 
-def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> None:
+def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
+         ip_version: int) -> None:
     for path in (xroce, xri_verbs, switch):
         if not path.is_file():
             raise AssertionError(f"{path} does not exist: build xroce, xri_verbs, xroce-switch")
@@ -349,8 +364,9 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> 
         vm.wait_in_guest("ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*4096'", 30,
                          "rxe0 active_mtu 4096")
         rxe = RxeGuest(vm)
-        xr = devices.enter_context(XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind))
-        suite = Suite(lab, rxe, xr, xri_verbs)
+        xr = devices.enter_context(
+            XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind, hp.ip6))
+        suite = Suite(lab, rxe, xr, xri_verbs, ip_version)
         xr2 = None
         for phase in phases:
             phase_started = time.monotonic()
@@ -358,7 +374,7 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str) -> 
                 if phase == "matrix":
                     suite.matrix(xroce)
                 elif phase == "errors":
-                    suite.errors()
+                    suite.errors(xroce)
                 elif phase == "gbn":
                     if xr2 is None:
                         xr2 = devices.enter_context(
@@ -385,6 +401,9 @@ if __name__ == "__main__":
     parser.add_argument("switch", type=Path)
     parser.add_argument("--only", action="append", choices=PHASES)
     parser.add_argument("--port", default="afxdp", choices=("afxdp", "udp"))
+    parser.add_argument("--ipv6", action="store_true",
+                        help="RoCE over the IPv6 GIDs (matrix and errors phases only)")
     args = parser.parse_args()
     sys.exit(main_wrapper(lambda: test(args.xroce, args.xri_verbs, args.switch,
-                                       args.only or PHASES, args.port)))
+                                       args.only or PHASES, args.port,
+                                       6 if args.ipv6 else 4)))
