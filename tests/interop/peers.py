@@ -57,11 +57,12 @@ class XroceHost:
     """An xroce device on `ifname` of namespace `ns` (its own xroced), driven like a Vm."""
 
     def __init__(self, xroce: Path, ns: str, ifname: str, ip4: str, device: str = "xri0",
-                 port: str = "afxdp"):
+                 port: str = "afxdp", ip6: str = ""):
         self.xroce = xroce
         self.ns = ns
         self.ifname = ifname
         self.ip4 = ip4
+        self.ip6 = ip6
         self.device = device
         self.port = port
         self.name = f"xroce:{device}"
