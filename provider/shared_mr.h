@@ -2,15 +2,16 @@
 // half is engine/device/dma.h): re-back a registered buffer with a memfd so the daemon can map
 // the same pages.
 //
-// Call from reg_mr, before asking the daemon to register the region:
+// provider/verbs.cc's reg_mr calls it before asking the daemon to register the region:
 //
 //   int memfd = xroce::provider::share_region(addr, length);
 //   if (memfd >= 0) { send it with the request (SCM_RIGHTS), then close(memfd); }
 //   else            { register anyway: the daemon uses cross-memory attach for the region }
 //
-// and from dereg_mr, after the daemon has forgotten the region, for regions that were shared:
+// and, when the daemon did not map it (reply MrDma::kCrossMemory, or an error), or from
+// dereg_mr after the daemon has forgotten a region that was shared:
 //
-//   xroce::provider::unshare_region(addr, length);
+//   xroce::provider::unshare_region(addr, length, memfd_inode);
 //
 // What share_region does: checks that [addr, addr + length) is page-aligned, whole pages, and
 // lies entirely in private anonymous read-write mappings (malloc'ed / mmap'ed memory, not files,
