@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "wire/udp_sport.h"
@@ -14,9 +15,30 @@
 namespace xroce::daemon {
 namespace {
 
+std::optional<std::uint8_t> read_sysctl_u8(const char* path) {
+  std::ifstream in(path);
+  unsigned value = 0;
+  if (!(in >> value) || value == 0 || value > 255) return std::nullopt;
+  return static_cast<std::uint8_t>(value);
+}
+
 constexpr std::uint32_t kEventCqErr = 0;  // IBV_EVENT_CQ_ERR
 constexpr std::uint32_t kEventSrqLimitReached = 15;
 constexpr std::uint8_t kDefaultHopLimit = 64;
+
+// The hop limit the route gives a packet: the namespace's default TTL (IPv4) or hop limit (IPv6),
+// 64 when it cannot be read. For RoCE v2 the kernel's verbs core replaces the address vector's
+// hop_limit with the route's (ib_resolve_unicast_gid_dmac), so rxe sends 64 whatever the
+// application asked for; ibv_rc_pingpong asks for 1, which would stop at the first router.
+std::uint8_t route_hop_limit(bool v4) {
+  static const std::uint8_t v4_limit = [] {
+    return read_sysctl_u8("/proc/sys/net/ipv4/ip_default_ttl").value_or(kDefaultHopLimit);
+  }();
+  static const std::uint8_t v6_limit = [] {
+    return read_sysctl_u8("/proc/sys/net/ipv6/conf/default/hop_limit").value_or(kDefaultHopLimit);
+  }();
+  return v4 ? v4_limit : v6_limit;
+}
 
 void send_record(int fd, const void* record, std::size_t bytes) {
   if (fd >= 0) (void)send(fd, record, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -119,7 +141,7 @@ class RingBinding final : public QpBinding {
     std::memcpy(a.dst_ip.bytes.data(), dgid, 16);
     if (a.src_ip.is_v4() != a.dst_ip.is_v4()) return std::nullopt;
     a.traffic_class = attr.traffic_class;
-    a.hop_limit = attr.hop_limit != 0 ? attr.hop_limit : kDefaultHopLimit;
+    a.hop_limit = route_hop_limit(a.src_ip.is_v4());  // as the kernel does for RoCE v2
     a.flow_label = a.src_ip.is_v4() ? 0 : attr.flow_label;
     a.udp_src_port = rc ? wire::rdma_get_udp_sport(attr.flow_label, qp_.qpn, dest_qpn_)
                         : wire::udp_sport_at_create(qp_.qpn);

@@ -241,13 +241,14 @@ struct Packet {
   int ecn = -1;
   int dscp = -1;
   int opcode = -1;
+  int ttl = -1;
 };
 
-// Every RoCEv2 packet in a capture: IP ECN, DSCP and BTH opcode, as tshark decodes them.
+// Every RoCEv2 packet in a capture: IP ECN, DSCP, BTH opcode and TTL, as tshark decodes them.
 std::vector<Packet> decode_capture(const std::string& pcap) {
   const RunResult r = run({"tshark", "-r", pcap, "-d", "udp.port==4791,infiniband", "-T", "fields",
                            "-e", "ip.dsfield.ecn", "-e", "ip.dsfield.dscp", "-e",
-                           "infiniband.bth.opcode", "udp.dstport==4791"},
+                           "infiniband.bth.opcode", "-e", "ip.ttl", "udp.dstport==4791"},
                           60s);
   EXPECT_EQ(r.status, 0) << r.output;
   std::vector<Packet> out;
@@ -256,7 +257,7 @@ std::vector<Packet> decode_capture(const std::string& pcap) {
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
     Packet p;
-    if (fields >> p.ecn >> p.dscp >> p.opcode) out.push_back(p);
+    if (fields >> p.ecn >> p.dscp >> p.opcode >> p.ttl) out.push_back(p);
   }
   return out;
 }
@@ -310,6 +311,9 @@ TEST_F(CcWire, DataIsEct0WhileRpIsEnabledAndNotEctOnceOff) {
   for (const Packet& p : writes) {
     EXPECT_EQ(p.ecn, 2) << "ECT(0)";
     EXPECT_EQ(p.dscp, 0);  // perftest's traffic class 0
+    // The route's hop limit (the namespace's ip_default_ttl), not the address vector's, as the
+    // kernel's verbs core sets it for RoCE v2 (rxe sends 64 too).
+    EXPECT_EQ(p.ttl, 64);
   }
 
   // The sender's reaction point off for every priority: no ECT (cc set applies at run time).
