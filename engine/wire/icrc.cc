@@ -5,6 +5,8 @@
 #include <array>
 #include <cassert>
 #include <cstring>
+#include <unordered_map>
+#include <vector>
 
 #include "wire/opcode.h"
 
@@ -115,6 +117,70 @@ std::uint32_t icrc_compute(Bytes ip_datagram) {
   const std::uint32_t crc = crc32_gzip_refl(~reg, rest, rest_len);
   clear_upper_vector_state();
   return crc;
+}
+
+namespace {
+
+constexpr std::size_t kIpv4IdOffset = 4;
+
+// The 16 columns of the linear map from an IPv4 identification to the change it makes to the
+// ICRC of a datagram of one length, in echelon form: by_top[b] is a combination of columns
+// whose highest set bit is b (or 0), and ids[b] the identification bits that produce it.
+struct IdSolver {
+  std::array<std::uint32_t, 32> by_top{};
+  std::array<std::uint16_t, 32> ids{};
+
+  explicit IdSolver(std::size_t datagram_bytes) {
+    std::vector<std::uint8_t> zero(datagram_bytes, 0);
+    zero[0] = 0x45;  // IPv4, 20-byte header: selects icrc_compute's IPv4 masks
+    const std::uint32_t base = icrc_compute(Bytes(zero.data(), zero.size()));
+    for (int bit = 0; bit < 16; ++bit) {
+      const auto id = static_cast<std::uint16_t>(1u << bit);
+      store_be16(zero.data() + kIpv4IdOffset, id);
+      std::uint32_t v = icrc_compute(Bytes(zero.data(), zero.size())) ^ base;
+      std::uint16_t combo = id;
+      reduce(v, combo);
+      if (v != 0) {
+        const int top = 31 - __builtin_clz(v);
+        by_top[static_cast<std::size_t>(top)] = v;
+        ids[static_cast<std::size_t>(top)] = combo;
+      }
+    }
+  }
+
+  // Eliminates from v, highest bit first, every bit the basis covers; id follows along.
+  void reduce(std::uint32_t& v, std::uint16_t& id) const {
+    for (int top = 31; top >= 0 && v != 0; --top) {
+      const auto k = static_cast<std::size_t>(top);
+      if ((v >> top & 1u) != 0 && by_top[k] != 0) {
+        v ^= by_top[k];
+        id ^= ids[k];
+      }
+    }
+  }
+};
+
+const IdSolver& id_solver_for(std::size_t datagram_bytes) {
+  // Few lengths occur on a link (full MTU segments and a handful of short ones); keep the
+  // cache small and per thread (ports run on their own workers).
+  thread_local std::unordered_map<std::size_t, IdSolver> cache;
+  if (auto it = cache.find(datagram_bytes); it != cache.end()) return it->second;
+  if (cache.size() >= 64) cache.clear();
+  return cache.emplace(datagram_bytes, IdSolver(datagram_bytes)).first->second;
+}
+
+}  // namespace
+
+std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire) {
+  const std::size_t prefix = kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes;
+  if (ip_datagram.size() < prefix || (ip_datagram[0] >> 4) != 4) return std::nullopt;
+  const std::uint16_t current = load_be16(ip_datagram.data() + kIpv4IdOffset);
+  std::uint32_t difference = icrc_compute(ip_datagram) ^ icrc_wire;
+  if (difference == 0) return current;
+  std::uint16_t change = 0;
+  id_solver_for(ip_datagram.size()).reduce(difference, change);
+  if (difference != 0) return std::nullopt;
+  return static_cast<std::uint16_t>(current ^ change);
 }
 
 }  // namespace xroce::wire

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "wire/byteorder.h"
 
@@ -22,6 +23,15 @@ inline constexpr std::size_t kUdpHeaderBytes = 8;
 // Precondition (asserted): the datagram holds at least the IP and UDP headers and a BTH.
 // Uses ISA-L's folding CRC-32 and never copies more than the 60 masked header bytes.
 std::uint32_t icrc_compute(Bytes ip_datagram);
+
+// The IPv4 identification that makes `ip_datagram`'s ICRC equal `icrc_wire`, if there is one
+// (whatever ID the datagram holds now). For a port that sees datagrams without their IP header
+// (a UDP socket): the ICRC covers the identification, which the kernel does not pass up, and
+// senders such as rxe set it. The CRC is affine in those 16 bits, so the ID is found by solving
+// a 32 x 16 linear system over GF(2) (16 ICRCs of a zero datagram of the same length, cached
+// per length and thread), not by trying 65536 values. A corrupted datagram has a solution with
+// probability 2^-16: such a port checks 16 bits instead of 32 (the link's FCS still applies).
+std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire);
 
 // The ICRC field is the one little-endian value in a RoCEv2 packet.
 inline std::uint32_t load_icrc(const std::uint8_t* p) {
