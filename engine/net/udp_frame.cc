@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "wire/byteorder.h"
+#include "wire/icrc.h"
+#include "wire/opcode.h"
 
 namespace xroce::net {
 namespace {
@@ -89,6 +91,20 @@ void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_
   store_be16(p + 2, env.dst_port);
   store_be16(p + 4, udp_len);
   store_be16(p + 6, env.udp_checksum);
+}
+
+bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin) {
+  if (!is_v4_mapped(env.dst_ip) || payload_len < wire::kBthBytes + wire::kIcrcBytes) return false;
+  std::uint8_t* ip = payload_begin - kUdpHeaderBytes - kIpv4HeaderBytes;
+  const std::size_t datagram = kIpv4HeaderBytes + kUdpHeaderBytes + payload_len - wire::kIcrcBytes;
+  const std::uint32_t wire_icrc = wire::load_icrc(ip + datagram);
+  const wire::Bytes covered(ip, datagram);
+  if (wire::icrc_compute(covered) == wire_icrc) return false;
+  const std::optional<std::uint16_t> id = wire::icrc_solve_ipv4_id(covered, wire_icrc);
+  if (!id) return false;
+  store_be16(ip + 4, *id);
+  store_be16(ip + 10, ipv4_header_checksum(ip));
+  return true;
 }
 
 std::optional<ParsedUdpFrame> parse_udp_frame(std::span<const std::uint8_t> f) {

@@ -54,6 +54,15 @@ std::size_t envelope_bytes(const UdpEnvelope& env);
 // payload). The IPv4 header checksum is computed.
 void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);
 
+// A socket reader does not see the IPv4 identification, which the ICRC covers (PROTOCOL.md
+// §1.9). Our own port sends ID 0 (DF, unconnected socket), but other senders (rxe) set it: when
+// the envelope written for a received RoCE datagram does not verify with ID 0, this finds the ID
+// that makes the ICRC verify (wire::icrc_solve_ipv4_id), writes it and fixes the header
+// checksum. Returns whether the ID was changed. A datagram no ID explains is left as it was,
+// for the decoder to count as an ICRC error. `payload_begin` and `payload_len` as given to
+// write_envelope; the payload ends with the ICRC.
+bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);
+
 struct ParsedUdpFrame {
   UdpEnvelope env;
   std::span<const std::uint8_t> payload;  // the UDP payload, by the UDP length

@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "wire/frame.h"
+
 namespace xroce::net {
 namespace {
 
@@ -102,6 +104,49 @@ TEST(UdpFrame, InconsistentLengthsAndNonUdpAreRefused) {
   const auto p = parse_udp_frame(padded);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->payload.size(), 10u);
+}
+
+// rxe sets the IPv4 identification, which the ICRC covers and a UDP socket hides: the port
+// writes ID 0 and recover_ipv4_id finds the sender's.
+TEST(UdpFrame, RecoversTheIpv4IdentificationOfAForeignSender) {
+  wire::FrameAddress a;
+  a.src_ip = wire::IpAddr::v4(0xC6120001);
+  a.dst_ip = wire::IpAddr::v4(0xC6120002);
+  a.ipv4_id = 0xBEEF;  // as rxe's ip_select_ident would
+  a.traffic_class = 0x02;
+  wire::TransportHeaders h;
+  h.bth.opcode = wire::Opcode::kRcSendOnly;
+  h.bth.dest_qp = wire::Qpn(17);
+  h.bth.psn = wire::Psn(42);
+  const std::vector<std::uint8_t> payload(1000, 0x5A);
+  std::vector<std::uint8_t> sent(wire::frame_bytes(a, h, payload.size()));
+  ASSERT_TRUE(wire::encode_frame(a, h, payload, sent).ok());
+
+  // What a socket reader knows: the UDP payload (BTH .. ICRC) and the addresses; ID unknown.
+  const auto parsed = parse_udp_frame(sent);
+  ASSERT_TRUE(parsed);
+  UdpEnvelope env = parsed->env;
+  env.ipv4_id = 0;
+  std::vector<std::uint8_t> got(envelope_bytes(env) + parsed->payload.size());
+  std::uint8_t* payload_begin = got.data() + envelope_bytes(env);
+  std::copy(parsed->payload.begin(), parsed->payload.end(), payload_begin);
+  write_envelope(env, parsed->payload.size(), payload_begin);
+  const auto before = wire::decode_frame(got);
+  ASSERT_TRUE(before.ok());
+  EXPECT_FALSE(before.value().icrc_ok);
+
+  EXPECT_TRUE(recover_ipv4_id(env, parsed->payload.size(), payload_begin));
+  const auto after = wire::decode_frame(got);  // also checks the IPv4 header checksum
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after.value().icrc_ok);
+  EXPECT_EQ(after.value().addr.ipv4_id, 0xBEEF);
+  EXPECT_EQ(got, sent);
+
+  // A corrupted payload: no identification explains it, nothing is changed.
+  got[got.size() - 100] ^= 0x01;
+  const std::vector<std::uint8_t> corrupted = got;
+  EXPECT_FALSE(recover_ipv4_id(env, parsed->payload.size(), payload_begin));
+  EXPECT_EQ(got, corrupted);
 }
 
 }  // namespace
