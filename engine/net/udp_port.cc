@@ -233,6 +233,8 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
   }
   const std::size_t header_bytes = envelope_bytes(env);
   write_envelope(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes);
+  // The socket hides the IPv4 identification the ICRC covers; senders other than us set it.
+  recover_ipv4_id(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes);
   s.frame_offset = kMaxEnvelopeBytes - header_bytes;
   s.frame_bytes = header_bytes + datagram_bytes;
   return s.frame_bytes;
