@@ -86,36 +86,10 @@ struct UdpPort::TxSlot {
 UdpPort::UdpPort(const UdpPortConfig& config) : config_(config) {}
 
 UdpPort::~UdpPort() {
-  if (rx_ring_ok_) {
-    drain_receives();
-    io_uring_queue_exit(&rx_ring_);
-  }
   if (tx_ring_ok_) io_uring_queue_exit(&tx_ring_);
   for (auto& [port, fd] : source_port_fds_)
     close(fd);
   if (fd_ >= 0) close(fd_);
-}
-
-// The receive buffers are freed after this object: first cancel every outstanding receive and
-// wait for its completion, so the kernel cannot write into them afterwards.
-void UdpPort::drain_receives() {
-  constexpr std::uint64_t kCancelTag = ~std::uint64_t{0};
-  constexpr __kernel_timespec kWait{.tv_sec = 1, .tv_nsec = 0};
-  if (in_flight_ > 0) {
-    if (io_uring_sqe* sqe = io_uring_get_sqe(&rx_ring_)) {
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-      io_uring_sqe_set_data64(sqe, kCancelTag);
-      io_uring_submit(&rx_ring_);
-    }
-  }
-  while (in_flight_ > 0) {
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_wait_cqe_timeout(&rx_ring_, &cqe, const_cast<__kernel_timespec*>(&kWait)) < 0) {
-      break;  // nothing more completes: the ring's teardown cancels what is left
-    }
-    if (io_uring_cqe_get_data64(cqe) != kCancelTag) --in_flight_;
-    io_uring_cqe_seen(&rx_ring_, cqe);
-  }
 }
 
 Result<std::unique_ptr<UdpPort>, PortError> UdpPort::open(const UdpPortConfig& config) {
@@ -154,33 +128,26 @@ Result<int, PortError> UdpPort::setup() {
   if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
     return os_error(fmt::format("udp port: bind [::]:{}", config_.udp_port));
   }
-  int rc = io_uring_queue_init(config_.rx_slots * 2, &rx_ring_, 0);
-  if (rc < 0) return Err{PortError{"udp port: io_uring_queue_init (rx)", -rc}};
-  rx_ring_ok_ = true;
-  rc = io_uring_queue_init(kTxBatch, &tx_ring_, 0);
+  const int rc = io_uring_queue_init(kTxBatch, &tx_ring_, 0);
   if (rc < 0) return Err{PortError{"udp port: io_uring_queue_init (tx)", -rc}};
   tx_ring_ok_ = true;
 
   // One spare byte tells an oversized datagram from one that fits exactly.
   const std::size_t max_datagram = config_.max_frame_bytes + 1;
   rx_.resize(config_.rx_slots);
-  for (RxSlot& s : rx_)
-    s.buffer.resize(kMaxEnvelopeBytes + max_datagram);
+  for (std::uint32_t i = 0; i < rx_.size(); ++i) {
+    rx_[i].buffer.resize(kMaxEnvelopeBytes + max_datagram);
+    rx_free_.push_back(static_cast<std::uint32_t>(rx_.size()) - 1 - i);
+  }
   tx_.resize(kTxBatch);
-  // Armed now, so that wait_fd() works before the first receive().
-  for (std::uint32_t i = 0; i < rx_.size(); ++i)
-    arm(i);
-  rc = io_uring_submit(&rx_ring_);
-  if (rc < 0) return Err{PortError{"udp port: io_uring_submit (rx)", -rc}};
   return 0;
 }
 
-void UdpPort::arm(std::uint32_t slot) {
+void UdpPort::prepare_receive(std::uint32_t slot, mmsghdr& m) {
   RxSlot& s = rx_[slot];
   s.iov = {s.buffer.data() + kMaxEnvelopeBytes, s.buffer.size() - kMaxEnvelopeBytes};
   s.peer = {};
-  // Zeroed so that the cmsg walk stops at the end of what the kernel wrote, whether or not
-  // the completion path writes msg_controllen back.
+  // Zeroed so that the cmsg walk stops at the end of what the kernel wrote.
   std::memset(s.control, 0, sizeof(s.control));
   s.msg = {};
   s.msg.msg_name = &s.peer;
@@ -189,11 +156,8 @@ void UdpPort::arm(std::uint32_t slot) {
   s.msg.msg_iovlen = 1;
   s.msg.msg_control = s.control;
   s.msg.msg_controllen = sizeof(s.control);
-  io_uring_sqe* sqe = io_uring_get_sqe(&rx_ring_);
-  assert(sqe && "the rx ring has two entries per slot");
-  io_uring_prep_recvmsg(sqe, fd_, &s.msg, 0);
-  io_uring_sqe_set_data64(sqe, slot);
-  ++in_flight_;
+  m.msg_hdr = s.msg;
+  m.msg_len = 0;
 }
 
 std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
@@ -241,42 +205,44 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
 }
 
 Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
+  const std::size_t want = std::min(frames.size(), rx_free_.size());
+  if (want == 0) return std::size_t{0};
+  rx_batch_.resize(want);
+  rx_batch_slots_.resize(want);
+  for (std::size_t i = 0; i < want; ++i) {
+    rx_batch_slots_[i] = rx_free_[rx_free_.size() - 1 - i];
+    prepare_receive(rx_batch_slots_[i], rx_batch_[i]);
+  }
+  const int got =
+      recvmmsg(fd_, rx_batch_.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+  if (got <= 0) {
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++stats_.rx_drops;
+    return std::size_t{0};
+  }
+  // The first `got` slots of the batch are the last `got` entries of the free list.
+  rx_free_.resize(rx_free_.size() - static_cast<std::size_t>(got));
   std::size_t n = 0;
-  bool rearmed = false;
-  io_uring_cqe* cqe = nullptr;
-  while (n < frames.size() && io_uring_peek_cqe(&rx_ring_, &cqe) == 0) {
-    const auto slot = static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqe));
-    const int res = cqe->res;
-    io_uring_cqe_seen(&rx_ring_, cqe);
-    --in_flight_;
+  for (int i = 0; i < got; ++i) {
+    const std::uint32_t slot = rx_batch_slots_[static_cast<std::size_t>(i)];
     RxSlot& s = rx_[slot];
-    const std::size_t max_datagram = s.buffer.size() - kMaxEnvelopeBytes - 1;
-    if (res == -ECANCELED) {
-      // io_uring cancels a thread's requests when the thread exits: the port was opened on a
-      // thread that is gone. Arm again from this one, the owner; nothing was lost.
-      arm(slot);
-      rearmed = true;
+    s.msg = rx_batch_[static_cast<std::size_t>(i)].msg_hdr;
+    const std::size_t res = rx_batch_[static_cast<std::size_t>(i)].msg_len;
+    if (res > s.buffer.size() - kMaxEnvelopeBytes - 1 || (s.msg.msg_flags & MSG_TRUNC) != 0) {
+      ++stats_.rx_drops;  // a datagram larger than any frame we carry
+      rx_free_.push_back(slot);
       continue;
     }
-    if (res < 0 || static_cast<std::size_t>(res) > max_datagram) {
-      ++stats_.rx_drops;  // a socket error or a datagram larger than any frame we carry
-      arm(slot);
-      rearmed = true;
-      continue;
-    }
-    const std::size_t bytes = synthesize(s, static_cast<std::size_t>(res));
+    const std::size_t bytes = synthesize(s, res);
     frames[n++] = RxFrame{{s.buffer.data() + s.frame_offset, bytes}, slot};
     ++stats_.rx_packets;
     stats_.rx_bytes += bytes;
   }
-  if (rearmed) io_uring_submit(&rx_ring_);
   return n;
 }
 
 void UdpPort::release(std::span<const RxFrame> frames) {
   for (const RxFrame& f : frames)
-    arm(static_cast<std::uint32_t>(f.handle));
-  if (!frames.empty()) io_uring_submit(&rx_ring_);
+    rx_free_.push_back(static_cast<std::uint32_t>(f.handle));
 }
 
 int UdpPort::socket_for_source_port(std::uint16_t port) {

@@ -1,5 +1,5 @@
-// UdpPort: the Port interface over an ordinary UDP socket bound to port 4791, batched with
-// io_uring, for hosts where XDP cannot be attached (no CAP_NET_ADMIN or CAP_BPF).
+// UdpPort: the Port interface over an ordinary UDP socket bound to port 4791, batched
+// (recvmmsg, io_uring sends), for hosts where XDP cannot be attached (no CAP_NET_ADMIN or CAP_BPF).
 //
 // The transport sees the same Ethernet frames as with AF_XDP. On receive the port synthesizes
 // Ethernet/IP/UDP headers in the buffer's headroom from the socket's view of the datagram:
@@ -17,9 +17,14 @@
 // a socket cannot set freely: IPv4 frames must carry ID 0 and DF (wire::encode_frame's
 // default); others are refused (tx_rejected) rather than sent with an ICRC that fails.
 //
-// Threading: as for every port, one owning thread. The receives are armed when the port opens;
-// io_uring cancels them if the opening thread exits, and receive() then arms them again from
-// the calling (owning) thread, so a port may be opened on one thread and handed to another.
+// Receive is a non-blocking recvmmsg() of up to one batch into free slots, and wait_fd() is the
+// socket itself. (It used to keep rx_slots recvmsg requests armed in io_uring: every datagram
+// woke all of them, the losers re-armed, and after io_uring's poll retry limit each was punted
+// to an io-wq kernel thread, hundreds per daemon, every packet a thread wakeup: milliseconds of
+// latency on a loaded 2-core host.) Transmit stays batched on io_uring.
+//
+// Threading: as for every port, one owning thread; a port may be opened on one thread and
+// handed to another.
 // Sockets for new source ports are made on the owning thread, which must be in the port's
 // network namespace (else the frame goes out from the 4791 socket).
 #pragma once
@@ -58,7 +63,7 @@ class UdpPort final : public Port {
   void release(std::span<const RxFrame> frames) override;
   Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) override;
   Result<std::size_t, PortError> flush() override { return std::size_t{0}; }
-  int wait_fd() const override { return rx_ring_.ring_fd; }
+  int wait_fd() const override { return fd_; }
   PortStats stats() const override {
     PortStats s = stats_;
     s.rx_drops += socket_drops_;
@@ -72,8 +77,7 @@ class UdpPort final : public Port {
   struct TxSlot;
   explicit UdpPort(const UdpPortConfig& config);
   Result<int, PortError> setup();
-  void arm(std::uint32_t slot);
-  void drain_receives();
+  void prepare_receive(std::uint32_t slot, mmsghdr& m);
   std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
   int socket_for_source_port(std::uint16_t port);
   bool prepare_send(const TxFrame& frame, TxSlot& slot, std::uint16_t& src_port);
@@ -81,15 +85,15 @@ class UdpPort final : public Port {
   UdpPortConfig config_;
   int fd_ = -1;
   ino_t netns_ = 0;  // the namespace the port was opened in
-  io_uring rx_ring_{};
   io_uring tx_ring_{};
-  bool rx_ring_ok_ = false;
   bool tx_ring_ok_ = false;
   std::vector<RxSlot> rx_;
+  std::vector<std::uint32_t> rx_free_;  // slots not held by the caller
+  std::vector<mmsghdr> rx_batch_;
+  std::vector<std::uint32_t> rx_batch_slots_;
   std::vector<TxSlot> tx_;
   std::unordered_map<std::uint16_t, int> source_port_fds_;
   PortStats stats_;
-  std::uint32_t in_flight_ = 0;     // receives armed and not yet completed
   std::uint32_t socket_drops_ = 0;  // datagrams the socket dropped (SO_RXQ_OVFL, cumulative)
 };
 
