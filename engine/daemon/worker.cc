@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,30 @@ constexpr std::uint64_t kMaxSleepNs = 100'000'000;  // bounds a sleep with nothi
 
 constexpr std::uint16_t kVlanPcpShift = 13;
 constexpr std::uint16_t kVlanPcpMask = 0x7 << kVlanPcpShift;
+// Asks for a short EEVDF slice for the calling thread (WorkerConfig::slice_ns); false when the
+// kernel refuses (before 6.12 SCHED_OTHER ignores or rejects sched_runtime).
+// struct sched_attr of <linux/sched/types.h> (its sched_param clashes with glibc's),
+// SCHED_ATTR_SIZE_VER0.
+struct SchedAttr {
+  std::uint32_t size;
+  std::uint32_t sched_policy;
+  std::uint64_t sched_flags;
+  std::int32_t sched_nice;
+  std::uint32_t sched_priority;
+  std::uint64_t sched_runtime;
+  std::uint64_t sched_deadline;
+  std::uint64_t sched_period;
+};
+static_assert(sizeof(SchedAttr) == 48);
+
+bool set_thread_slice(std::uint64_t slice_ns) {
+  if (slice_ns == 0) return false;
+  SchedAttr attr{};
+  attr.size = sizeof(attr);
+  attr.sched_policy = SCHED_OTHER;
+  attr.sched_runtime = slice_ns;
+  return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+}
 
 bool is_zero(const wire::MacAddr& mac) {
   return std::all_of(mac.begin(), mac.end(), [](std::uint8_t b) { return b == 0; });
@@ -72,6 +97,7 @@ Worker::Worker(WorkerConfig config)
       ifindex_(config.ifindex),
       resolve_macs_(config.resolve_macs),
       spin_ns_(config.spin_ns),
+      slice_ns_(config.slice_ns),
       cc_(config.cc),
       payload_buf_(kPayloadBufBytes),
       frame_buf_(kFrameBufBytes) {
@@ -235,6 +261,7 @@ std::size_t Worker::qp_count_on_worker() const {
 
 void Worker::run() {
   thread_id_.store(std::this_thread::get_id());
+  (void)set_thread_slice(slice_ns_);
   std::uint64_t idle_since_ns = 0;  // 0: the last turn did work
   while (!stop_.load(std::memory_order_relaxed)) {
     std::uint64_t now = monotonic_now_ns();
