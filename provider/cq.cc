@@ -1,5 +1,6 @@
 // Completion queues: create/destroy/resize over the control socket; polling and arming read and
 // write the shared ring only (no system call), as include/xroce/queues.h lays down.
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -17,6 +18,23 @@ namespace {
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+// Empty polls in a row after which a polling thread yields its core (sched_yield), as some
+// user-space drivers do: on a host with fewer cores than busy threads, the daemon worker that
+// would produce the completion may be runnable behind this very thread. One empty poll costs
+// tens of nanoseconds, so this is about a microsecond of pure spinning between yields; a poll
+// that finds completions makes no system call.
+constexpr uint32_t kEmptyPollsBeforeYield = 32;
+thread_local uint32_t empty_polls = 0;
+
+void note_poll(bool found) {
+  if (found) {
+    empty_polls = 0;
+  } else if (++empty_polls >= kEmptyPollsBeforeYield) {
+    empty_polls = 0;
+    sched_yield();
+  }
+}
 
 Cq* to_cq(ibv_cq* cq) {
   return reinterpret_cast<Cq*>(cq);
@@ -100,8 +118,10 @@ int start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
   cq->lock.lock();
   if (cq->ring.ready(cq->consumer) == 0) {
     cq->lock.unlock();  // ENOENT: the caller will not call end_poll
+    note_poll(false);
     return ENOENT;
   }
+  note_poll(true);
   std::memcpy(&cq->current, cq->ring.slot(cq->consumer), sizeof(queues::Cqe));
   current->status = static_cast<ibv_wc_status>(cq->current.status);
   current->wr_id = cq->current.wr_id;
@@ -249,18 +269,22 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
 
 int poll_cq(ibv_cq* ibcq, int ne, ibv_wc* wc) {
   Cq* cq = to_cq(ibcq);
-  std::lock_guard guard(cq->lock);
-  const uint32_t ready = cq->ring.ready(cq->consumer);
-  const int n = ne < 0 ? 0 : static_cast<int>(std::min<uint32_t>(ready, static_cast<uint32_t>(ne)));
-  for (int i = 0; i < n; ++i) {
-    queues::Cqe e;
-    std::memcpy(&e, cq->ring.slot(cq->consumer + static_cast<uint32_t>(i)), sizeof(e));
-    to_wc(e, wc[i]);
+  int n = 0;
+  {
+    std::lock_guard guard(cq->lock);
+    const uint32_t ready = cq->ring.ready(cq->consumer);
+    n = ne < 0 ? 0 : static_cast<int>(std::min<uint32_t>(ready, static_cast<uint32_t>(ne)));
+    for (int i = 0; i < n; ++i) {
+      queues::Cqe e;
+      std::memcpy(&e, cq->ring.slot(cq->consumer + static_cast<uint32_t>(i)), sizeof(e));
+      to_wc(e, wc[i]);
+    }
+    if (n > 0) {
+      cq->consumer += static_cast<uint32_t>(n);
+      cq->ring.release(cq->consumer);
+    }
   }
-  if (n > 0) {
-    cq->consumer += static_cast<uint32_t>(n);
-    cq->ring.release(cq->consumer);
-  }
+  note_poll(n > 0);  // outside the lock: it may yield the core
   return n;
 }
 
