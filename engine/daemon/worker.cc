@@ -100,7 +100,7 @@ Worker::Worker(WorkerConfig config)
       slice_ns_(config.slice_ns),
       cc_(config.cc),
       payload_buf_(kPayloadBufBytes),
-      frame_buf_(kFrameBufBytes) {
+      tx_batch_bufs_(kTxBatch, std::vector<std::uint8_t>(kFrameBufBytes)) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ring_ok_ = io_uring_queue_init(kRingEntries, &ring_, 0) == 0;
 }
@@ -444,6 +444,7 @@ bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
   bool any = false;
   for (auto& [qpn, hosted] : qps_)
     any |= drain_qp_on_worker(now_ns, hosted);
+  transmit_batch_on_worker();
   return any;
 }
 
@@ -487,7 +488,7 @@ void Worker::send_frame_on_worker(std::uint64_t now_ns, const transport::Transmi
     ++counters_.tx_no_address;
     return;
   }
-  const auto len = encode_transmit(tx, *addr, payload_buf_, frame_buf_);
+  const auto len = encode_transmit(tx, *addr, payload_buf_, tx_slot_on_worker());
   if (!len) {
     ++counters_.tx_encode_errors;
     device_counters_.add(device::Counter::kSendErr);
@@ -511,7 +512,7 @@ void Worker::send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeade
     addr.vlan_tci = static_cast<std::uint16_t>((*addr.vlan_tci & ~kVlanPcpMask) |
                                                (cc_.params.cnp_802p_prio << kVlanPcpShift));
   }
-  const auto len = wire::encode_frame(addr, cnp, wire::Bytes{}, frame_buf_);
+  const auto len = wire::encode_frame(addr, cnp, wire::Bytes{}, tx_slot_on_worker());
   if (!len) {
     ++counters_.tx_encode_errors;
     device_counters_.add(device::Counter::kSendErr);
@@ -521,26 +522,54 @@ void Worker::send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeade
   emit_on_worker(now_ns, *len, addr);
 }
 
-// Sends the `len` bytes in frame_buf_, once the destination MAC is known.
+// The next batch slot to encode a frame into (sends the batch first when it is full).
+std::vector<std::uint8_t>& Worker::tx_slot_on_worker() {
+  if (tx_batch_count_ == kTxBatch) transmit_batch_on_worker();
+  return tx_batch_bufs_[tx_batch_count_];
+}
+
+// Queues the `len` bytes encoded in the current batch slot, once the destination MAC is known.
 void Worker::emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& a) {
   const wire::FrameAddress* addr = &a;
-  std::vector<std::uint8_t> frame(frame_buf_.begin(),
-                                  frame_buf_.begin() + static_cast<std::ptrdiff_t>(len));
-  if (!resolve_macs_ || !is_zero(addr->dst_mac)) {
-    transmit_on_worker(std::move(frame));
+  std::vector<std::uint8_t>& buf = tx_batch_bufs_[tx_batch_count_];
+  const auto known = resolve_macs_ && is_zero(addr->dst_mac) ? neighbours_.find(addr->dst_ip.bytes)
+                                                             : neighbours_.end();
+  if (!resolve_macs_ || !is_zero(addr->dst_mac) || known != neighbours_.end()) {
+    if (known != neighbours_.end())
+      std::copy(known->second.begin(), known->second.end(), buf.begin());
+    tx_batch_[tx_batch_count_++] = net::TxFrame(buf.data(), len);
     return;
   }
-  const auto known = neighbours_.find(addr->dst_ip.bytes);
-  if (known != neighbours_.end()) {
-    std::copy(known->second.begin(), known->second.end(), frame.begin());
-    transmit_on_worker(std::move(frame));
-    return;
-  }
+  std::vector<std::uint8_t> frame(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(len));
   if (awaiting_mac_.empty()) next_neighbour_retry_ns_ = now_ns;
   awaiting_mac_.push_back({std::move(frame), addr->dst_ip, now_ns + kNeighbourWaitNs});
 }
 
+// Sends the batch in one port call; what the port refuses (back-pressure) goes to the backlog,
+// behind anything already there, so frames leave in order.
+void Worker::transmit_batch_on_worker() {
+  if (tx_batch_count_ == 0) return;
+  std::size_t sent = 0;
+  if (tx_backlog_.empty()) {
+    const auto r =
+        port_->transmit(std::span<const net::TxFrame>(tx_batch_.data(), tx_batch_count_));
+    sent = r ? *r : 0;
+    for (std::size_t i = 0; i < sent; ++i)
+      count_sent_on_worker(tx_batch_[i].size());
+  }
+  for (std::size_t i = sent; i < tx_batch_count_; ++i) {
+    if (tx_backlog_.size() >= kMaxTxBacklog) {
+      ++counters_.tx_backlog_drops;
+      device_counters_.add(device::Counter::kSendErr);
+      continue;
+    }
+    tx_backlog_.emplace_back(tx_batch_[i].begin(), tx_batch_[i].end());
+  }
+  tx_batch_count_ = 0;
+}
+
 void Worker::transmit_on_worker(std::vector<std::uint8_t> frame) {
+  transmit_batch_on_worker();  // frames encoded before this one leave before it
   if (tx_backlog_.empty()) {
     const net::TxFrame one(frame);
     const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));

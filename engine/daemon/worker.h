@@ -238,6 +238,8 @@ class Worker {
   void send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeaders& cnp, Hosted& hosted);
   void emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& addr);
   void transmit_on_worker(std::vector<std::uint8_t> frame);
+  std::vector<std::uint8_t>& tx_slot_on_worker();
+  void transmit_batch_on_worker();
   void count_sent_on_worker(std::size_t bytes);
   bool flush_on_worker(std::uint64_t now_ns);
   void retry_neighbours_on_worker(std::uint64_t now_ns);
@@ -282,7 +284,13 @@ class Worker {
   std::uint64_t next_neighbour_retry_ns_ = 0;
   std::deque<std::vector<std::uint8_t>> tx_backlog_;
   std::vector<std::uint8_t> payload_buf_;
-  std::vector<std::uint8_t> frame_buf_;
+  // Frames are encoded in place into the next batch slot (tx_slot_on_worker) and sent together
+  // by transmit_batch_on_worker (one port call, one kernel kick, for up to kTxBatch frames): no
+  // allocation or copy on the packet path.
+  static constexpr std::size_t kTxBatch = 32;
+  std::vector<std::vector<std::uint8_t>> tx_batch_bufs_;
+  std::array<net::TxFrame, kTxBatch> tx_batch_{};
+  std::size_t tx_batch_count_ = 0;
   wire::DecodedFrame decoded_;
   DatapathCounters counters_;
 };
