@@ -1,6 +1,7 @@
 #include "daemon/worker.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -282,6 +283,11 @@ void Worker::run() {
     } else if (now - idle_since_ns >= spin_ns_) {
       sleep_on_worker(now);
       idle_since_ns = 0;
+    } else {
+      // Spin politely: if a thread waits for this core (the application that is to poll the
+      // completion we just wrote), let it run now rather than after our slice. With nothing
+      // else runnable this returns at once and the spin goes on.
+      sched_yield();
     }
   }
   run_commands_on_worker();  // a call() waiting on us must not hang
