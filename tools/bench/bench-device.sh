@@ -77,6 +77,7 @@ PY
 
 msgs=3000
 bytes=$((65536 * msgs))
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 printf '%-7s %-34s %12s %14s\n' port test result "cpu s/GB"
 
 # Baselines: iperf3 one TCP stream, sockperf ping-pong UDP and TCP.
@@ -118,9 +119,12 @@ for kind in "${kinds[@]}"; do
     pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n 2000 -F" \
       "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n 2000 -F $ip_a" >/dev/null
     lat=$(awk '$1 == 2 {print $6}' "$out/cli.txt" | head -n 1)
-    printf '%-7s %-34s %9s us   (%.2fx sockperf udp, %.2fx tcp)\n' "$kind" "$prog 2 B (t_avg)" \
-      "$lat" "$(echo "$lat / $sock_udp" | bc -l)" "$(echo "$lat / $sock_tcp" | bc -l)"
+    typ=$(awk '$1 == 2 {print $5}' "$out/cli.txt" | head -n 1)
+    printf '%-7s %-34s %9s us   (%.2fx sockperf udp, %.2fx tcp; t_typical %s us)\n' "$kind" \
+      "$prog 2 B (t_avg)" "$lat" "$(echo "$lat / $sock_udp" | bc -l)" \
+      "$(echo "$lat / $sock_tcp" | bc -l)" "$typ"
   done
   in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null
   in_ns "$ns_b" "$xroce" link del xbd1 >/dev/null
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
