@@ -1,7 +1,7 @@
 #include "daemon/worker.h"
 
+#include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
 #include <cstring>
 
 #include "daemon/datapath_neighbour.h"
@@ -103,6 +104,9 @@ Worker::Worker(WorkerConfig config)
       payload_buf_(kPayloadBufBytes),
       tx_batch_bufs_(kTxBatch, std::vector<std::uint8_t>(kFrameBufBytes)) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpus_ = cpus > 0 ? static_cast<unsigned long>(cpus) : 1;
   ring_ok_ = io_uring_queue_init(kRingEntries, &ring_, 0) == 0;
 }
 
@@ -118,6 +122,7 @@ Worker::~Worker() {
   }
   if (ring_ok_) io_uring_queue_exit(&ring_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (loadavg_fd_ >= 0) close(loadavg_fd_);
 }
 
 void Worker::connect(std::span<Worker* const> workers) {
@@ -280,17 +285,31 @@ void Worker::run() {
       idle_since_ns = 0;
     } else if (idle_since_ns == 0) {
       idle_since_ns = now;
-    } else if (now - idle_since_ns >= spin_ns_) {
+    } else if (now - idle_since_ns >= spin_ns_ || !spin_allowed_on_worker(now)) {
       sleep_on_worker(now);
       idle_since_ns = 0;
-    } else {
-      // Spin politely: if a thread waits for this core (the application that is to poll the
-      // completion we just wrote), let it run now rather than after our slice. With nothing
-      // else runnable this returns at once and the spin goes on.
-      sched_yield();
     }
   }
   run_commands_on_worker();  // a call() waiting on us must not hang
+}
+
+// Spinning only pays while every runnable thread has a core. Otherwise the spin takes the core
+// from the application that is to poll the completion just written (or post the next request),
+// and a runnable worker, unlike a woken one, does not preempt it: it waits for the end of the
+// application's slice (a tick). So when the host has more runnable threads than cores, an idle
+// worker sleeps at once, and its wakeup (port, doorbell) preempts with its short slice.
+// Runnable threads come from /proc/loadavg's fourth field, read at most once a millisecond.
+bool Worker::spin_allowed_on_worker(std::uint64_t now_ns) {
+  if (now_ns - spin_checked_ns_ < kSpinCheckNs) return spin_allowed_;
+  spin_checked_ns_ = now_ns;
+  if (loadavg_fd_ < 0) return spin_allowed_;
+  char buf[128];
+  const ssize_t n = pread(loadavg_fd_, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return spin_allowed_;
+  buf[n] = '\0';
+  unsigned long running = 0;  // "0.50 0.40 0.30 3/512 1234": 3 runnable, this thread included
+  if (std::sscanf(buf, "%*s %*s %*s %lu/", &running) == 1) spin_allowed_ = running <= cpus_;
+  return spin_allowed_;
 }
 
 bool Worker::run_commands_on_worker() {

@@ -16,8 +16,9 @@
 // The loop, each turn: commands, new work from the QPs' rings (QpBinding::pull_work_on_worker),
 // handed-over frames, port receive, expired timers, then every QP's outputs (packets out
 // through the port, completions and events to the binding). An idle worker spins
-// for `spin_ns` without work, then sleeps in io_uring on the port's fd, its eventfd and the
-// earliest QP deadline (retransmission, RNR, pacer release, DCQCN rate increase).
+// for `spin_ns` without work (only while the host has a core for every runnable thread), then
+// sleeps in io_uring on the port's fd, its eventfd and the earliest QP deadline (retransmission,
+// RNR, pacer release, DCQCN rate increase).
 //
 // Congestion control (ARCHITECTURE.md decision 9, engine/cc): each connected RC QP gets a
 // WorkerQpCongestion once its path is known. The transport asks it when the next request packet
@@ -223,6 +224,7 @@ class Worker {
   void run();
   bool on_worker() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool run_commands_on_worker();
+  bool spin_allowed_on_worker(std::uint64_t now_ns);
   bool drain_handovers_on_worker(std::uint64_t now_ns);
   bool receive_on_worker(std::uint64_t now_ns);
   void route_on_worker(std::uint64_t now_ns, wire::Bytes frame);
@@ -268,6 +270,11 @@ class Worker {
   std::atomic<std::uint64_t> sleeps_{0};
   std::atomic<std::thread::id> thread_id_{};
   int wake_fd_ = -1;
+  int loadavg_fd_ = -1;
+  unsigned long cpus_ = 1;
+  static constexpr std::uint64_t kSpinCheckNs = 1'000'000;
+  std::uint64_t spin_checked_ns_ = 0;
+  bool spin_allowed_ = true;
   io_uring ring_{};
   bool ring_ok_ = false;
   bool port_poll_armed_ = false;
