@@ -29,6 +29,7 @@ constexpr std::uint64_t kMaxSleepNs = 100'000'000;  // bounds a sleep with nothi
 
 constexpr std::uint16_t kVlanPcpShift = 13;
 constexpr std::uint16_t kVlanPcpMask = 0x7 << kVlanPcpShift;
+
 // Asks for a short EEVDF slice for the calling thread (WorkerConfig::slice_ns); false when the
 // kernel refuses (before 6.12 SCHED_OTHER ignores or rejects sched_runtime).
 // struct sched_attr of <linux/sched/types.h> (its sched_param clashes with glibc's),
