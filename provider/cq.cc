@@ -1,10 +1,13 @@
 // Completion queues: create/destroy/resize over the control socket; polling and arming read and
-// write the shared ring only (no system call), as include/xroce/queues.h lays down.
+// write the shared ring only (no system call), as include/xroce/queues.h lays down; a thread
+// that keeps polling an empty CQ yields its core now and then (note_poll).
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -23,14 +26,30 @@ constexpr uint64_t kSupportedWcFlags =
 // user-space drivers do: on a host with fewer cores than busy threads, the daemon worker that
 // would produce the completion may be runnable behind this very thread. One empty poll costs
 // tens of nanoseconds, so this is about a microsecond of pure spinning between yields; a poll
-// that finds completions makes no system call.
+// that finds completions makes no system call. XROCE_POLL_YIELD=N sets the count, and
+// XROCE_POLL_YIELD=0 turns yielding off (no system call on any poll: for hosts with a core per
+// polling thread and the daemon's workers).
 constexpr uint32_t kEmptyPollsBeforeYield = 32;
 thread_local uint32_t empty_polls = 0;
+
+uint32_t empty_polls_before_yield() {
+  static const uint32_t count = [] {
+    const char* v = getenv("XROCE_POLL_YIELD");
+    if (v == nullptr || *v == '\0') return kEmptyPollsBeforeYield;
+    char* end = nullptr;
+    const unsigned long n = strtoul(v, &end, 10);
+    return (*end == '\0' && n <= UINT32_MAX) ? static_cast<uint32_t>(n) : kEmptyPollsBeforeYield;
+  }();
+  return count;
+}
 
 void note_poll(bool found) {
   if (found) {
     empty_polls = 0;
-  } else if (++empty_polls >= kEmptyPollsBeforeYield) {
+    return;
+  }
+  const uint32_t limit = empty_polls_before_yield();
+  if (limit != 0 && ++empty_polls >= limit) {
     empty_polls = 0;
     sched_yield();
   }
