@@ -41,7 +41,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
              reported.naks_received - reported.rnr_naks_received);
   add_growth(block, Counter::kCompleterRetryErr, now.timeouts, reported.timeouts);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
-  add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received, reported.ecn_ce_received);
+  add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
+             reported.ecn_ce_received);
   reported = now;
 }
 
