@@ -97,6 +97,10 @@ const char* qp_type_name(transport::QpType type) {
       return "UC";
     case transport::QpType::kUd:
       return "UD";
+    case transport::QpType::kXrcSend:
+      return "XRC_SEND";
+    case transport::QpType::kXrcRecv:
+      return "XRC_RECV";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 // Registered memory: the abstract "DMA" interface the transport reads and writes through, the
-// table of memory regions that guards it (lkey/rkey, bounds, access flags), and LocalMemory, a
+// table of memory regions and memory windows that guards it (lkey/rkey, bounds, access flags,
+// translation from the addresses requests name to the process's own), and LocalMemory, a
 // plain-buffer implementation for tests and the simulator. The daemon adds process-memory
 // implementations of MemoryAccess (ARCHITECTURE.md decision 5).
 #pragma once
@@ -7,10 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "transport/verbs.h"
+#include "transport/work.h"
 #include "wire/result.h"
 #include "wire/types.h"
 
@@ -28,6 +32,11 @@ class MemoryAccess {
   virtual bool atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, std::uint64_t swap,
                                std::uint64_t* original) = 0;
   virtual bool atomic_fetch_add(std::uint64_t addr, std::uint64_t add, std::uint64_t* original) = 0;
+  // ATOMIC WRITE (oA19-28): the 8 bytes land as one store on a naturally aligned word. The
+  // default is a plain write, atomic for every implementation that has no concurrent writer.
+  virtual bool atomic_write64(std::uint64_t addr, std::span<const std::uint8_t, 8> value) {
+    return write(addr, value);
+  }
 };
 
 // Plain heap buffers at made-up, non-overlapping addresses. Single-threaded.
@@ -55,51 +64,117 @@ class LocalMemory final : public MemoryAccess {
   std::uint64_t next_base_ = 0x10000000;
 };
 
+// A registered region: `length` bytes that requests name from `iova` on (ibv_reg_mr_iova; the
+// buffer's own address for ibv_reg_mr) and that live at `addr` in the registering process.
 struct MemoryRegion {
+  std::uint64_t iova = 0;
   std::uint64_t addr = 0;
   std::uint64_t length = 0;
   wire::Lkey lkey;
   wire::Rkey rkey;
   std::uint32_t access = 0;  // access:: flags
-  bool valid = false;        // false after deregistration or remote invalidation
+  bool valid = false;        // false after deregistration
+  std::uint32_t bound_windows = 0;
+};
+
+// A memory window (IBA 10.6.7): a remote-access view of part of a region, under its own R_Key.
+// Type 1 windows are bound with ibv_bind_mw, type 2 with IBV_WR_BIND_MW (type 2B: reachable
+// only through the QP that bound it, C10-72) and invalidated by LOCAL_INV or SEND_WITH_INV.
+struct MemoryWindow {
+  MwType type = MwType::kType1;
+  wire::Rkey rkey;
+  bool allocated = false;
+  bool bound = false;        // type 2: Valid (bound) vs Free; type 1: bound to a non-empty range
+  std::uint32_t region = 0;  // slot of the region it is bound to
+  std::uint64_t va = 0;      // first iova of the window inside the region
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;  // remote access flags, plus access::kZeroBased
+  wire::Qpn qp;              // type 2: the QP that bound it
 };
 
 enum class MemError : std::uint8_t {
-  kInvalidKey,    // no such key, or the region was invalidated
-  kOutOfBounds,   // range not inside the region
-  kAccessDenied,  // the region's access flags forbid the operation
+  kInvalidKey,    // no such key, the region was deregistered, or the window is not bound here
+  kOutOfBounds,   // range not inside the region or window
+  kAccessDenied,  // the region's or window's access flags forbid the operation
 };
 
-// The memory regions of one protection domain. Keys carry a slot index and a generation byte,
-// so a stale key never matches a re-used slot.
+// Where a checked access lands in the registering process.
+using ProcessAddress = std::uint64_t;
+
+// The memory regions and memory windows of one protection domain. Keys are an index in their
+// upper 24 bits and a key byte in the low 8 (as rxe's rxe_mr/rxe_mw keys): regions use indices
+// below kWindowIndexBase, windows the rest, so a key says which table it names. A region's key
+// byte is a generation count, so a stale key never matches a re-used slot; a window's is the
+// consumer's (ibv_inc_rkey) from its last bind.
+//
+// Threading: the control thread registers, deregisters and allocates, workers check, bind and
+// invalidate; one mutex serialises them (no call does I/O).
 class MemoryRegionTable {
  public:
   explicit MemoryRegionTable(MemoryAccess& memory) : memory_(memory) {}
 
-  const MemoryRegion& register_region(std::uint64_t addr, std::uint64_t length,
-                                      std::uint32_t access);
-  bool deregister(wire::Lkey lkey);
-  // Remote invalidation (SEND_WITH_INV): the rkey stops working.
+  // `iova` defaults to `addr` (ibv_reg_mr).
+  MemoryRegion register_region(std::uint64_t addr, std::uint64_t length, std::uint32_t access,
+                               std::optional<std::uint64_t> iova = std::nullopt);
+  // 0; EINVAL for an unknown key; EBUSY while windows are bound to it (rxe_dereg_mr).
+  int deregister(wire::Lkey lkey);
+  // ibv_rereg_mr on the translation and/or access: the region keeps its slot and takes a new
+  // key byte. EINVAL for an unknown key, EBUSY while windows are bound to it.
+  struct Reregistration {
+    std::optional<std::uint64_t> addr, length, iova;
+    std::optional<std::uint32_t> access;
+  };
+  wire::Result<MemoryRegion, int> reregister(wire::Lkey lkey, const Reregistration& change);
+  std::optional<MemoryRegion> find_region(wire::Lkey lkey) const;
+
+  // ibv_alloc_mw / ibv_dealloc_mw. A type 1 window starts bound to nothing; type 2 Free.
+  wire::Result<wire::Rkey, int> allocate_window(MwType type);
+  int deallocate_window(wire::Rkey rkey);  // any R_Key the window had at allocation or bind
+  std::optional<MemoryWindow> find_window(wire::Rkey rkey) const;
+
+  // IBV_WR_BIND_MW / ibv_bind_mw, executed by `qp` in send-queue order. False for every bind
+  // C10-72..C10-75 and o10-36/o10-37 refuse (the WR completes with IBV_WC_MW_BIND_ERR).
+  bool bind_window(const WindowBind& bind, wire::Qpn qp);
+  // LOCAL_INV and SEND_WITH_INV: only a bound type 2 window can be invalidated (o10-37.2.26;
+  // regions registered with ibv_reg_mr cannot, as in rxe and mlx5). False otherwise.
   bool invalidate(wire::Rkey rkey);
 
   // Local access through an SGE: `need` is access::kLocalWrite when the HCA writes the buffer.
-  wire::Result<const MemoryRegion*, MemError> check_local(wire::Lkey lkey, std::uint64_t addr,
-                                                          std::uint64_t len,
-                                                          std::uint32_t need) const;
-  // Remote access through an R_Key : bounds and the remote access flag `need`.
-  wire::Result<const MemoryRegion*, MemError> check_remote(wire::Rkey rkey, std::uint64_t addr,
-                                                           std::uint64_t len,
-                                                           std::uint32_t need) const;
+  wire::Result<ProcessAddress, MemError> check_local(wire::Lkey lkey, std::uint64_t va,
+                                                     std::uint64_t len, std::uint32_t need) const;
+  // Remote access through an R_Key by QP `qp`: keys, bounds (of the window too) and the remote
+  // access flags `need`. For a zero-based window `va` is an offset into the window.
+  wire::Result<ProcessAddress, MemError> check_remote(wire::Rkey rkey, std::uint64_t va,
+                                                      std::uint64_t len, std::uint32_t need,
+                                                      wire::Qpn qp = wire::Qpn()) const;
+  // The whole region an R_Key reaches (FLUSH with selectivity "memory region"), after the same
+  // checks as check_remote.
+  wire::Result<MemoryRegion, MemError> remote_region(wire::Rkey rkey, std::uint32_t need,
+                                                     wire::Qpn qp = wire::Qpn()) const;
 
   MemoryAccess& memory() { return memory_; }
 
  private:
-  static constexpr std::uint32_t kGenerationBits = 8;
-  const MemoryRegion* find(std::uint32_t key, bool remote) const;
+  static constexpr std::uint32_t kKeyBits = 8;
+  static constexpr std::uint32_t kWindowIndexBase = 1u << 23;
+  static constexpr std::uint32_t index_of(std::uint32_t key) { return key >> kKeyBits; }
+  static constexpr bool names_window(std::uint32_t key) {
+    return index_of(key) >= kWindowIndexBase;
+  }
+
+  MemoryRegion* region_by_key(std::uint32_t key, bool remote);
+  const MemoryRegion* region_by_key(std::uint32_t key, bool remote) const;
+  MemoryWindow* window_by_key(std::uint32_t key);
+  const MemoryWindow* window_by_key(std::uint32_t key) const;
+  std::uint32_t next_region_key(std::size_t slot);
+  bool bind_allowed(const MemoryWindow& w, const WindowBind& b, const MemoryRegion* mr,
+                    wire::Qpn qp) const;
 
   MemoryAccess& memory_;
+  mutable std::mutex lock_;
   std::vector<MemoryRegion> regions_;
   std::vector<std::uint8_t> generations_;
+  std::vector<MemoryWindow> windows_;
 };
 
 }  // namespace xroce::transport
