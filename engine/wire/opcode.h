@@ -353,18 +353,20 @@ constexpr Opcode in_transport(Opcode rc_opcode, Transport t) {
 static_assert(in_transport(Opcode::kRcWriteOnlyImm, Transport::kUc) == Opcode::kUcWriteOnlyImm);
 static_assert(in_transport(Opcode::kRcSendOnlyInv, Transport::kXrc) == Opcode::kXrcSendOnlyInv);
 static_assert(in_transport(Opcode::kRcAck, Transport::kXrc) == Opcode::kXrcAck);
-// The same operation and position in every transport that has the opcode.
-constexpr bool mirrors_rc(Opcode op) {
-  const OpcodeInfo* here = find_opcode(static_cast<std::uint8_t>(op));
-  const OpcodeInfo* rc = find_opcode(static_cast<std::uint8_t>(op) & 0x1F);
-  return here != nullptr && rc != nullptr && here->operation == rc->operation &&
-         here->position == rc->position && here->is_request == rc->is_request &&
-         here->with_imm == rc->with_imm && here->with_inv == rc->with_inv;
+// The same operation and position in every transport that has the opcode. (Table indices,
+// not pointers: GCC's sanitizers make pointer comparisons non-constant.)
+constexpr bool mirrors_rc(const OpcodeInfo& here) {
+  const std::uint8_t i = detail::kOpcodeIndex[static_cast<std::uint8_t>(here.opcode) & 0x1F];
+  if (i == detail::kNoOpcode) return false;
+  const OpcodeInfo& rc = kOpcodeTable[i];
+  return here.operation == rc.operation && here.position == rc.position &&
+         here.is_request == rc.is_request && here.with_imm == rc.with_imm &&
+         here.with_inv == rc.with_inv;
 }
 static_assert([] {
   for (const OpcodeInfo& info : kOpcodeTable) {
     const Transport t = info.transport();
-    if ((t == Transport::kUc || t == Transport::kXrc) && !mirrors_rc(info.opcode)) return false;
+    if ((t == Transport::kUc || t == Transport::kXrc) && !mirrors_rc(info)) return false;
   }
   return true;
 }());
