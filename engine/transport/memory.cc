@@ -170,8 +170,10 @@ wire::Result<wire::Rkey, int> MemoryRegionTable::allocate_window(MwType type) {
 
 int MemoryRegionTable::deallocate_window(wire::Rkey rkey) {
   std::lock_guard guard(lock_);
-  MemoryWindow* w = window_by_key(rkey.value());
-  if (w == nullptr) return EINVAL;
+  if (!names_window(rkey.value())) return EINVAL;
+  const std::size_t slot = index_of(rkey.value()) - kWindowIndexBase;
+  if (slot >= windows_.size() || !windows_[slot].allocated) return EINVAL;
+  MemoryWindow* w = &windows_[slot];
   if (w->bound && w->region < regions_.size()) --regions_[w->region].bound_windows;
   w->allocated = false;
   w->bound = false;

@@ -129,7 +129,8 @@ class MemoryRegionTable {
 
   // ibv_alloc_mw / ibv_dealloc_mw. A type 1 window starts bound to nothing; type 2 Free.
   wire::Result<wire::Rkey, int> allocate_window(MwType type);
-  int deallocate_window(wire::Rkey rkey);  // any R_Key the window had at allocation or bind
+  // By the window's index: any R_Key it had (its owner deallocates it, whatever key it holds).
+  int deallocate_window(wire::Rkey rkey);
   std::optional<MemoryWindow> find_window(wire::Rkey rkey) const;
 
   // IBV_WR_BIND_MW / ibv_bind_mw, executed by `qp` in send-queue order. False for every bind

@@ -223,8 +223,9 @@ TEST_F(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
   EXPECT_EQ(mrs.allocate_window(static_cast<MwType>(3)).error(), EINVAL);
   const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
   EXPECT_FALSE(mrs.check_remote(w, base, 8, 0, kQp));
-  EXPECT_EQ(mrs.deallocate_window(wire::Rkey(w.value() ^ 0x1)), EINVAL);
-  EXPECT_EQ(mrs.deallocate_window(w), 0);
+  EXPECT_EQ(mrs.deallocate_window(wire::Rkey(w.value() + 0x100)), EINVAL);  // no such window
+  EXPECT_EQ(mrs.deallocate_window(wire::Rkey(w.value() ^ 0x1)), 0);         // any key byte of it
+  EXPECT_FALSE(mrs.check_remote(w, base, 8, 0, kQp));
   EXPECT_EQ(mrs.deallocate_window(w), EINVAL);
   const wire::Rkey again = *mrs.allocate_window(MwType::kType2);
   EXPECT_NE(again, w);  // the slot is re-used under a different key byte
