@@ -33,28 +33,6 @@ bool valid_device_name(const std::string& name) {
   return true;
 }
 
-// A real device pins the pages it registers and fails with EFAULT when they are not mapped;
-// xroce reaches them later through the process, so it checks that [addr, addr+length) lies in
-// the process's mappings, writable where the access flags ask for writes.
-bool range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  uint64_t covered_to = addr;
-  const uint64_t end = addr + length;
-  std::string line;
-  while (std::getline(maps, line) && covered_to < end) {
-    std::istringstream in(line);
-    uint64_t lo = 0;
-    uint64_t hi = 0;
-    char dash = 0;
-    std::string perms;
-    in >> std::hex >> lo >> dash >> hi >> perms;
-    if (hi <= covered_to || lo > covered_to) continue;
-    if (perms.size() < 2 || perms[0] != 'r' || (need_write && perms[1] != 'w')) return false;
-    covered_to = hi;
-  }
-  return covered_to >= end;
-}
-
 // True if the process's mappings over [addr, addr+length) are all of `memfd` (same inode), at
 // the offsets of a mapping of the whole memfd placed at addr: what share_region (provider) made.
 bool memfd_backs_range(pid_t pid, uint64_t addr, uint64_t length, int memfd) {
@@ -96,6 +74,33 @@ const char* port_kind_name(control::PortKind kind) {
 }
 
 }  // namespace
+
+// A real device pins the pages it registers and fails with EFAULT when they are not mapped;
+// xroce reaches them later through the process, so it checks that [addr, addr+length) lies in
+// the process's mappings, writable where the access flags ask for writes.
+bool ControlServer::range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  uint64_t covered_to = addr;
+  const uint64_t end = addr + length;
+  std::string line;
+  while (std::getline(maps, line) && covered_to < end) {
+    std::istringstream in(line);
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+    char dash = 0;
+    std::string perms;
+    in >> std::hex >> lo >> dash >> hi >> perms;
+    if (hi <= covered_to || lo > covered_to) continue;
+    if (perms.size() < 2 || perms[0] != 'r' || (need_write && perms[1] != 'w')) return false;
+    covered_to = hi;
+  }
+  return covered_to >= end;
+}
+
+bool ControlServer::writes_memory(uint32_t access) {
+  return (access & (device::kAccessLocalWrite | device::kAccessRemoteWrite |
+                    device::kAccessRemoteAtomic)) != 0;
+}
 
 ControlServer::Reply ControlServer::hello(Client& client, const std::string& body, int passed_fd) {
   control::HelloRequest request{};
@@ -144,7 +149,16 @@ ControlServer::Reply ControlServer::query_device(const Client& client) {
   attr.vendor_id = limits.vendor_id;
   attr.max_qp = limits.max_qp;
   attr.max_qp_wr = limits.max_qp_wr;
-  attr.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  attr.device_cap_flags = static_cast<uint32_t>(device::kDeviceCapFlags);
+  attr.device_cap_flags_ex = device::kDeviceCapFlags;
+  attr.max_mw = limits.max_mw;
+  attr.odp_general_caps = device::kOdpGeneralCaps;
+  attr.odp_rc_caps = device::kOdpRcCaps;
+  attr.odp_uc_caps = device::kOdpUcCaps;
+  attr.odp_ud_caps = device::kOdpUdCaps;
+  attr.odp_xrc_caps = device::kOdpXrcCaps;
+  attr.completion_timestamp_mask = device::kCompletionTimestampMask;
+  attr.hca_core_clock_khz = device::kHcaCoreClockKhz;
   attr.max_sge = limits.max_sge;
   attr.max_cq = limits.max_cq;
   attr.max_cqe = limits.max_cqe;
@@ -210,14 +224,14 @@ ControlServer::Reply ControlServer::reg_mr(Client& client, const std::string& bo
   control::RegMrRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
   if (!parse(body, request)) return {EINVAL, {}};
-  // Keys are checked, and memory reached, by the process's address: no separate iova yet.
-  if (request.iova != request.addr) return {EOPNOTSUPP, {}};
-  const bool writes = (request.access & (device::kAccessLocalWrite | device::kAccessRemoteWrite |
-                                         device::kAccessRemoteAtomic)) != 0;
-  if (request.length != 0 && request.addr + request.length > request.addr &&
-      !range_is_mapped(client.pid, request.addr, request.length, writes)) {
+  // On-demand paging (IBV_ACCESS_ON_DEMAND): nothing is looked at now (implicit ODP names the
+  // whole address space); each access later reaches only what the process has mapped then.
+  const bool on_demand = (request.access & device::kAccessOnDemand) != 0;
+  if (!on_demand && request.length != 0 && request.addr + request.length > request.addr &&
+      !range_is_mapped(client.pid, request.addr, request.length, writes_memory(request.access))) {
     return {EFAULT, {}};
   }
+  if (on_demand && passed.get() >= 0) close(passed.release());  // reached in place, never re-backed
   auto keys =
       dev->reg_mr(client.id, device::MrRequest{request.pd_handle, request.addr, request.length,
                                                request.iova, request.access, client.pid});

@@ -63,14 +63,19 @@ ControlServer::Reply ControlServer::create_qp(const Client& client, const std::s
   control::CreateQpRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
   if (!parse(body, request)) return {EINVAL, {}};
-  device::QpRequest r{request.pd,      request.send_cq,         request.recv_cq, request.srq,
-                      request.qp_type, request.sq_sig_all != 0, request.cap,     request.cookie};
+  device::QpRequest r{request.pd,  request.send_cq, request.recv_cq,
+                      request.srq, request.qp_type, request.sq_sig_all != 0,
+                      request.cap, request.cookie,  request.xrcd};
   auto handle = dev->create_qp(client.id, r);
   if (!handle) return {handle.error(), {}};
   device::QueuePair& qp = *dev->qp(client.id, *handle);
   qp.event_fd = client.event_fd;
+  return qp_reply(qp, *handle);
+}
+
+ControlServer::Reply ControlServer::qp_reply(const device::QueuePair& qp, uint32_t handle) {
   control::CreateQpReply reply{};
-  reply.handle = *handle;
+  reply.handle = handle;
   reply.qpn = qp.qpn.value();
   reply.cap = qp.cap;
   reply.send_slots = qp.layout.send_slots;
@@ -113,19 +118,29 @@ ControlServer::Reply ControlServer::create_srq(const Client& client, const std::
   control::CreateSrqRequest request{};
   if (dev == nullptr) return {ENODEV, {}};
   if (!parse(body, request)) return {EINVAL, {}};
+  constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
+  constexpr uint32_t kSrqTypeXrc = 1;
+  if (request.srq_type != kSrqTypeBasic && request.srq_type != kSrqTypeXrc) return {EINVAL, {}};
+  if ((request.srq_type == kSrqTypeXrc) != (request.xrcd != 0)) return {EINVAL, {}};
   auto handle = dev->create_srq(
       client.id,
       device::SrqRequest{request.pd,
                          control::SrqAttr{request.max_wr, request.max_sge, request.srq_limit},
-                         request.cookie});
+                         request.cookie, request.xrcd, request.cq});
   if (!handle) return {handle.error(), {}};
   device::SharedReceiveQueue& srq = *dev->srq(client.id, *handle);
   srq.event_fd = client.event_fd;
+  return srq_reply(srq, *handle);
+}
+
+ControlServer::Reply ControlServer::srq_reply(const device::SharedReceiveQueue& srq,
+                                              uint32_t handle) {
   control::SrqReply reply{};
-  reply.handle = *handle;
+  reply.handle = handle;
   reply.attr = srq.attr;
   reply.slots = srq.ring.slot_count();
   reply.slot_bytes = srq.ring.slot_bytes();
+  reply.srqn = handle;
   reply.region_bytes = srq.region.bytes();
   return {0, bytes_of(reply), {srq.region.fd(), srq.doorbell.fd()}};
 }

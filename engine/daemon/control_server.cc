@@ -212,6 +212,7 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
   if (op == control::Op::hello) return hello(client, body, passed_fd);
   if (op == control::Op::create_comp_channel) return create_comp_channel(client, passed_fd);
   if (op == control::Op::reg_mr) return reg_mr(client, body, passed_fd);
+  if (op == control::Op::open_xrcd) return open_xrcd(client, body, passed_fd);
   if (passed_fd >= 0) close(passed_fd);
   switch (op) {
     case control::Op::query_device:
@@ -266,6 +267,20 @@ ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
       return create_ah(client, body);
     case control::Op::destroy_ah:
       return destroy_ah(client, body);
+    case control::Op::alloc_mw:
+      return alloc_mw(client, body);
+    case control::Op::dealloc_mw:
+      return dealloc_mw(client, body);
+    case control::Op::rereg_mr:
+      return rereg_mr(client, body);
+    case control::Op::close_xrcd:
+      return close_xrcd(client, body);
+    case control::Op::open_qp:
+      return open_qp(client, body);
+    case control::Op::resize_srq:
+      return resize_srq(client, body);
+    case control::Op::advise_mr:
+      return advise_mr(client, body);
     default:
       return {EOPNOTSUPP, {}};
   }

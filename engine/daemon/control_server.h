@@ -119,6 +119,24 @@ class ControlServer {
   Reply destroy_srq(const Client& client, const std::string& body);
   Reply create_ah(const Client& client, const std::string& body);
   Reply destroy_ah(const Client& client, const std::string& body);
+  // The replies that hand a QP's or an SRQ's rings to the application.
+  Reply qp_reply(const device::QueuePair& qp, uint32_t handle);
+  Reply srq_reply(const device::SharedReceiveQueue& srq, uint32_t handle);
+  // control_transport.cc: memory windows, re-registration, XRC domains, ibv_open_qp, SRQ
+  // resize, ibv_advise_mr.
+  Reply alloc_mw(const Client& client, const std::string& body);
+  Reply dealloc_mw(const Client& client, const std::string& body);
+  Reply rereg_mr(Client& client, const std::string& body);
+  Reply open_xrcd(const Client& client, const std::string& body, int passed_fd);
+  Reply close_xrcd(const Client& client, const std::string& body);
+  Reply open_qp(const Client& client, const std::string& body);
+  Reply resize_srq(const Client& client, const std::string& body);
+  Reply advise_mr(const Client& client, const std::string& body);
+  static uint32_t region_access(const device::Device& dev, uint32_t mr_handle);
+  // A real device pins what it registers and fails with EFAULT when it is not mapped; xroce
+  // checks the process's mappings instead (writable where the access flags ask for writes).
+  static bool range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write);
+  static bool writes_memory(uint32_t access);
   void send_reply(int fd, const std::string& out, const std::vector<int>& fds);
   void refresh_netdevs();
   void send_event(const std::string& device, uint64_t element, uint32_t event_type);

@@ -76,7 +76,7 @@ TEST_F(DeviceModel, QpNeedsOwnedPdAndCqsAndSaneCaps) {
   EXPECT_EQ(dev_.create_qp(kAlice, rc(p, bobs_cq)).error(), EINVAL);
   EXPECT_EQ(dev_.create_qp(kAlice, rc(p + 100, c)).error(), EINVAL);
   QpRequest r = rc(p, c);
-  r.qp_type = 9;
+  r.qp_type = 42;  // no such ibv_qp_type
   EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
   r = rc(p, c);
   r.cap.max_send_sge = dev_.limits().max_sge + 1;
