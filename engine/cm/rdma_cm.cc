@@ -79,6 +79,11 @@ void RdmaCm::remove_device(std::uint64_t now_ns, std::uint32_t index) {
   devices_.erase(index);
 }
 
+void RdmaCm::update_device(std::uint32_t index, const CmDeviceInfo& info) {
+  const auto it = devices_.find(index);
+  if (it != devices_.end()) it->second.info = info;
+}
+
 Endpoint* RdmaCm::endpoint(std::uint32_t device) {
   const auto it = devices_.find(device);
   return it == devices_.end() ? nullptr : it->second.endpoint.get();
@@ -409,7 +414,7 @@ wire::Result<QpAttrs, int> RdmaCm::init_qp_attr(std::uint64_t file, std::uint32_
       a.mask = kMaskState | kMaskSqPsn | kMaskTimeout | kMaskRetryCnt | kMaskRnrRetry |
                kMaskMaxQpRdAtomic;
       a.sq_psn = id->seq_num;
-      a.timeout = endpoint_defaults_.packet_life_time + 1;
+      a.timeout = id->ack_timeout.value_or(endpoint_defaults_.packet_life_time + 1);
       a.retry_cnt = id->retry_count;
       a.rnr_retry = id->rnr_retry_count;
       a.max_rd_atomic = id->initiator_depth;
@@ -436,6 +441,13 @@ int RdmaCm::set_tos(std::uint64_t file, std::uint32_t handle, std::uint8_t tos) 
   Id* id = find(file, handle);
   if (id == nullptr) return EINVAL;
   id->tos = tos;
+  return 0;
+}
+
+int RdmaCm::set_ack_timeout(std::uint64_t file, std::uint32_t handle, std::uint8_t timeout) {
+  Id* id = find(file, handle);
+  if (id == nullptr) return EINVAL;
+  id->ack_timeout = timeout & 0x1f;
   return 0;
 }
 

@@ -178,6 +178,8 @@ class RdmaCm {
   // it (they keep existing until destroyed, as the kernel's).
   void add_device(std::uint32_t index, const CmDeviceInfo& info);
   void remove_device(std::uint64_t now_ns, std::uint32_t index);
+  // The device's addresses or port changed (its endpoint and connections stay).
+  void update_device(std::uint32_t index, const CmDeviceInfo& info);
   Endpoint* endpoint(std::uint32_t device);
 
   // ---- The ucma commands. 0 or errno.
@@ -203,6 +205,8 @@ class RdmaCm {
   int notify(std::uint64_t now_ns, std::uint64_t file, std::uint32_t handle, std::uint32_t event);
   int set_tos(std::uint64_t file, std::uint32_t handle, std::uint8_t tos);
   int set_reuseaddr(std::uint64_t file, std::uint32_t handle, bool on);
+  // RDMA_OPTION_ID_ACK_TIMEOUT: the QP's local ACK timeout (rdma_set_ack_timeout).
+  int set_ack_timeout(std::uint64_t file, std::uint32_t handle, std::uint8_t timeout);
   // Moves an id and its queued events to another file of the same owner; events_reported.
   wire::Result<std::uint32_t, int> migrate_id(std::uint64_t from_file, std::uint32_t handle,
                                               std::uint64_t to_file);
@@ -237,6 +241,7 @@ class RdmaCm {
     std::uint32_t listener = 0;  // for ids made by a connect request
     bool reuseaddr = false;
     std::uint8_t tos = 0;
+    std::optional<std::uint8_t> ack_timeout;
     std::uint8_t hop_limit = 64;
     std::uint32_t seq_num = 0;  // our starting PSN
     std::uint32_t qp_num = 0;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cm/mad.h"
 #include "daemon/datapath_neighbour.h"
 #include "device/counters_report.h"
 
@@ -386,6 +387,13 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
 
 void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
                                const wire::DecodedFrame& f) {
+  if (gsi_sink_ && f.hdr.bth.dest_qp.value() == cm::kGsiQpn) {
+    ++counters_.rx_delivered;
+    device_counters_.add(device::Counter::kRcvdPkts);
+    device_counters_.add(device::Counter::kRxBytes, frame.size());
+    gsi_sink_(frame);
+    return;
+  }
   const auto it = qps_.find(f.hdr.bth.dest_qp.value());
   if (it == qps_.end()) {
     ++counters_.rx_no_qp;
@@ -610,6 +618,24 @@ void Worker::transmit_on_worker(std::vector<std::uint8_t> frame) {
     return;
   }
   tx_backlog_.push_back(std::move(frame));
+}
+
+void Worker::set_gsi_sink_on_worker(GsiSink sink) {
+  assert(on_worker());
+  gsi_sink_ = std::move(sink);
+}
+
+void Worker::send_packet_on_worker(const wire::FrameAddress& addr,
+                                   const wire::TransportHeaders& hdr, wire::Bytes payload) {
+  assert(on_worker());
+  const auto len = wire::encode_frame(addr, hdr, payload, tx_slot_on_worker());
+  if (!len) {
+    ++counters_.tx_encode_errors;
+    device_counters_.add(device::Counter::kSendErr);
+    return;
+  }
+  emit_on_worker(monotonic_now_ns(), *len, addr);
+  transmit_batch_on_worker();
 }
 
 void Worker::count_sent_on_worker(std::size_t bytes) {

@@ -201,7 +201,8 @@ TEST(CmGolden, TsharkDissectsEveryFieldWeSet) {
   }
   // tshark 4.0 shows the ICRC without checking it; the reference ICRC (bit at a time, written
   // apart from the fast one) checks it.
-  auto file = wire::pcap::parse(read_file(XROCE_CM_GOLDEN));
+  const auto bytes = read_file(XROCE_CM_GOLDEN);  // the records point into it
+  auto file = wire::pcap::parse(bytes);
   ASSERT_TRUE(file);
   for (const auto& record : file->records) {
     auto frame = wire::decode_frame(record.data);

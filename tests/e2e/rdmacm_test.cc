@@ -1,0 +1,134 @@
+// Unmodified librdmacm programs (Debian's rdmacm-utils) between two namespaces, each with an
+// xroce device, over both port kinds: the CM in MADs on QP1 between the daemons, librdmacm's
+// kernel interface served by libxroce-preload.so. Needs root; skips otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+#include "pair.h"
+
+namespace xroce::e2e {
+namespace {
+
+class RdmacmTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, device nodes)";
+    if (!have("ip") || !have("rping")) GTEST_SKIP() << "needs iproute2 and rdmacm-utils";
+  }
+  static int next_subnet() {
+    static int subnet = 10 + static_cast<int>((getpid() + 37) % 90);
+    return subnet++ % 250 + 1;
+  }
+  std::string port() const { return GetParam(); }
+
+  // `xroce cm show` of side `i` as JSON (empty object on failure).
+  static nlohmann::json cm_show(const Pair& pair, int i) {
+    auto r = pair.exec(i, {xroce_bin(), "cm", "show", pair.dev(i), "--json"});
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  }
+  static nlohmann::json stat(const Pair& pair, int i) {
+    auto r = pair.exec(i, {xroce_bin(), "stat", pair.dev(i), "--json"});
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  }
+  static bool listening(const Pair& pair) {
+    for (const auto& id : cm_show(pair, 0).value("ids", nlohmann::json::array())) {
+      if (id.value("role", "") == "listener") return true;
+    }
+    return false;
+  }
+
+  // Server in namespace a (waits until its rdma_cm id listens), client in b; both outputs.
+  static std::pair<RunResult, RunResult> server_client(const Pair& pair,
+                                                       const std::vector<std::string>& server,
+                                                       const std::vector<std::string>& client,
+                                                       milliseconds deadline = seconds(120)) {
+    Child s(pair.app(0, server));
+    RunResult c;
+    if (eventually([&] { return listening(pair); }, seconds(20))) {
+      c = run(pair.app(1, client), deadline);
+    } else {
+      c.output = "the server never listened";
+      c.status = -1;
+    }
+    RunResult out;
+    for (std::string line = s.read_line(seconds(30)); !line.empty();
+         line = s.read_line(seconds(30)))
+      out.output += line + "\n";
+    out.status = s.wait(seconds(20));
+    return {out, c};
+  }
+};
+
+TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
+  Pair pair("xrcm-rping", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] =
+      server_client(pair, {"rping", "-s", "-V", "-C", "1000", "-a", pair.ip(0), "-p", "7174"},
+                    {"rping", "-c", "-V", "-v", "-C", "1000", "-a", pair.ip(0), "-p", "7174"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  // -v prints each ping the client got back; -V fails the run on a mismatch.
+  std::size_t pings = 0;
+  for (std::size_t at = client.output.find("ping data: rdma-ping-"); at != std::string::npos;
+       at = client.output.find("ping data: rdma-ping-", at + 1))
+    ++pings;
+  EXPECT_EQ(pings, 1000u) << client.output.substr(0, 2000);
+  EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
+  // Both processes are gone: nothing of them stays in the daemons.
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
+  EXPECT_TRUE(cm_show(pair, 1).value("ids", nlohmann::json::array()).empty());
+  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+  EXPECT_GE(cm.value("mads_received", 0), 3);  // REQ, RTU, DREQ or DREP
+  EXPECT_EQ(cm.value("mads_dropped", 0), 0);
+}
+
+TEST_P(RdmacmTest, ConnectToAPortNobodyListensOnIsRejected) {
+  Pair pair("xrcm-rej", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto r =
+      run(pair.app(1, {"rping", "-c", "-C", "1", "-a", pair.ip(0), "-p", "7999"}), seconds(60));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("REJECTED"), std::string::npos) << r.output;
+  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+  EXPECT_EQ(cm.value("rej_sent", nlohmann::json::object()).value("invalid_service_id", 0), 1)
+      << cm.dump();
+  const auto client = stat(pair, 1).value("cm", nlohmann::json::object());
+  EXPECT_EQ(client.value("rej_received", nlohmann::json::object()).value("invalid_service_id", 0),
+            1)
+      << client.dump();
+}
+
+TEST_P(RdmacmTest, UcmatoseEightConnections) {
+  if (!have("ucmatose")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-ucma", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] = server_client(pair, {"ucmatose", "-c", "8", "-C", "10"},
+                                        {"ucmatose", "-s", pair.ip(0), "-c", "8", "-C", "10"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  EXPECT_NE(client.output.find("test complete"), std::string::npos) << client.output;
+}
+
+TEST_P(RdmacmTest, CmtimeHundredConnections) {
+  if (!have("cmtime")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-cmtime", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] =
+      server_client(pair, {"cmtime", "-c", "100"}, {"cmtime", "-s", pair.ip(0), "-c", "100"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  EXPECT_NE(client.output.find("connect"), std::string::npos) << client.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ports, RdmacmTest, ::testing::Values("udp", "afxdp"));
+
+}  // namespace
+}  // namespace xroce::e2e
