@@ -600,7 +600,9 @@ std::string CmService::show(const std::string& name) const {
   if (it == devices_.end()) return {};
   nlohmann::ordered_json ids = nlohmann::ordered_json::array();
   for (const auto& info : cm_.ids()) {
-    if (info.device != it->second.index) continue;
+    // Ids on no device yet (bound to no address, or listening on any: that listens on every
+    // device, as cma_listen_on_all) show under every device.
+    if (info.device && *info.device != it->second.index) continue;
     const auto f = files_.find(info.file);
     nlohmann::ordered_json j;
     j["pid"] = f == files_.end() ? 0 : f->second.pid;
