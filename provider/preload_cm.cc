@@ -60,10 +60,21 @@ Channel g_channels[kMaxChannels];
 std::atomic<int> g_open_channels{0};
 std::mutex g_table_lock;  // taking and releasing slots
 
+// libc's definition of an interposed function, looked up once per slot (dlsym costs
+// microseconds; this runs on every write() and close() of the process). Two threads racing on
+// the first call both find the same function.
 template <typename Fn>
-Fn next(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+Fn next(std::atomic<void*>& slot, const char* name) {
+  void* fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = dlsym(RTLD_NEXT, name);
+    slot.store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
 }
+std::atomic<void*> g_libc_open{nullptr}, g_libc_open64{nullptr}, g_libc_close{nullptr},
+    g_libc_write{nullptr}, g_libc_fstat{nullptr}, g_libc_fstat64{nullptr};
+
 using OpenFn = int (*)(const char*, int, ...);
 using CloseFn = int (*)(int);
 using WriteFn = ssize_t (*)(int, const void*, size_t);
@@ -104,7 +115,7 @@ int open_channel(int flags) {
   xroce::control::HandleReply reply{};
   if (int err = control->call(xroce::control::Op::cm_open, nullptr, 0, &reply, sizeof reply, efd)) {
     delete control;
-    next<CloseFn>("close")(efd);
+    next<CloseFn>(g_libc_close, "close")(efd);
     errno = err == EIO ? ENODEV : err;
     return -1;
   }
@@ -118,7 +129,7 @@ int open_channel(int flags) {
     return efd;
   }
   delete control;
-  next<CloseFn>("close")(efd);
+  next<CloseFn>(g_libc_close, "close")(efd);
   errno = EMFILE;
   return -1;
 }
@@ -208,10 +219,11 @@ ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
   return static_cast<ssize_t>(count);
 }
 
-int open_common(const char* path, int flags, mode_t mode, const char* real) {
+int open_common(const char* path, int flags, mode_t mode, std::atomic<void*>& slot,
+                const char* real) {
   if (path != nullptr && std::strcmp(path, kRdmaCmPath) == 0 && !control_socket_path().empty())
     return open_channel(flags);
-  return next<OpenFn>(real)(path, flags, mode);
+  return next<OpenFn>(slot, real)(path, flags, mode);
 }
 
 }  // namespace
@@ -226,7 +238,7 @@ __attribute__((visibility("default"))) int open(const char* path, int flags, ...
     mode = va_arg(ap, mode_t);
     va_end(ap);
   }
-  return open_common(path, flags, mode, "open");
+  return open_common(path, flags, mode, g_libc_open, "open");
 }
 
 __attribute__((visibility("default"))) int open64(const char* path, int flags, ...) {
@@ -237,30 +249,30 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
     mode = va_arg(ap, mode_t);
     va_end(ap);
   }
-  return open_common(path, flags, mode, "open64");
+  return open_common(path, flags, mode, g_libc_open64, "open64");
 }
 
 __attribute__((visibility("default"))) int fstat(int fd, struct stat* st) {
-  const int r = next<FstatFn>("fstat")(fd, st);
+  const int r = next<FstatFn>(g_libc_fstat, "fstat")(fd, st);
   if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
   return r;
 }
 
 __attribute__((visibility("default"))) int fstat64(int fd, struct stat64* st) {
   using Fstat64Fn = int (*)(int, struct stat64*);
-  const int r = next<Fstat64Fn>("fstat64")(fd, st);
+  const int r = next<Fstat64Fn>(g_libc_fstat64, "fstat64")(fd, st);
   if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
   return r;
 }
 
 __attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, size_t count) {
   if (Channel* c = channel_of(fd)) return serve_write(fd, *c, buf, count);
-  return next<WriteFn>("write")(fd, buf, count);
+  return next<WriteFn>(g_libc_write, "write")(fd, buf, count);
 }
 
 __attribute__((visibility("default"))) int close(int fd) {
   if (Channel* c = channel_of(fd)) release_channel(*c);
-  return next<CloseFn>("close")(fd);
+  return next<CloseFn>(g_libc_close, "close")(fd);
 }
 
 }  // extern "C"

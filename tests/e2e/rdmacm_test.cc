@@ -2,6 +2,7 @@
 // xroce device, over both port kinds: the CM in MADs on QP1 between the daemons, librdmacm's
 // kernel interface served by libxroce-preload.so. Needs root; skips otherwise.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -74,11 +75,13 @@ TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
                     {"rping", "-c", "-V", "-v", "-C", "1000", "-a", pair.ip(0), "-p", "7174"});
   EXPECT_EQ(client.status, 0) << client.output;
   EXPECT_EQ(server.status, 0) << server.output;
-  // -v prints each ping the client got back; -V fails the run on a mismatch.
+  // -v prints each ping the client got back (rping's CM thread may print into the middle of a
+  // line: count the ping texts); -V fails the run on a mismatch.
   std::size_t pings = 0;
-  for (std::size_t at = client.output.find("ping data: rdma-ping-"); at != std::string::npos;
-       at = client.output.find("ping data: rdma-ping-", at + 1))
+  for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
+       at = client.output.find("rdma-ping-", at + 1))
     ++pings;
+  EXPECT_NE(client.output.find("rdma-ping-999: "), std::string::npos);
   EXPECT_EQ(pings, 1000u) << client.output.substr(0, 2000);
   EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
   // Both processes are gone: nothing of them stays in the daemons.
@@ -121,11 +124,46 @@ TEST_P(RdmacmTest, CmtimeHundredConnections) {
   if (!have("cmtime")) GTEST_SKIP() << "needs rdmacm-utils";
   Pair pair("xrcm-cmtime", next_subnet(), port());
   ASSERT_TRUE(pair.ready());
-  auto [server, client] =
-      server_client(pair, {"cmtime", "-c", "100"}, {"cmtime", "-s", pair.ip(0), "-c", "100"});
+  // The cmtime server serves until it is killed; the client measures and checks.
+  auto [server, client] = server_client(pair, {"cmtime", "-c", "100"},
+                                        {"cmtime", "-s", pair.ip(0), "-c", "100"}, seconds(180));
   EXPECT_EQ(client.status, 0) << client.output;
-  EXPECT_EQ(server.status, 0) << server.output;
-  EXPECT_NE(client.output.find("connect"), std::string::npos) << client.output;
+  EXPECT_NE(client.output.find("connect      :"), std::string::npos) << client.output;
+  EXPECT_NE(client.output.find("disconnect   :"), std::string::npos) << client.output;
+  EXPECT_EQ(server.output.find("fail"), std::string::npos) << server.output;
+  EXPECT_EQ(client.output.find("fail"), std::string::npos) << client.output;
+}
+
+// A process killed with its connection open: its daemon sends the DREQ for it, the peer's
+// rping sees DISCONNECTED, and neither daemon keeps anything of the dead process.
+TEST_P(RdmacmTest, KilledProcessDisconnectsItsPeer) {
+  Pair pair("xrcm-kill", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  Child server(pair.app(0, {"rping", "-s", "-C", "0", "-a", pair.ip(0), "-p", "7174"}));
+  ASSERT_TRUE(eventually([&] { return listening(pair); }, seconds(20)));
+  Child client(pair.app(1, {"rping", "-c", "-C", "0", "-a", pair.ip(0), "-p", "7174"}));
+  auto established = [&] {
+    for (const auto& id : cm_show(pair, 1).value("ids", nlohmann::json::array())) {
+      if (id.value("cm_state", "") == "established") return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(eventually(established, seconds(30)));
+  kill(client.pid(), SIGKILL);
+  client.wait(seconds(10));
+  std::string out;
+  const bool disconnected = eventually(
+      [&] {
+        out += server.read_line(milliseconds(200));
+        return out.find("DISCONNECT EVENT") != std::string::npos;
+      },
+      seconds(30));
+  EXPECT_TRUE(disconnected) << out;
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 1).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
+  server.wait(seconds(10));
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ports, RdmacmTest, ::testing::Values("udp", "afxdp"));
