@@ -20,6 +20,16 @@ constexpr std::int32_t kStatusTimedOut = -ETIMEDOUT;
 // The ephemeral range rdma_cm takes an unbound port from (inet_get_local_port_range).
 constexpr std::uint16_t kFirstEphemeralPort = 32768, kLastEphemeralPort = 60999;
 
+EventRecord make_record(std::uint64_t uid, std::uint32_t id, RdmaCmEvent event,
+                        std::int32_t status) {
+  EventRecord r;
+  r.uid = uid;
+  r.id = id;
+  r.event = event;
+  r.status = status;
+  return r;
+}
+
 ConnParam conn_param_of(std::span<const std::uint8_t> private_data, std::uint32_t qp_num) {
   ConnParam p;
   p.private_data.assign(private_data.begin(), private_data.end());
@@ -71,7 +81,7 @@ void RdmaCm::remove_device(std::uint64_t now_ns, std::uint32_t index) {
   (void)now_ns;
   for (auto& [handle, id] : ids_) {
     if (id.device == index) {
-      queue(id, EventRecord{id.uid, id.handle, RdmaCmEvent::kDeviceRemoval, 0, {}});
+      queue(id, make_record(id.uid, id.handle, RdmaCmEvent::kDeviceRemoval, 0));
       id.comm_id.reset();
       id.device.reset();
     }
@@ -143,7 +153,8 @@ int RdmaCm::bind_port(Id& id) {
 
 wire::Result<std::uint32_t, int> RdmaCm::create_id(std::uint64_t file, std::uint64_t uid,
                                                    PortSpace ps) {
-  if (ps != PortSpace::kTcp && ps != PortSpace::kIb) return wire::Err(EINVAL);
+  if (ps != PortSpace::kTcp && ps != PortSpace::kIb && ps != PortSpace::kUdp)
+    return wire::Err(EINVAL);
   Id id;
   id.file = file;
   id.uid = uid;
@@ -192,14 +203,14 @@ int RdmaCm::resolve_addr(std::uint64_t now_ns, std::uint64_t file, std::uint32_t
   if (route && id->device && *id->device != route->device) route = wire::Err(EADDRNOTAVAIL);
   if (!route) {
     id->state = IdState::kAddrBound;
-    queue(*id, EventRecord{id->uid, id->handle, RdmaCmEvent::kAddrError, -route.error(), {}});
+    queue(*id, make_record(id->uid, id->handle, RdmaCmEvent::kAddrError, -route.error()));
     return 0;
   }
   if (id->src.any()) id->src.ip = route->src;
   id->device = route->device;
   id->hop_limit = route->hop_limit;
   id->state = IdState::kAddrResolved;
-  queue(*id, EventRecord{id->uid, id->handle, RdmaCmEvent::kAddrResolved, 0, {}});
+  queue(*id, make_record(id->uid, id->handle, RdmaCmEvent::kAddrResolved, 0));
   return 0;
 }
 
@@ -211,7 +222,7 @@ int RdmaCm::resolve_route(std::uint64_t now_ns, std::uint64_t file, std::uint32_
   id->dgid = id->dst.ip.bytes;
   id->path_mtu = d.info.path_mtu;
   id->state = IdState::kRouteResolved;
-  queue(*id, EventRecord{id->uid, id->handle, RdmaCmEvent::kRouteResolved, 0, {}});
+  queue(*id, make_record(id->uid, id->handle, RdmaCmEvent::kRouteResolved, 0));
   return 0;
 }
 
@@ -292,6 +303,24 @@ int RdmaCm::connect(std::uint64_t now_ns, std::uint64_t file, std::uint32_t hand
   if (id == nullptr || id->state != IdState::kRouteResolved) return EINVAL;
   if (param.private_data.size() > kReqPrivateBytes - kIpHeaderBytes) return EINVAL;
   Device& d = devices_.at(*id->device);
+  if (id->ps == PortSpace::kUdp) {
+    // UDP port space: service ID resolution (IBA 12.11) instead of a connection.
+    if (param.private_data.size() > kSidrReqPrivateBytes - kIpHeaderBytes) return EINVAL;
+    std::array<std::uint8_t, kSidrReqPrivateBytes> data{};
+    encode_ip_header(IpHeader{id->src.port, id->src.ip, id->dst.ip}, data);
+    std::copy(param.private_data.begin(), param.private_data.end(), data.begin() + kIpHeaderBytes);
+    SidrReqParams sp;
+    sp.peer = MadPeer{id->dst.ip.bytes, id->src.ip.bytes, id->hop_limit, id->tos, 0};
+    sp.service_id = service_id(id->ps, id->dst.port);
+    sp.private_data =
+        std::span<const std::uint8_t>(data.data(), kIpHeaderBytes + param.private_data.size());
+    auto comm = d.endpoint->send_sidr_req(now_ns, sp, handle);
+    if (!comm) return comm.error();
+    id->comm_id = *comm;
+    id->dgid = id->dst.ip.bytes;
+    id->state = IdState::kConnect;
+    return 0;
+  }
   ReqParams p;
   p.peer = MadPeer{id->dst.ip.bytes, id->src.ip.bytes, id->hop_limit, id->tos, 0};
   p.service_id = service_id(id->ps, id->dst.port);
@@ -332,6 +361,17 @@ int RdmaCm::accept(std::uint64_t now_ns, std::uint64_t file, std::uint32_t handl
   Id* id = find(file, handle);
   if (id == nullptr || id->state != IdState::kConnect || !id->comm_id || !id->device) return EINVAL;
   Endpoint& ep = *devices_.at(*id->device).endpoint;
+  if (id->ps == PortSpace::kUdp) {
+    if (!param || param->private_data.size() > kSidrRepPrivateBytes) return EINVAL;
+    SidrRepParams sp;
+    sp.qpn = param->qp_num;
+    sp.qkey = kUdpQkey;
+    sp.private_data = param->private_data;
+    if (const int err = ep.send_sidr_rep(now_ns, *id->comm_id, sp); err != 0) return err;
+    id->uid = uid;
+    id->qp_num = param->qp_num;
+    return 0;
+  }
   if (!param) {
     // The active side after CONNECT_RESPONSE (librdmacm's ucma_process_conn_resp): RTU.
     return ep.send_rtu(now_ns, *id->comm_id, {});
@@ -387,6 +427,11 @@ wire::Result<QpAttrs, int> RdmaCm::init_qp_attr(std::uint64_t file, std::uint32_
   a.port_num = 1;
   switch (qp_state) {
     case kQpsInit:
+      if (id->ps == PortSpace::kUdp) {  // cma_ib_init_qp_attr for UD: the port space's Q_Key
+        a.mask = kMaskState | kMaskPkeyIndex | kMaskPort | kMaskQkey;
+        a.qkey = kUdpQkey;
+        return a;
+      }
       a.mask = kMaskState | kMaskAccess | kMaskPkeyIndex | kMaskPort;
       // cm_init_qp_init_attr: remote write always, read and atomics when we take reads.
       if (id->comm_id) {
@@ -422,7 +467,6 @@ wire::Result<QpAttrs, int> RdmaCm::init_qp_attr(std::uint64_t file, std::uint32_
     default:
       return wire::Err(EINVAL);
   }
-  (void)kMaskQkey;
 }
 
 int RdmaCm::notify(std::uint64_t now_ns, std::uint64_t file, std::uint32_t handle,
@@ -583,21 +627,66 @@ void RdmaCm::drain_endpoint_events(std::uint64_t now_ns, std::uint32_t device) {
   }
 }
 
+RdmaCm::Id* RdmaCm::listener_for(PortSpace ps, std::uint64_t service, const wire::IpAddr& dst) {
+  for (auto& [h, id] : ids_) {
+    if (id.state == IdState::kListen && id.ps == ps && id.src.port == port_of(service) &&
+        (id.src.any() || id.src.ip == dst))
+      return &id;
+  }
+  return nullptr;
+}
+
+RdmaCm::Id RdmaCm::make_passive_id(Id& listener, std::uint32_t device, CommId comm,
+                                   const IpHeader& header) {
+  Id conn;
+  conn.file = listener.file;
+  conn.handle = next_handle_++;
+  conn.ps = listener.ps;
+  conn.state = IdState::kConnect;
+  conn.listener = listener.handle;
+  conn.device = device;
+  conn.comm_id = comm;
+  conn.src = SockAddr{header.dst, listener.src.port, header.dst.is_v4()};
+  conn.dst = SockAddr{header.src, header.src_port, header.src.is_v4()};
+  return conn;
+}
+
+void RdmaCm::on_sidr_request(std::uint64_t now_ns, std::uint32_t device, const CmEvent& e) {
+  Endpoint& ep = *devices_.at(device).endpoint;
+  const SidrReqMsg& req = std::get<SidrReqMsg>(*e.message);
+  const auto header = decode_ip_header(req.private_data);
+  Id* listener = header && port_space_of(req.service_id) == PortSpace::kUdp
+                     ? listener_for(PortSpace::kUdp, req.service_id, header->dst)
+                     : nullptr;
+  if (listener == nullptr || listener->backlog <= 0) {
+    (void)ep.send_sidr_rep(now_ns, e.id, SidrRepParams{SidrStatus::kRejected, 0, 0, {}});
+    return;
+  }
+  --listener->backlog;
+  Id conn = make_passive_id(*listener, device, e.id, *header);
+  conn.dgid = e.peer.remote_gid;
+  conn.hop_limit = e.peer.hop_limit;
+  const std::uint32_t handle = conn.handle;
+  (void)ep.set_context(e.id, handle);
+  ids_.emplace(handle, std::move(conn));
+  EventRecord r;
+  r.uid = listener->uid;
+  r.id = handle;
+  r.event = RdmaCmEvent::kConnectRequest;
+  UdParam ud;
+  const auto data = std::span(req.private_data).subspan(kIpHeaderBytes);
+  ud.private_data.assign(data.begin(), data.end());
+  r.is_ud = true;
+  r.ud = std::move(ud);
+  events_[listener->file].push_back(std::move(r));
+}
+
 void RdmaCm::on_connect_request(std::uint64_t now_ns, std::uint32_t device, const CmEvent& e) {
   Endpoint& ep = *devices_.at(device).endpoint;
   const ReqMsg& req = std::get<ReqMsg>(*e.message);
   const auto header = decode_ip_header(req.private_data);
   const auto space = port_space_of(req.service_id);
-  Id* listener = nullptr;
-  if (header && space) {
-    for (auto& [h, id] : ids_) {
-      if (id.state == IdState::kListen && id.ps == *space &&
-          id.src.port == port_of(req.service_id) && (id.src.any() || id.src.ip == header->dst)) {
-        listener = &id;
-        break;
-      }
-    }
-  }
+  Id* listener = header && space ? listener_for(*space, req.service_id, header->dst) : nullptr;
   const auto consumer_defined = static_cast<std::uint16_t>(RejReason::kConsumerDefined);
   if (listener == nullptr || listener->backlog <= 0) {
     (void)ep.send_rej(now_ns, e.id, consumer_defined, {}, {});
@@ -605,16 +694,7 @@ void RdmaCm::on_connect_request(std::uint64_t now_ns, std::uint32_t device, cons
     return;
   }
   --listener->backlog;
-  Id conn;
-  conn.file = listener->file;
-  conn.handle = next_handle_++;
-  conn.ps = listener->ps;
-  conn.state = IdState::kConnect;
-  conn.listener = listener->handle;
-  conn.device = device;
-  conn.comm_id = e.id;
-  conn.src = SockAddr{header->dst, listener->src.port, header->dst.is_v4()};
-  conn.dst = SockAddr{header->src, header->src_port, header->src.is_v4()};
+  Id conn = make_passive_id(*listener, device, e.id, *header);
   conn.remote_qpn = req.local_qpn;
   conn.remote_psn = req.starting_psn;
   conn.seq_num = req.starting_psn;
@@ -651,9 +731,13 @@ void RdmaCm::on_cm_event(std::uint64_t now_ns, std::uint32_t device, const CmEve
     on_connect_request(now_ns, device, e);
     return;
   }
+  if (e.type == CmEventType::kSidrReqReceived) {
+    on_sidr_request(now_ns, device, e);
+    return;
+  }
   Id* id = find_by_comm(device, e.id);
   if (id == nullptr || id->state == IdState::kDestroying) return;
-  EventRecord r{id->uid, id->handle, RdmaCmEvent::kEstablished, 0, {}};
+  EventRecord r = make_record(id->uid, id->handle, RdmaCmEvent::kEstablished, 0);
   switch (e.type) {
     case CmEventType::kRepReceived: {
       const RepMsg& rep = std::get<RepMsg>(*e.message);
@@ -681,6 +765,34 @@ void RdmaCm::on_cm_event(std::uint64_t now_ns, std::uint32_t device, const CmEve
       r.conn = conn_param_of(rej.private_data, 0);
       break;
     }
+    case CmEventType::kSidrRepReceived: {
+      // cma_sidr_rep_handler: the peer's QP and Q_Key, and the path to it.
+      const SidrRepMsg& rep = std::get<SidrRepMsg>(*e.message);
+      if (rep.status != SidrStatus::kValid) {
+        r.event = RdmaCmEvent::kUnreachable;
+        r.status = static_cast<std::int32_t>(rep.status);
+        break;
+      }
+      if (rep.qkey != kUdpQkey) {
+        r.event = RdmaCmEvent::kUnreachable;
+        r.status = -EINVAL;
+        break;
+      }
+      id->remote_qpn = rep.qpn;
+      r.event = RdmaCmEvent::kEstablished;
+      UdParam ud;
+      ud.qp_num = rep.qpn;
+      ud.qkey = rep.qkey;
+      ud.dgid = id->dst.ip.bytes;
+      ud.sgid = id->src.ip.bytes;
+      ud.hop_limit = id->hop_limit;
+      ud.traffic_class = id->tos;
+      ud.private_data.assign(rep.private_data.begin(), rep.private_data.end());
+      r.is_ud = true;
+      r.ud = std::move(ud);
+      break;
+    }
+    case CmEventType::kSidrReqError:
     case CmEventType::kReqError:
     case CmEventType::kRepError:
       r.event = RdmaCmEvent::kUnreachable;

@@ -91,6 +91,21 @@ struct ConnParam {
   std::uint8_t rnr_retry_count = 7;
 };
 
+// The UD parameters of an event for a UDP port space id (struct rdma_ucm_ud_param): where the
+// peer's QP is, for the address handle the consumer makes from it.
+struct UdParam {
+  std::uint32_t qp_num = 0;
+  std::uint32_t qkey = 0;
+  Gid dgid{};
+  Gid sgid{};  // ours: the daemon turns it into a GID index
+  std::uint8_t hop_limit = 0;
+  std::uint8_t traffic_class = 0;
+  std::vector<std::uint8_t> private_data;
+};
+
+// RDMA_UDP_QKEY: the Q_Key rdma_cm gives UDP port space QPs (cma_set_qkey).
+inline constexpr std::uint32_t kUdpQkey = 0x01234567;
+
 // An event as GET_EVENT returns it (struct rdma_ucm_event_resp).
 struct EventRecord {
   std::uint64_t uid = 0;
@@ -98,6 +113,8 @@ struct EventRecord {
   RdmaCmEvent event = RdmaCmEvent::kAddrResolved;
   std::int32_t status = 0;
   ConnParam conn;
+  bool is_ud = false;  // an id of the UDP port space: `ud` instead of `conn`
+  UdParam ud;
 };
 
 // The ibv_qp_attr fields rdma_init_qp_attr fills, with ibv_qp_attr_mask bits in `mask`.
@@ -273,6 +290,9 @@ class RdmaCm {
   void drain_endpoint_events(std::uint64_t now_ns, std::uint32_t device);
   void on_cm_event(std::uint64_t now_ns, std::uint32_t device, const CmEvent& event);
   void on_connect_request(std::uint64_t now_ns, std::uint32_t device, const CmEvent& event);
+  void on_sidr_request(std::uint64_t now_ns, std::uint32_t device, const CmEvent& event);
+  Id* listener_for(PortSpace ps, std::uint64_t service_id, const wire::IpAddr& dst);
+  Id make_passive_id(Id& listener, std::uint32_t device, CommId comm, const IpHeader& header);
   void destroy(std::uint64_t now_ns, Id& id);
 
   Resolver& resolver_;

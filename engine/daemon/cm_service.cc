@@ -107,6 +107,20 @@ void fill_conn(rdma_ucm_conn_param& dst, const cm::ConnParam& src) {
   dst.valid = 1;
 }
 
+void fill_ud(rdma_ucm_ud_param& dst, const cm::UdParam& src, std::uint8_t sgid_index) {
+  dst.qp_num = src.qp_num;
+  dst.qkey = src.qkey;
+  std::memcpy(dst.ah_attr.grh.dgid, src.dgid.data(), 16);
+  dst.ah_attr.grh.sgid_index = sgid_index;
+  dst.ah_attr.grh.hop_limit = src.hop_limit;
+  dst.ah_attr.grh.traffic_class = src.traffic_class;
+  dst.ah_attr.is_global = 1;
+  dst.ah_attr.port_num = 1;
+  const std::size_t n = std::min<std::size_t>(src.private_data.size(), RDMA_MAX_PRIVATE_DATA);
+  std::memcpy(dst.private_data, src.private_data.data(), n);
+  dst.private_data_len = static_cast<std::uint8_t>(n);
+}
+
 cm::ConnParam conn_of(const rdma_ucm_conn_param& p) {
   cm::ConnParam c;
   c.qp_num = p.qp_num;
@@ -208,6 +222,13 @@ std::optional<std::uint32_t> CmService::device_of(const wire::IpAddr& ip) const 
     if (gids.find(ip.bytes)) return d.index;
   }
   return std::nullopt;
+}
+
+std::uint8_t CmService::sgid_index_of(const cm::Gid& gid) const {
+  for (const auto& [name, d] : devices_) {
+    if (auto idx = d.model->gids().find(gid)) return static_cast<std::uint8_t>(*idx);
+  }
+  return 0;
 }
 
 const CmService::ServedDevice* CmService::served(std::uint32_t index) const {
@@ -542,8 +563,12 @@ int CmService::dispatch(std::uint64_t file, std::uint32_t cmd, const std::string
       r.id = e->id;
       r.event = static_cast<std::uint32_t>(e->event);
       r.status = static_cast<std::uint32_t>(e->status);
-      fill_conn(r.param.conn, e->conn);
-      if (e->conn.private_data.empty() && e->conn.qp_num == 0) r.param.conn.valid = 0;
+      if (e->is_ud) {
+        fill_ud(r.param.ud, e->ud, sgid_index_of(e->ud.sgid));
+      } else {
+        fill_conn(r.param.conn, e->conn);
+        if (e->conn.private_data.empty() && e->conn.qp_num == 0) r.param.conn.valid = 0;
+      }
       response = bytes_of(r);
       return 0;
     }

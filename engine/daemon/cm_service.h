@@ -105,6 +105,8 @@ class CmService {
   void refresh_addresses();
   std::optional<std::uint32_t> device_of(const wire::IpAddr& ip) const;
   const ServedDevice* served(std::uint32_t index) const;
+  // The index of our GID `gid` in its device's table (0 if none has it).
+  std::uint8_t sgid_index_of(const cm::Gid& gid) const;
   void send_pending_mads();
   void sync_readiness();
   int dispatch(std::uint64_t file, std::uint32_t cmd, const std::string& in,

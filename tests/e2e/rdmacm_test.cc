@@ -134,6 +134,17 @@ TEST_P(RdmacmTest, CmtimeHundredConnections) {
   EXPECT_EQ(client.output.find("fail"), std::string::npos) << client.output;
 }
 
+TEST_P(RdmacmTest, UdaddyOverTheUdpPortSpace) {
+  if (!have("udaddy")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-udaddy", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] = server_client(pair, {"udaddy"}, {"udaddy", "-s", pair.ip(0)});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  EXPECT_NE(client.output.find("test complete"), std::string::npos) << client.output;
+  EXPECT_NE(server.output.find("test complete"), std::string::npos) << server.output;
+}
+
 // A process killed with its connection open: its daemon sends the DREQ for it, the peer's
 // rping sees DISCONNECTED, and neither daemon keeps anything of the dead process.
 TEST_P(RdmacmTest, KilledProcessDisconnectsItsPeer) {

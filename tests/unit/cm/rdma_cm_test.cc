@@ -279,5 +279,52 @@ TEST(RdmaCm, DestroyedListenerTakesItsUnretrievedRequestsWithIt) {
   EXPECT_EQ(rej.status, 28);
 }
 
+// udaddy's sequence: the UDP port space resolves the service with SIDR and hands each side
+// the other's QP number and the port space's Q_Key.
+TEST(RdmaCm, UdpPortSpaceResolvesTheServiceWithSidr) {
+  Hosts h;
+  const std::uint32_t listener = *h.b.create_id(kFileB, 0xb0, PortSpace::kUdp);
+  ASSERT_EQ(h.b.bind(kFileB, listener, at(kIpB, 7174)), 0);
+  ASSERT_EQ(h.b.listen(kFileB, listener, 4), 0);
+  const std::uint32_t client = *h.a.create_id(kFileA, 0xa0, PortSpace::kUdp);
+  ASSERT_EQ(h.a.resolve_addr(h.now, kFileA, client, std::nullopt, at(kIpB, 7174)), 0);
+  expect_event(h.a, kFileA, RdmaCmEvent::kAddrResolved);
+  ASSERT_EQ(h.a.resolve_route(h.now, kFileA, client), 0);
+  expect_event(h.a, kFileA, RdmaCmEvent::kRouteResolved);
+  const auto init = h.a.init_qp_attr(kFileA, client, 1);
+  ASSERT_TRUE(init);
+  EXPECT_EQ(init->qkey, kUdpQkey);
+  ConnParam p;
+  p.qp_num = 0x31;
+  p.private_data = {7};
+  ASSERT_EQ(h.a.connect(h.now, kFileA, client, p), 0);
+  h.pump();
+  const EventRecord req = expect_event(h.b, kFileB, RdmaCmEvent::kConnectRequest);
+  ASSERT_TRUE(req.is_ud);
+  ASSERT_EQ(req.ud.private_data.size(), 180u);
+  EXPECT_EQ(req.ud.private_data[0], 7);
+  ConnParam answer;
+  answer.qp_num = 0x42;
+  ASSERT_EQ(h.b.accept(h.now, kFileB, req.id, 0xb1, answer), 0);
+  h.pump();
+  const EventRecord est = expect_event(h.a, kFileA, RdmaCmEvent::kEstablished);
+  ASSERT_TRUE(est.is_ud);
+  EXPECT_EQ(est.ud.qp_num, 0x42u);
+  EXPECT_EQ(est.ud.qkey, kUdpQkey);
+  EXPECT_EQ(est.ud.dgid, kIpB.bytes);
+  EXPECT_EQ(est.ud.sgid, kIpA.bytes);
+
+  // Nobody on the port: the SIDR_REP says so and the client learns UNREACHABLE.
+  const std::uint32_t lost = *h.a.create_id(kFileA, 0xa2, PortSpace::kUdp);
+  ASSERT_EQ(h.a.resolve_addr(h.now, kFileA, lost, std::nullopt, at(kIpB, 9)), 0);
+  ASSERT_EQ(h.a.resolve_route(h.now, kFileA, lost), 0);
+  ASSERT_EQ(h.a.connect(h.now, kFileA, lost, ConnParam{}), 0);
+  h.pump();
+  expect_event(h.a, kFileA, RdmaCmEvent::kAddrResolved);
+  expect_event(h.a, kFileA, RdmaCmEvent::kRouteResolved);
+  EXPECT_EQ(expect_event(h.a, kFileA, RdmaCmEvent::kUnreachable).status,
+            static_cast<int>(SidrStatus::kServiceIdNotSupported));
+}
+
 }  // namespace
 }  // namespace xroce::cm
