@@ -551,7 +551,12 @@ void Endpoint::on_rep(std::uint64_t now_ns, const MadPeer& from, std::uint64_t t
     emit(CmEventType::kRepReceived, *c, CmMessage{m});
     return;
   }
-  // A retried REP (cm_dup_rep_handler): the RTU or MRA we sent was lost.
+  // A retried REP (cm_dup_rep_handler): our consumer is still readying its QP (tell the peer
+  // to wait, as rdma_cm's delayed MRA does), or the RTU or MRA we sent was lost.
+  if (c->state == CmState::kRepRcvd && c->remote_id == m.local_comm_id) {
+    send_mra(now_ns, c->local_id, config_.mra_service_timeout);
+    return;
+  }
   if (in(c->state, {CmState::kEstablished, CmState::kMraRepSent}) && c->last_response &&
       c->remote_id == m.local_comm_id) {
     out_.push_back(*c->last_response);
