@@ -606,7 +606,7 @@ void Worker::loop_back_on_worker(const transport::Transmit& tx, const wire::Fram
   wire::FrameAddress addr = a;
   addr.dst_mac = target.mac;
   auto frame = std::make_unique<LoopbackFrame>();
-  frame->bytes.resize(kFrameBufBytes);
+  frame->bytes.resize(wire::frame_bytes(addr, tx.hdr, tx.payload_len));
   const auto len = encode_transmit(tx, addr, payload, frame->bytes);
   if (!len) {
     ++counters_.tx_encode_errors;

@@ -25,6 +25,10 @@ struct Param {
   bool v6;           // IPv6 GIDs (else IPv4-mapped ones)
 };
 
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.port << (p.v6 ? " ipv6" : " ipv4");
+}
+
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   return info.param.port + (info.param.v6 ? "_ipv6" : "_ipv4");
 }
