@@ -182,6 +182,70 @@ TEST_P(RdmacmTest, KilledProcessDisconnectsItsPeer) {
       [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
 }
 
+// One namespace with both ends of a veth, a device on each: rping on one device (the MADs
+// and the data loop back inside the daemon) and between the two devices of one host.
+struct OneHost {
+  std::string ns;
+  explicit OneHost(const std::string& port) : ns("xrcm-lo-" + std::to_string(getpid())) {
+    run({"ip", "netns", "add", ns});
+    run({"ip", "-n", ns, "link", "add", "lv0", "type", "veth", "peer", "name", "lv1"});
+    run({"ip", "-n", ns, "addr", "add", "198.18.250.1/24", "dev", "lv0"});
+    run({"ip", "-n", ns, "addr", "add", "198.18.250.2/24", "dev", "lv1"});
+    for (const char* dev : {"lo", "lv0", "lv1"})
+      run({"ip", "-n", ns, "link", "set", dev, "up"});
+    exec({xroce_bin(), "link", "add", "xlo0", "netdev", "lv0", "port", port, "queues", "1"});
+    exec({xroce_bin(), "link", "add", "xlo1", "netdev", "lv1", "port", port, "queues", "1"});
+  }
+  ~OneHost() {
+    exec({xroce_bin(), "link", "del", "xlo1"});
+    exec({xroce_bin(), "link", "del", "xlo0"});
+    run({"ip", "netns", "del", ns});
+  }
+  RunResult exec(std::vector<std::string> argv, milliseconds deadline = seconds(30)) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns});
+    return run(argv, deadline);
+  }
+  std::vector<std::string> app(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns, xroce_bin(), "exec", "--"});
+    return argv;
+  }
+  std::uint64_t mads_sent(const std::string& dev) const {
+    auto j =
+        nlohmann::json::parse(exec({xroce_bin(), "stat", dev, "--json"}).output, nullptr, false);
+    return j.is_object() ? j.value("cm", nlohmann::json::object()).value("mads_sent", 0) : 0;
+  }
+};
+
+TEST_P(RdmacmTest, RpingOnOneDeviceAndBetweenTwoDevicesOfOneHost) {
+  OneHost host(port());
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto r = host.exec({xroce_bin(), "link", "show"});
+        std::size_t active = 0;
+        for (auto at = r.output.find("state ACTIVE"); at != std::string::npos;
+             at = r.output.find("state ACTIVE", at + 1))
+          ++active;
+        return active == 2;
+      },
+      seconds(10)));
+  for (const char* source : {"198.18.250.1", "198.18.250.2"}) {
+    Child server(host.app({"rping", "-s", "-V", "-C", "100", "-a", "198.18.250.1", "-p", "7176"}));
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto r = host.exec({xroce_bin(), "cm", "show", "xlo0"});
+          return r.output.find("listener") != std::string::npos;
+        },
+        seconds(20)));
+    auto client = run(host.app({"rping", "-c", "-V", "-v", "-C", "100", "-I", source, "-a",
+                                "198.18.250.1", "-p", "7176"}),
+                      seconds(60));
+    EXPECT_EQ(client.status, 0) << source << ": " << client.output;
+    EXPECT_NE(client.output.find("rdma-ping-99: "), std::string::npos) << client.output;
+    EXPECT_EQ(server.wait(seconds(20)), 0) << source;
+  }
+  EXPECT_GE(host.mads_sent("xlo1"), 3u);  // the second client's REQ, RTU and DREQ or DREP
+}
+
 INSTANTIATE_TEST_SUITE_P(Ports, RdmacmTest, ::testing::Values("udp", "afxdp"));
 
 }  // namespace
