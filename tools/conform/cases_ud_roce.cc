@@ -92,13 +92,17 @@ void add_ud_list(std::vector<Case>& out) {
       });
   add(out, "ud.over_mtu_dropped", kUdChapter,
       "IBA 9.8 a UD message is one packet of at most the MTU: a longer one is dropped",
-      "UD SEND of MTU + 4 bytes", [](CaseContext& ctx) {
+      "UD SEND of the port MTU + 4 bytes, then one of the MTU", [](CaseContext& ctx) {
         require_ud(ctx);
-        QpSpec q = ud_spec();
-        Session s(ctx, q);
-        s.post_recv(1, 0, 8192);
-        s.send(ud_send(s, kQkey), pattern(4096 + 4, 1));
-        s.expect_no_cqe("longer than any MTU");
+        Session s(ctx, ud_spec());
+        const std::uint32_t mtu = ctx.caps.port_mtu_bytes;
+        s.post_recv(1, 0, kGrhBytes + mtu + 64);
+        s.send(ud_send(s, kQkey), pattern(mtu + 4, 1));
+        s.expect_no_cqe("longer than the port MTU");
+        s.send(ud_send(s, kQkey), pattern(mtu, 2));
+        const Cqe c = s.expect_cqe(wc::kSuccess, "the datagram of one MTU");
+        check(c.byte_len == kGrhBytes + mtu, fmt::format("byte_len {}", kGrhBytes + mtu),
+              fmt::format("byte_len {}", c.byte_len));
       });
   add(out, "ud.no_receive_dropped", kUdChapter,
       "IBA 9.8 a UD packet with no receive posted is dropped, never NAKed",

@@ -94,6 +94,7 @@ Capabilities InProcessDevice::capabilities() {
   c.atomics = true;
   c.generates_cnp = false;  // the notification point lives in the daemon's data path
   c.ud = true;
+  c.port_mtu_bytes = 4096;  // transport::QpConfig's port_mtu
   return c;
 }
 

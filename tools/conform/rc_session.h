@@ -10,8 +10,8 @@
 
 namespace xroce::conform {
 
-inline constexpr std::uint32_t kTargetRqPsn = 0x1000;  // what the target expects first
-inline constexpr std::uint32_t kTargetSqPsn = 0x2000;  // what the target sends first
+inline constexpr std::uint32_t kTargetRqPsn = QpSpec{}.rq_psn;  // what the target expects first
+inline constexpr std::uint32_t kTargetSqPsn = QpSpec{}.sq_psn;  // what the target sends first
 inline constexpr std::uint32_t kBufferBytes = 64 * 1024;
 
 class Session {

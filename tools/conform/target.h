@@ -27,7 +27,8 @@ struct Capabilities {
   bool atomics = true;         // IBV_ATOMIC_HCA or better
   bool generates_cnp = false;  // answers ECN CE with a CNP (DCQCN notification point)
   bool ud = true;
-  bool checks_icrc = true;  // counts and drops a bad ICRC
+  bool checks_icrc = true;              // counts and drops a bad ICRC
+  std::uint32_t port_mtu_bytes = 1024;  // the port's active MTU, which bounds UD messages
 };
 
 // ibv_access_flags values.
@@ -45,9 +46,9 @@ enum class QpKind : std::uint8_t { kRc, kUd };
 // The attributes a case gives the target's QP (ibv_modify_qp through INIT, RTR, RTS).
 struct QpSpec {
   QpKind kind = QpKind::kRc;
-  std::uint32_t peer_qpn = 0;  // RC: dest_qp_num
-  std::uint32_t sq_psn = 0;    // the target's first request PSN
-  std::uint32_t rq_psn = 0;    // the PSN the target expects from the peer
+  std::uint32_t peer_qpn = 0;     // RC: dest_qp_num
+  std::uint32_t sq_psn = 0x2000;  // the target's first request PSN
+  std::uint32_t rq_psn = 0x1000;  // the PSN the target expects from the peer
   std::uint32_t mtu_bytes = 1024;
   std::uint8_t timeout = 14;  // 4.096 us << timeout
   std::uint8_t retry_cnt = 7;

@@ -162,6 +162,7 @@ AgentTarget::AgentTarget(const std::string& host, std::uint16_t port, const wire
   caps_.name = field(caps, "name");
   caps_.atomics = field(caps, "atomics") == "1";
   caps_.ud = field(caps, "ud") == "1";
+  caps_.port_mtu_bytes = static_cast<std::uint32_t>(std::stoul(field(caps, "mtu")));
   caps_.generates_cnp = generates_cnp;
 }
 

@@ -44,7 +44,7 @@ enum class Mutation {
 const char* name(Mutation m) {
   switch (m) {
     case Mutation::kDropAllFrames:
-      return "drops every frame";
+      return "drops every frame";  // used by the report test; too easy to count as a catch
     case Mutation::kPsnPlusOne:
       return "PSN + 1";
     case Mutation::kAckNakSwapped:
@@ -355,28 +355,30 @@ TEST(ConformInProcess, EveryCasePassesAgainstXroceTransport) {
   EXPECT_GE(t.pass, 100);
 }
 
-// Each case fails against at least one deliberately wrong device.
+// Each case fails against at least one deliberately wrong device other than the one that
+// answers nothing at all (any case that waits for an answer catches that one).
 TEST(ConformHarness, EveryCaseFailsAgainstSomeWrongDevice) {
   int checked = 0;
   std::map<std::string, int> caught_by;
   for (const Case& c : all_cases()) {
     if (run_inprocess(c).outcome != Outcome::kPass) continue;
     ++checked;
-    std::string caught;
+    std::vector<std::string> caught;
     for (Mutation m : kAllMutations) {
+      if (m == Mutation::kDropAllFrames) continue;
       const CaseResult r = run_wrong(c, m);
       if (r.outcome == Outcome::kFail) {
-        caught = name(m);
+        caught.push_back(name(m));
         EXPECT_FALSE(r.expected.empty()) << c.name << " under " << name(m);
-        break;
       }
     }
     EXPECT_FALSE(caught.empty()) << c.name << " passes against every wrong device";
-    ++caught_by[caught];
+    for (const std::string& m : caught)
+      ++caught_by[m];
   }
   EXPECT_GE(checked, 100);
   for (const auto& [m, n] : caught_by)
-    std::cout << n << " case(s) first caught by: " << m << "\n";
+    std::cout << n << " case(s) fail against the device that " << m << "\n";
 }
 
 TEST(ConformReport, JsonAndPcapHoldEveryCase) {

@@ -3,7 +3,7 @@
 // opens an RDMA device and does what the conformance peer asks over one TCP connection, one
 // text line per request and per reply:
 //
-//   caps                                     -> ok name=<ibdev> atomics=0|1 ud=1
+//   caps                                     -> ok name=<ibdev> atomics=0|1 ud=1 mtu=<active>
 //   reg_mr length=N access=A                 -> ok id=I addr=X lkey=K rkey=R
 //   write_mr id=I offset=O hex=H             -> ok
 //   read_mr id=I offset=O length=N           -> ok hex=H
@@ -329,9 +329,12 @@ static void do_query(struct agent* a, const char* l, FILE* out) {
 
 static void do_caps(struct agent* a, FILE* out) {
   struct ibv_device_attr at;
-  if (ibv_query_device(a->dev, &at)) return reply(out, "err ibv_query_device");
-  reply(out, "ok name=%s atomics=%d ud=1", ibv_get_device_name(a->dev->device),
-        at.atomic_cap != IBV_ATOMIC_NONE);
+  struct ibv_port_attr port;
+  if (ibv_query_device(a->dev, &at) || ibv_query_port(a->dev, 1, &port)) {
+    return reply(out, "err ibv_query_device/port");
+  }
+  reply(out, "ok name=%s atomics=%d ud=1 mtu=%d", ibv_get_device_name(a->dev->device),
+        at.atomic_cap != IBV_ATOMIC_NONE, 128 << port.active_mtu);
 }
 
 static void serve(struct agent* a, int fd) {
