@@ -202,10 +202,11 @@ QpInfo AgentTarget::create_qp(const QpSpec& s) {
   const std::string r = request(fmt::format(
       "create_qp kind={} peer_gid={} peer_qpn={:x} sq_psn={:x} rq_psn={:x} mtu={} timeout={} "
       "retry={} rnr_retry={} min_rnr_timer={} max_rd_atomic={} max_dest_rd_atomic={} access={:x} "
-      "qkey={:x} sgid={}",
+      "qkey={:x}{}",
       s.kind == QpKind::kUd ? "ud" : "rc", peer_gid_hex_, s.peer_qpn, s.sq_psn, s.rq_psn,
       s.mtu_bytes, s.timeout, s.retry_cnt, s.rnr_retry, s.min_rnr_timer, s.max_rd_atomic,
-      s.max_dest_rd_atomic, s.access, s.qkey, sgid_index_));
+      s.max_dest_rd_atomic, s.access, s.qkey,
+      sgid_index_ < 0 ? std::string() : fmt::format(" sgid={}", sgid_index_)));
   return QpInfo{static_cast<std::uint32_t>(std::stoul(field(r, "id"))),
                 static_cast<std::uint32_t>(hex_field(r, "qpn"))};
 }

@@ -40,7 +40,7 @@ class PacketLink final : public Link {
 class AgentTarget final : public Target {
  public:
   // `peer_gid` is the peer's address in GID form (the agent's QPs are connected to it).
-  // `sgid_index` is the target's GID index for its RoCE v2 address.
+  // `sgid_index` is the target's GID index for its RoCE v2 address (-1: the agent finds it).
   AgentTarget(const std::string& host, std::uint16_t port, const wire::IpAddr& peer_gid,
               int sgid_index, bool generates_cnp);
   ~AgentTarget() override;
@@ -69,7 +69,7 @@ class AgentTarget final : public Target {
   int fd_ = -1;
   std::string buffered_;
   std::string peer_gid_hex_;
-  int sgid_index_ = 1;
+  int sgid_index_ = -1;
   Capabilities caps_;
 };
 

@@ -9,7 +9,8 @@
 //   read_mr id=I offset=O length=N           -> ok hex=H
 //   create_qp kind=rc|ud peer_gid=G peer_qpn=Q sq_psn=S rq_psn=R mtu=M timeout=T retry=C
 //             rnr_retry=C min_rnr_timer=T max_rd_atomic=N max_dest_rd_atomic=N access=A qkey=K
-//             sgid=N (the GID index to send from; default --gid-index)
+//             sgid=N (the GID index to send from; default --gid-index, else the first
+//             IPv4-mapped GID)
 //                                            -> ok id=I qpn=Q
 //   destroy_qp id=I                          -> ok
 //   post_recv qp=I wr_id=W mr=M offset=O length=N                                  -> ok
@@ -22,8 +23,7 @@
 //
 // Numbers are hex without 0x except length/offset/mtu/etc. (decimal). Errors reply
 // "err <text>". Usage: xroce-conform-agent [--port P] [--dev IBDEV] [--gid-index N] [--once]
-// (P default 18516; IBDEV default the first device; N default 1, the IPv4-mapped RoCE v2 GID
-// of rxe and xroce).
+// (P default 18516; IBDEV default the first device; N default the first IPv4-mapped GID).
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -212,9 +212,23 @@ static int modify_ud(struct ibv_qp* qp, const char* l) {
   return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
+// The first GID of port 1 in IPv4-mapped form (::ffff:a.b.c.d): rxe has it at index 1, xroce
+// at 0. -1 when there is none.
+static int ipv4_gid_index(struct ibv_context* dev) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  for (int i = 0; i < 16; i++) {
+    union ibv_gid g;
+    if (ibv_query_gid(dev, 1, i, &g) == 0 && memcmp(g.raw, prefix, sizeof prefix) == 0) return i;
+  }
+  return -1;
+}
+
 static void do_create_qp(struct agent* a, const char* l, FILE* out) {
   int i = free_slot((void**)a->qp);
-  a->gid_index = (int)get(l, "sgid", 10, (unsigned long long)a->gid_index);
+  unsigned long long sgid;
+  if (field(l, "sgid", 10, &sgid)) a->gid_index = (int)sgid;
+  if (a->gid_index < 0) a->gid_index = ipv4_gid_index(a->dev);
+  if (a->gid_index < 0) return reply(out, "err no IPv4 RoCE v2 GID on port 1");
   char kind[8], gidhex[40];
   word(l, "kind", kind, sizeof kind);
   word(l, "peer_gid", gidhex, sizeof gidhex);
@@ -376,7 +390,7 @@ static void serve(struct agent* a, int fd) {
 int main(int argc, char** argv) {
   int port = 18516, once = 0;
   const char* devname = NULL;
-  struct agent a = {.gid_index = 1};
+  struct agent a = {.gid_index = -1};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--port") && i + 1 < argc)
       port = atoi(argv[++i]);
