@@ -143,17 +143,33 @@ def check_trailer(n, layers, ib, x):
     expect(n, "data bytes (payload + pad)", data_len, x["payload_length"] + x["bth"]["pad_count"])
 
 
+def tshark_tags(layers):
+    """(id, priority, etype) of every VLAN tag tshark dissected, outermost first. tshark 4.0 names
+    an 802.1ad S-tag's layer ieee8021ad (its EtherType field ieee8021ah.etype) and an 802.1Q tag's
+    vlan; two of a kind come as a list (--no-duplicate-keys)."""
+    tags = []
+    for name, layer in layers.items():
+        if name not in ("ieee8021ad", "vlan"):
+            continue
+        for t in layer if isinstance(layer, list) else [layer]:
+            if name == "vlan":
+                tags.append((int(t["vlan.id"]), int(t["vlan.priority"]), int(t["vlan.etype"], 16)))
+            else:
+                etype = t.get("ieee8021ad.etype", t.get("ieee8021ah.etype", "-1"))
+                tags.append((int(t["ieee8021ad.id"]), int(t["ieee8021ad.priority"]),
+                             int(etype, 16)))
+    return tags
+
+
 def check_vlans(n, layers, x):
     ours = [t for t in (x["eth"].get("outer_vlan"), x["eth"].get("vlan")) if t]
-    theirs = layers.get("vlan", [])
-    if isinstance(theirs, dict):
-        theirs = [theirs]
+    theirs = tshark_tags(layers)
     expect(n, "VLAN tags", len(theirs), len(ours))
     for i, (t, o) in enumerate(zip(theirs, ours)):
-        expect(n, "VLAN %d id" % i, int(t["vlan.id"]), o["vid"])
-        expect(n, "VLAN %d priority" % i, int(t["vlan.priority"]), o["pcp"])
+        expect(n, "VLAN %d id" % i, t[0], o["vid"])
+        expect(n, "VLAN %d priority" % i, t[1], o["pcp"])
     # Each tag's TPID is the EtherType field before it: Ethernet's, then the outer tag's.
-    types = [int(layers["eth"]["eth.type"], 16)] + [int(t["vlan.etype"], 16) for t in theirs]
+    types = [int(layers["eth"]["eth.type"], 16)] + [t[2] for t in theirs]
     for i, o in enumerate(ours):
         expect(n, "VLAN %d TPID" % i, types[i], o["tpid"])
 
