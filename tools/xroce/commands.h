@@ -27,6 +27,7 @@ void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
 void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
 void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
 void register_cc(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: cc show|set|profile
+void register_cm(CLI::App& app, ExitStatus& status);    // cmd_cm.cc: cm show
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

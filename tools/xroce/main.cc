@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
   xroce::cli::register_cc(app, status);
+  xroce::cli::register_cm(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
