@@ -310,7 +310,7 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
   auto runner = start_datapath(
       *served.model,
       request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
-      request.queues);
+      request.queues, &loopback_);
   if (!runner) {
     std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
                  runner.error().c_str());
@@ -327,7 +327,8 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
     remove_device_node(served.uverbs);
     return {err, {}};
   }
-  devices_.emplace(name, std::move(served));
+  auto& added = devices_.emplace(name, std::move(served)).first->second;
+  cm_.add_device(name, *added.model, *added.runner);
   served_any_ = true;
   return {0, {}};
 }
@@ -348,6 +349,7 @@ ControlServer::Reply ControlServer::link_del(const Client& client, const std::st
     it->second.model->release_client(c.id);
     c.device.clear();
   }
+  cm_.remove_device(name);  // its ids get DEVICE_REMOVAL
   tree_.remove_device(name, it->second.uverbs);
   remove_device_node(it->second.uverbs);
   devices_.erase(it);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cm_service.h"
 #include "daemon/datapath_runner.h"
 #include "daemon/netdev.h"
 #include "daemon/run_dir.h"
@@ -143,8 +144,12 @@ class ControlServer {
   void shutdown();
   device::Device* device_of(const Client& client);
 
+  // control_cm.cc: the rdma_cm ops.
+  Reply cm_op(Client& client, control::Op op, const std::string& body, int passed_fd);
+
   RunPaths paths_;
   SysfsTree tree_;
+  CmService cm_;  // before devices_: it holds pointers into their models and runners
   NetlinkWatcher netlink_;
   int lock_fd_ = -1;
   bool owns_run_dir_ = false;  // we hold the lock: the run directory is ours to clean
@@ -154,6 +159,8 @@ class ControlServer {
   bool stop_ = false;
   bool served_any_ = false;
   device::ClientId next_client_ = 1;
+  // Which GIDs the devices serve, for loopback between them; outlives every device's data path.
+  LoopbackRegistry loopback_;
   std::map<std::string, ServedDevice> devices_;
   std::map<int, Client> clients_;          // by connection fd
   std::uint64_t counters_written_ns_ = 0;  // last refresh_hw_counters
