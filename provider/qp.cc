@@ -257,8 +257,11 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
+  // An XRC_RECV QP belongs to its XRC domain, not to a PD (ibv_xsrq_pingpong passes only
+  // IBV_QP_INIT_ATTR_XRCD).
+  const bool needs_pd = attr->qp_type != IBV_QPT_XRC_RECV;
   if ((attr->comp_mask & ~kQpInitMaskSupported) != 0 ||
-      (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
+      (needs_pd && (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
