@@ -92,13 +92,17 @@ std::uint16_t ipv4_header_checksum(std::span<const std::uint8_t> header) {
   return static_cast<std::uint16_t>(~fold(sum16(header)));
 }
 
-bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info) {
-  if (!is_ect(info.ecn)) return false;
+namespace {
+
+// Writes `to` into the ECN field of an IPv4 or IPv6 packet (false for anything else), fixing
+// the IPv4 header checksum incrementally.
+bool set_ecn(std::span<std::uint8_t> frame, const FrameInfo& info, Ecn to) {
   const std::size_t l3 = info.l3_offset;
+  const auto bits = static_cast<std::uint8_t>(to);
   if (info.ipv4) {
     // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), m the 16-bit word holding the TOS byte.
     const std::uint16_t old_word = load16(frame, l3);
-    frame[l3 + 1] = static_cast<std::uint8_t>(frame[l3 + 1] | 0x03);
+    frame[l3 + 1] = static_cast<std::uint8_t>((frame[l3 + 1] & ~0x03) | bits);
     const std::uint16_t new_word = load16(frame, l3);
     const std::uint16_t old_sum = load16(frame, l3 + 10);
     const std::uint32_t sum = static_cast<std::uint16_t>(~old_sum) +
@@ -107,10 +111,21 @@ bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info) {
     return true;
   }
   if (info.ipv6) {
-    frame[l3 + 1] = static_cast<std::uint8_t>(frame[l3 + 1] | 0x30);
+    // The traffic class straddles bytes 0 and 1: its ECN bits are bits 5-4 of byte 1.
+    frame[l3 + 1] = static_cast<std::uint8_t>((frame[l3 + 1] & ~0x30) | (bits << 4));
     return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info) {
+  return is_ect(info.ecn) && set_ecn(frame, info, Ecn::kCe);
+}
+
+bool bleach_ecn(std::span<std::uint8_t> frame, const FrameInfo& info) {
+  return info.ecn != Ecn::kNotEct && set_ecn(frame, info, Ecn::kNotEct);
 }
 
 }  // namespace xroce::sw

@@ -39,6 +39,9 @@ inline bool is_ect(Ecn e) {
 // incrementally (RFC 1624). Returns false (and leaves the frame alone) for anything else. The
 // RoCE ICRC masks the TOS/traffic class, so it stays valid.
 bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info);
+// Clears the ECN field (to Not-ECT) of an IPv4 or IPv6 packet that has one set, as a
+// misconfigured hop that rewrites the TOS byte does; false (frame untouched) otherwise.
+bool bleach_ecn(std::span<std::uint8_t> frame, const FrameInfo& info);
 
 // The IPv4 header checksum over `header` (its checksum field included): 0 when it verifies.
 std::uint16_t ipv4_header_checksum(std::span<const std::uint8_t> header);
