@@ -26,6 +26,8 @@ void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
 void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
 void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
 void register_cc(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: cc show|set|profile
+void register_up(CLI::App& app, ExitStatus& status);    // cmd_up.cc
+void register_down(CLI::App& app, ExitStatus& status);  // cmd_up.cc
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
   xroce::cli::register_cc(app, status);
+  xroce::cli::register_up(app, status);
+  xroce::cli::register_down(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
