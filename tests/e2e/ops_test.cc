@@ -1,7 +1,7 @@
 // The operator's commands against running daemons (needs root): `xroce up`/`down` in a fresh
 // namespace with a default route and in a loopback-only one (where the device it makes carries
-// an unmodified ibv_rc_pingpong -c between client and server on that one device), and xroced's
-// readiness notification to a service manager.
+// an unmodified ibv_rc_pingpong -c between client and server on that one device), `xroce top`
+// driven in tmux during traffic, and `xroce exporter` scraped with curl.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -263,6 +263,209 @@ TEST_F(OpsTest, XrocedTellsTheServiceManagerWhenItServes) {
   EXPECT_EQ(show.output, "[]\n");
   kill(daemon.pid(), SIGTERM);
   EXPECT_EQ(daemon.wait(seconds(10)), 0);
+}
+
+// ib_write_bw from b to a for `seconds_long`, started in the background.
+struct Traffic {
+  Traffic(Pair& pair, int seconds_long)
+      : server(pair.app(0, {"ib_write_bw", "-d", "xpa", "-x", "0", "-F", "-s", "65536", "-D",
+                            std::to_string(seconds_long)})) {
+    listening = eventually(
+        [&] {
+          const auto r = pair.exec(0, {"ss", "-ltnH", "sport", "= :18515"});
+          return r.output.find("18515") != std::string::npos;
+        },
+        seconds(10));
+    if (listening) {
+      client = std::make_unique<Child>(
+          pair.app(1, {"ib_write_bw", "-d", "xpb", "-x", "0", "-F", "-s", "65536", "-D",
+                       std::to_string(seconds_long), pair.ip(0)}));
+    }
+  }
+  Child server;
+  std::unique_ptr<Child> client;
+  bool listening = false;
+};
+
+// The RC QPs of a device that carry traffic (packets sent), by QPN.
+std::vector<unsigned> busy_qpns(const Pair& pair, int side, const std::string& dev) {
+  std::vector<unsigned> out;
+  const auto r = pair.exec(side, {xroce_bin(), "qp", "show", dev, "--json"});
+  const auto qps = nlohmann::json::parse(r.output, nullptr, false);
+  if (!qps.is_array()) return out;
+  for (const auto& q : qps)
+    if (q["type"] == "RC" && q.value("packets_sent", 0) > 10) out.push_back(q["qpn"]);
+  return out;
+}
+
+// The name of the namespace of side `i` of a Pair.
+std::string netns_name(const Pair& pair, int side) {
+  const std::string out = pair.exec(side, {"ip", "netns", "identify"}).output;
+  return out.substr(0, out.find('\n'));
+}
+
+// A tmux server of its own (-L), killed when the test ends.
+class Tmux {
+ public:
+  Tmux() : socket_(unique("tmux")) {}
+  ~Tmux() { run({"tmux", "-L", socket_, "kill-server"}); }
+  Tmux(const Tmux&) = delete;
+  Tmux& operator=(const Tmux&) = delete;
+  RunResult start(const std::string& command) {
+    return run({"tmux", "-L", socket_, "new-session", "-d", "-s", "top", "-x", "200", "-y", "40",
+                command});
+  }
+  std::string screen() {
+    return run({"tmux", "-L", socket_, "capture-pane", "-p", "-t", "top"}).output;
+  }
+  void keys(const std::string& k) { run({"tmux", "-L", socket_, "send-keys", "-t", "top", k}); }
+  bool alive() { return run({"tmux", "-L", socket_, "has-session", "-t", "top"}).status == 0; }
+
+ private:
+  std::string socket_;
+};
+
+// The TX-Mb/s column of the row of `qpn` on a top screen, or -1 if the row is not there.
+double tx_rate_on_screen(const std::string& screen, unsigned qpn) {
+  std::istringstream lines(screen);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string first, type, state, peer, tx;
+    fields >> first >> type >> state >> peer >> tx;
+    if (first == std::to_string(qpn) && type == "RC") return std::stod(tx);
+  }
+  return -1;
+}
+
+TEST_F(OpsTest, TopInTmuxShowsTheQpsAndMovingRates) {
+  if (!have("tmux") || !have("ib_write_bw")) GTEST_SKIP() << "needs tmux and perftest";
+  Pair pair(unique("top"), next_subnet(), "afxdp");
+  ASSERT_TRUE(pair.ready());
+  Traffic traffic(pair, 30);
+  ASSERT_TRUE(traffic.listening);
+  std::vector<unsigned> qpns;
+  ASSERT_TRUE(eventually([&] { return !(qpns = busy_qpns(pair, 1, "xpb")).empty(); }, seconds(20)));
+
+  Tmux tmux;
+  ASSERT_EQ(
+      tmux.start("ip netns exec " + netns_name(pair, 1) + " " + xroce_bin() + " top xpb").status,
+      0);
+  // Two screens at least a refresh apart, each with the sender's QP moving data.
+  std::string first_screen;
+  double first_rate = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        first_screen = tmux.screen();
+        first_rate = tx_rate_on_screen(first_screen, qpns[0]);
+        return first_rate > 0;
+      },
+      seconds(15)))
+      << first_screen;
+  EXPECT_NE(first_screen.find("xroce top - xpb on g1b"), std::string::npos) << first_screen;
+  EXPECT_NE(first_screen.find("RTT-us"), std::string::npos) << first_screen;
+  std::string second_screen;
+  ASSERT_TRUE(eventually(
+      [&] {
+        second_screen = tmux.screen();
+        const double rate = tx_rate_on_screen(second_screen, qpns[0]);
+        return rate > 0 && rate != first_rate;
+      },
+      seconds(10)))
+      << first_screen << "\n---\n"
+      << second_screen;
+  // The RTT of the sending QP is measured (not "-").
+  const std::regex row(
+      "\\n\\s*" + std::to_string(qpns[0]) +
+      " RC\\s+RTS\\s+\\S+\\s+[0-9.]+\\s+[0-9.]+\\s+[0-9.]+\\s+[0-9.]+\\s+([0-9.]+)");
+  EXPECT_TRUE(std::regex_search(second_screen, row)) << second_screen;
+  // Sort by RTT, then quit with q.
+  tmux.keys("t");
+  EXPECT_TRUE(eventually([&] { return tmux.screen().find("sorted by rtt") != std::string::npos; },
+                         seconds(5)));
+  tmux.keys("q");
+  EXPECT_TRUE(eventually([&] { return !tmux.alive(); }, seconds(5))) << "q did not quit top";
+}
+
+// "name{labels} value" lines of an exposition, keyed by "name{labels}".
+std::map<std::string, double> parse_metrics(const std::string& text, std::string& bad_line) {
+  std::map<std::string, double> out;
+  std::istringstream lines(text);
+  const std::regex sample_re("^([a-zA-Z_:][a-zA-Z0-9_:]*\\{[^}]*\\}) (\\S+)$");
+  const std::regex comment_re("^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, sample_re)) {
+      out[m[1]] = std::stod(m[2]);
+    } else if (!std::regex_match(line, comment_re) && bad_line.empty()) {
+      bad_line = line;
+    }
+  }
+  return out;
+}
+
+TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
+  if (!have("curl") || !have("ib_write_bw")) GTEST_SKIP() << "needs curl and perftest";
+  Pair pair(unique("exp"), next_subnet(), "udp");
+  ASSERT_TRUE(pair.ready());
+  const std::string port = std::to_string(19000 + getpid() % 1000);
+  Child exporter({"ip", "netns", "exec", netns_name(pair, 1), xroce_bin(), "exporter", "--listen",
+                  "127.0.0.1:" + port});
+  ASSERT_NE(exporter.read_line(seconds(10)).find("serving"), std::string::npos);
+  Traffic traffic(pair, 30);
+  ASSERT_TRUE(traffic.listening);
+  std::vector<unsigned> qpns;
+  ASSERT_TRUE(eventually([&] { return !(qpns = busy_qpns(pair, 1, "xpb")).empty(); }, seconds(20)));
+
+  const auto scrape = [&] {
+    const auto r = pair.exec(1, {"curl", "-sS", "-i", "http://127.0.0.1:" + port + "/metrics"});
+    return r.output;
+  };
+  const std::string first = scrape();
+  ASSERT_NE(first.find("HTTP/1.1 200 OK"), std::string::npos) << first;
+  EXPECT_NE(first.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << first;
+  const std::string body1 = first.substr(first.find("\r\n\r\n") + 4);
+  std::string bad;
+  const auto m1 = parse_metrics(body1, bad);
+  EXPECT_TRUE(bad.empty()) << "not in the text format: " << bad;
+
+  const auto stat = nlohmann::json::parse(
+      pair.exec(1, {xroce_bin(), "stat", "xpb", "--json"}).output, nullptr, false);
+  ASSERT_TRUE(stat.is_object());
+  ASSERT_GT(stat["counters"].size(), 20u);
+  for (const auto& [name, value] : stat["counters"].items()) {
+    const std::string key = "xroce_" + name + "_total{device=\"xpb\",port=\"1\"}";
+    EXPECT_EQ(m1.count(key), 1u) << key << " missing";
+    EXPECT_NE(body1.find("# TYPE xroce_" + name + "_total counter"), std::string::npos) << name;
+  }
+  const std::string qp_bytes = "xroce_qp_payload_bytes_sent_total{device=\"xpb\",qpn=\"" +
+                               std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
+                               "\"}";
+  ASSERT_EQ(m1.count(qp_bytes), 1u) << body1;
+
+  // Values move between scrapes while the traffic runs.
+  std::map<std::string, double> m2;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string again = scrape();
+        std::string ignored;
+        m2 = parse_metrics(again.substr(again.find("\r\n\r\n") + 4), ignored);
+        return m2[qp_bytes] > m1.at(qp_bytes);
+      },
+      seconds(10)));
+  for (const char* moving : {"sent_pkts", "rcvd_pkts", "tx_bytes", "rx_bytes"}) {
+    const std::string key = std::string("xroce_") + moving + "_total{device=\"xpb\",port=\"1\"}";
+    EXPECT_GT(m2[key], m1.at(key)) << key;
+  }
+  EXPECT_EQ(m2.count("xroce_port_active{device=\"xpb\",port=\"1\",netdev=\"g1b\"}"), 1u);
+  const std::string rtt_key = "xroce_qp_rtt_seconds{device=\"xpb\",qpn=\"" +
+                              std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
+                              "\"}";
+  ASSERT_EQ(m2.count(rtt_key), 1u);
+  EXPECT_GT(m2[rtt_key], 0.0);
+  EXPECT_LT(m2[rtt_key], 1.0);
+  const auto missing = pair.exec(1, {"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+                                     "http://127.0.0.1:" + port + "/other"});
+  EXPECT_EQ(missing.output, "404");
 }
 
 }  // namespace

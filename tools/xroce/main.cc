@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   xroce::cli::register_cc(app, status);
   xroce::cli::register_up(app, status);
   xroce::cli::register_down(app, status);
+  xroce::cli::register_top(app, status);
+  xroce::cli::register_exporter(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
