@@ -30,6 +30,7 @@ void register_up(CLI::App& app, ExitStatus& status);        // cmd_up.cc
 void register_down(CLI::App& app, ExitStatus& status);      // cmd_up.cc
 void register_top(CLI::App& app, ExitStatus& status);       // cmd_top.cc
 void register_exporter(CLI::App& app, ExitStatus& status);  // cmd_exporter.cc
+void register_validate(CLI::App& app, ExitStatus& status);  // cmd_validate.cc
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

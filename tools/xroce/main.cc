@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   xroce::cli::register_down(app, status);
   xroce::cli::register_top(app, status);
   xroce::cli::register_exporter(app, status);
+  xroce::cli::register_validate(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);
