@@ -308,23 +308,18 @@ class Validation {
     const auto server =
         channel_.call({{"op", "wait"}, {"id", started->value("id", 0)}, {"timeout_ms", 15000}},
                       std::chrono::seconds(30));
+    const int server_status = server ? server->value("status", -1) : -1;
+    const std::string server_says =
+        server ? validate::failure_line(server->value("output", "")) : "no answer";
     if (client.status != 0) {
       error =
-          fmt::format("{} exited {}: {}", client_argv[0], client.status, last_line(client.output));
-    } else if (!server || server->value("status", -1) != 0) {
-      error = fmt::format("the peer's {} exited {}: {}", client_argv[0],
-                          server ? server->value("status", -1) : -1,
-                          server ? last_line(server->value("output", "")) : "no answer");
+          fmt::format("{} exited {}: {}; the peer's exited {}: {}", client_argv[0], client.status,
+                      validate::failure_line(client.output), server_status, server_says);
+    } else if (server_status != 0) {
+      error =
+          fmt::format("the peer's {} exited {}: {}", client_argv[0], server_status, server_says);
     }
     return client;
-  }
-
-  static std::string last_line(const std::string& text) {
-    std::string s = text;
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
-      s.pop_back();
-    const auto nl = s.rfind('\n');
-    return nl == std::string::npos ? s : s.substr(nl + 1);
   }
 
   int next_test_port() { return args_.test_port + test_index_++; }
@@ -369,7 +364,7 @@ class Validation {
           row.ok = true;
           row.result = *r;
         } else {
-          row.error = "no result row in its output: " + last_line(client.output);
+          row.error = "no result row in its output: " + validate::failure_line(client.output);
         }
       }
       if (!row.ok) ++failed;

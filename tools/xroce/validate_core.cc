@@ -207,6 +207,20 @@ std::vector<std::string> pingpong_argv(const std::string& device, int gid_index,
   return argv;
 }
 
+std::string failure_line(const std::string& output) {
+  static const std::regex telling(R"(error|fail|couldn't|unable|timeout|timed out|refused)",
+                                  std::regex::icase);
+  std::istringstream lines(output);
+  std::string last;
+  for (std::string line; std::getline(lines, line);) {
+    line = trim(line);
+    if (line.empty()) continue;
+    if (std::regex_search(line, telling)) return line;
+    last = line;
+  }
+  return last;
+}
+
 std::optional<PerftestResult> parse_perftest(const std::string& output, bool latency) {
   std::istringstream lines(output);
   bool after_header = false;

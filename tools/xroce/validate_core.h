@@ -59,6 +59,10 @@ const PerftestSpec* find_perftest(const std::string& name);
 std::vector<std::string> perftest_argv(const PerftestSpec& spec, const std::string& device,
                                        int gid_index, int mtu, int tcp_port, int iterations,
                                        const std::string& peer);
+// The line of a failed program's output that says why: the first that speaks of an error, a
+// failure or a timeout, else the last non-empty one.
+std::string failure_line(const std::string& output);
+
 // `ibv_rc_pingpong -c` (buffers checked) as the data check.
 std::vector<std::string> pingpong_argv(const std::string& device, int gid_index, int mtu,
                                        int tcp_port, int size, int iterations,

@@ -102,6 +102,18 @@ TEST(ValidatePerftest, ParsesBandwidthAndLatencyReports) {
   EXPECT_FALSE(parse_perftest("Couldn't connect to 198.18.7.2:18515\n", false).has_value());
 }
 
+TEST(ValidatePerftest, FailureLineIsTheOneThatSaysWhy) {
+  const std::string failed = R"(
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+Completion with error at client
+ Failed status 12: wr_id 0 syndrom 0x81
+scnt=128, ccnt=0
+)";
+  EXPECT_EQ(failure_line(failed), "Completion with error at client");
+  EXPECT_EQ(failure_line("a\nlast words  \n\n"), "last words");
+  EXPECT_EQ(failure_line(""), "");
+}
+
 TEST(ValidateServe, ComposesOnlyKnownProgramsWithBoundedNumbers) {
   const auto devices = parse_ibv_devinfo(kDevinfo);
   nlohmann::json req = {{"op", "perftest"}, {"test", "write_bw"}, {"device", "rxe0"},
