@@ -36,6 +36,7 @@ PERFTEST = [("ib_write_bw", 65536, 50, ""), ("ib_read_bw", 65536, 20, ""),
             ("ib_send_lat", 64, 50, "")]
 DATA_BYTES = 1 << 18
 VALIDATE_PORT = 18610
+VALIDATE_QP_TIMEOUT = 18  # 4.096 us << 18 = 1.07 s
 
 
 def data_check(suite: Suite, server, client) -> None:
@@ -83,8 +84,11 @@ def check_native_xdp(xg: XroceGuest, link: dict) -> None:
 def validate_against_rxe(xg: XroceGuest, rxe_vm) -> None:
     serve = rxe_vm.start_command(f"xroce validate --serve --serve-port {VALIDATE_PORT}")
     rxe_vm.wait_listening(VALIDATE_PORT)
+    # Both VMs are emulated on a shared host: either can stall longer than perftest's default
+    # ACK timeout (67 ms) times its 7 retries, so the perftest runs wait ~1 s per try.
     r = xg.vm.run(f"cd /tmp && xroce validate {rxe_vm.ip4} --serve-port {VALIDATE_PORT} --quick "
-                  f"--json /tmp/validate.json --svg /tmp/validate.svg", 600)
+                  f"--qp-timeout {VALIDATE_QP_TIMEOUT} --json /tmp/validate.json "
+                  f"--svg /tmp/validate.svg", 600)
     report = json.loads(xg.vm.check("cat /tmp/validate.json"))
     rxe_vm.run("kill $(pidof xroce) 2>/dev/null")
     serve.wait(30)

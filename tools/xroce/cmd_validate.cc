@@ -65,6 +65,7 @@ struct ValidateArgs {
   std::string svg_path;
   bool quick = false;
   bool skip_perftest = false;
+  int qp_timeout = 0;
 };
 
 class Validation {
@@ -350,14 +351,18 @@ class Validation {
   void run_perftest() {
     int failed = 0;
     for (const auto& spec : validate::perftest_matrix()) {
-      const int iterations = spec.latency ? (args_.quick ? 50 : 500) : (args_.quick ? 50 : 500);
+      const int iterations = args_.quick ? 50 : 500;
       const int port = next_test_port();
       std::string error;
-      const auto client = run_pair(
-          {{"op", "perftest"}, {"test", spec.name}, {"port", port}, {"iterations", iterations}},
-          validate::perftest_argv(spec, local_device_->name, local_gid_index_, mtu_, port,
-                                  iterations, args_.peer),
-          error);
+      const auto client =
+          run_pair({{"op", "perftest"},
+                    {"test", spec.name},
+                    {"port", port},
+                    {"iterations", iterations},
+                    {"qp_timeout", args_.qp_timeout}},
+                   validate::perftest_argv(spec, {local_device_->name, local_gid_index_, mtu_, port,
+                                                  iterations, args_.qp_timeout, args_.peer}),
+                   error);
       validate::PerftestRow row{spec.name, spec.latency, false, {}, error};
       if (error.empty()) {
         if (auto r = validate::parse_perftest(client.output, spec.latency)) {
@@ -430,6 +435,10 @@ void register_validate(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--json", args->json_path, "JSON report (default xroce-validate-PEER.json)");
   cmd->add_option("--svg", args->svg_path, "SVG chart (default xroce-validate-PEER.svg)");
   cmd->add_flag("--quick", args->quick, "Fewer iterations");
+  cmd->add_option("--qp-timeout", args->qp_timeout,
+                  "perftest's ACK timeout exponent (-u) on both sides, for slow peers such as "
+                  "emulated VMs (default: perftest's, 14 = 67 ms)")
+      ->check(CLI::Range(0, 31));
   cmd->add_flag("--skip-perftest", args->skip_perftest, "Only the path checks and the data check");
   cmd->callback([args, &status] {
     if (args->serve) {

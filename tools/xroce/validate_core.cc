@@ -26,6 +26,7 @@ constexpr std::array<int, 5> kRoceMtus = {256, 512, 1024, 2048, 4096};
 constexpr int kMaxIterations = 100000;
 constexpr int kMaxPingpongBytes = 1 << 20;
 constexpr int kMinTcpPort = 1024;
+constexpr int kMaxQpTimeout = 31;  // the 5-bit Local ACK Timeout (C9-140)
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
@@ -165,24 +166,23 @@ const PerftestSpec* find_perftest(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> perftest_argv(const PerftestSpec& spec, const std::string& device,
-                                       int gid_index, int mtu, int tcp_port, int iterations,
-                                       const std::string& peer) {
+std::vector<std::string> perftest_argv(const PerftestSpec& spec, const PerftestRun& run) {
   std::vector<std::string> argv = {spec.program,
                                    "-d",
-                                   device,
+                                   run.device,
                                    "-x",
-                                   std::to_string(gid_index),
+                                   std::to_string(run.gid_index),
                                    "-m",
-                                   std::to_string(mtu),
+                                   std::to_string(run.mtu),
                                    "-p",
-                                   std::to_string(tcp_port),
+                                   std::to_string(run.tcp_port),
                                    "-n",
-                                   std::to_string(iterations),
+                                   std::to_string(run.iterations),
                                    "-F"};
+  if (run.qp_timeout != 0) argv.insert(argv.end(), {"-u", std::to_string(run.qp_timeout)});
   if (!spec.latency) argv.push_back("--report_gbits");
   argv.insert(argv.end(), spec.options.begin(), spec.options.end());
-  if (!peer.empty()) argv.push_back(peer);
+  if (!run.peer.empty()) argv.push_back(run.peer);
   return argv;
 }
 
@@ -296,7 +296,12 @@ std::optional<std::vector<std::string>> server_argv_for(const nlohmann::json& re
       error = fmt::format("unknown test '{}'", request.value("test", ""));
       return std::nullopt;
     }
-    return perftest_argv(*spec, device, gid_index, mtu, port, iterations, "");
+    const int qp_timeout = request.value("qp_timeout", 0);
+    if (qp_timeout < 0 || qp_timeout > kMaxQpTimeout) {
+      error = fmt::format("qp_timeout must be 0..{}", kMaxQpTimeout);
+      return std::nullopt;
+    }
+    return perftest_argv(*spec, {device, gid_index, mtu, port, iterations, qp_timeout, ""});
   }
   error = fmt::format("unknown op '{}'", op);
   return std::nullopt;

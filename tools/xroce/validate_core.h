@@ -55,10 +55,17 @@ struct PerftestSpec {
 // bandwidth and latency.
 const std::vector<PerftestSpec>& perftest_matrix();
 const PerftestSpec* find_perftest(const std::string& name);
-// A perftest command line: a server without `peer`, a client with it.
-std::vector<std::string> perftest_argv(const PerftestSpec& spec, const std::string& device,
-                                       int gid_index, int mtu, int tcp_port, int iterations,
-                                       const std::string& peer);
+// How one side runs a perftest program.
+struct PerftestRun {
+  std::string device;
+  int gid_index = 0;
+  int mtu = 0;  // RoCE MTU, bytes
+  int tcp_port = 0;
+  int iterations = 0;
+  int qp_timeout = 0;  // the ACK timeout exponent (perftest -u, 4.096 us << n); 0: its default
+  std::string peer;    // empty: the server
+};
+std::vector<std::string> perftest_argv(const PerftestSpec& spec, const PerftestRun& run);
 // The line of a failed program's output that says why: the first that speaks of an error, a
 // failure or a timeout, else the last non-empty one.
 std::string failure_line(const std::string& output);

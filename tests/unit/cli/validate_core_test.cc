@@ -149,6 +149,16 @@ TEST(ValidateServe, ComposesOnlyKnownProgramsWithBoundedNumbers) {
   bad = req;
   bad["op"] = "exec";
   rejected(bad, "unknown op");
+  bad = req;
+  bad["qp_timeout"] = 40;
+  rejected(bad, "qp_timeout must be");
+  auto slow = req;
+  slow["qp_timeout"] = 18;
+  argv = server_argv_for(slow, devices, error);
+  ASSERT_TRUE(argv.has_value()) << error;
+  const auto u = std::find(argv->begin(), argv->end(), "-u");
+  ASSERT_NE(u, argv->end());
+  EXPECT_EQ(*(u + 1), "18");
 
   nlohmann::json pp = req;
   pp["op"] = "pingpong";
