@@ -313,7 +313,8 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
     remove_device_node(served.uverbs);
     return {err, {}};
   }
-  devices_.emplace(name, std::move(served));
+  auto& added = devices_.emplace(name, std::move(served)).first->second;
+  cm_.add_device(name, *added.model, *added.runner);
   served_any_ = true;
   return {0, {}};
 }
@@ -334,6 +335,7 @@ ControlServer::Reply ControlServer::link_del(const Client& client, const std::st
     it->second.model->release_client(c.id);
     c.device.clear();
   }
+  cm_.remove_device(name);  // its ids get DEVICE_REMOVAL
   tree_.remove_device(name, it->second.uverbs);
   remove_device_node(it->second.uverbs);
   devices_.erase(it);

@@ -13,6 +13,7 @@
 #include <fmt/core.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +69,7 @@ int ControlServer::start() {
   if (ftruncate(lock_fd_, 0) != 0 || write(lock_fd_, pid.data(), pid.size()) < 0) return errno;
 
   tree_.clear_stale();
+  if (const int err = tree_.write_rdma_cm(paths_.control_socket)) return err;
   reclaim_stale_device_nodes();
   unlink(paths_.control_socket.c_str());
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -92,6 +94,7 @@ int ControlServer::start() {
   if (signal_fd_ < 0 || epoll_fd_ < 0) return errno;
   add_to_epoll(epoll_fd_, listen_fd_);
   add_to_epoll(epoll_fd_, signal_fd_);
+  add_to_epoll(epoll_fd_, cm_.wake_fd());
   if (netlink_.fd() >= 0) add_to_epoll(epoll_fd_, netlink_.fd());
   return 0;
 }
@@ -99,7 +102,10 @@ int ControlServer::start() {
 int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
-    const int n = epoll_wait(epoll_fd_, events, 32, devices_.empty() ? -1 : kCounterRefreshMs);
+    int timeout_ms = devices_.empty() ? -1 : kCounterRefreshMs;
+    if (const int cm_ms = cm_.next_timeout_ms(); cm_ms >= 0)
+      timeout_ms = timeout_ms < 0 ? cm_ms : std::min(timeout_ms, cm_ms);
+    const int n = epoll_wait(epoll_fd_, events, 32, timeout_ms);
     if (n < 0 && errno != EINTR) return 1;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
@@ -113,6 +119,7 @@ int ControlServer::run() {
         serve_client(fd);
       }
     }
+    cm_.run_pending();  // QP1 MADs the workers handed over, and the CM's timers
     if (served_any_ && devices_.empty()) stop_ = true;
     refresh_hw_counters();
   }
@@ -191,6 +198,7 @@ void ControlServer::send_reply(int fd, const std::string& out, const std::vector
 void ControlServer::drop_client(int fd) {
   auto it = clients_.find(fd);
   if (it != clients_.end()) {
+    cm_.close_file(it->second.id);       // its cm ids go as the kernel's on close: DREQs, REJs
     release_shared_regions(it->second);  // while the PDs still hold the process's memory
     if (auto* dev = device_of(it->second)) dev->release_client(it->second.id);
     if (it->second.event_fd >= 0) close(it->second.event_fd);
@@ -209,6 +217,8 @@ device::Device* ControlServer::device_of(const Client& client) {
 
 ControlServer::Reply ControlServer::dispatch(Client& client, control::Op op,
                                              const std::string& body, int passed_fd) {
+  if (op == control::Op::cm_open || op == control::Op::cm_command || op == control::Op::cm_show)
+    return cm_op(client, op, body, passed_fd);
   if (op == control::Op::hello) return hello(client, body, passed_fd);
   if (op == control::Op::create_comp_channel) return create_comp_channel(client, passed_fd);
   if (op == control::Op::reg_mr) return reg_mr(client, body, passed_fd);
@@ -315,6 +325,7 @@ void ControlServer::shutdown() {
   while (!clients_.empty())
     drop_client(clients_.begin()->first);
   for (const auto& [name, served] : devices_) {
+    cm_.remove_device(name);
     tree_.remove_device(name, served.uverbs);
     remove_device_node(served.uverbs);
   }

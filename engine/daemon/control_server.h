@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cm_service.h"
 #include "daemon/datapath_runner.h"
 #include "daemon/netdev.h"
 #include "daemon/run_dir.h"
@@ -125,8 +126,12 @@ class ControlServer {
   void shutdown();
   device::Device* device_of(const Client& client);
 
+  // control_cm.cc: the rdma_cm ops.
+  Reply cm_op(Client& client, control::Op op, const std::string& body, int passed_fd);
+
   RunPaths paths_;
   SysfsTree tree_;
+  CmService cm_;  // before devices_: it holds pointers into their models and runners
   NetlinkWatcher netlink_;
   int lock_fd_ = -1;
   bool owns_run_dir_ = false;  // we hold the lock: the run directory is ours to clean

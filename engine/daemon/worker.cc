@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "cm/mad.h"
 #include "device/counters_report.h"
 
 namespace xroce::daemon {
@@ -420,6 +421,13 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
 
 void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
                                const wire::DecodedFrame& f) {
+  if (gsi_sink_ && f.hdr.bth.dest_qp.value() == cm::kGsiQpn) {
+    ++counters_.rx_delivered;
+    device_counters_.add(device::Counter::kRcvdPkts);
+    device_counters_.add(device::Counter::kRxBytes, frame.size());
+    gsi_sink_(frame);
+    return;
+  }
   const auto it = qps_.find(f.hdr.bth.dest_qp.value());
   if (it == qps_.end()) {
     ++counters_.rx_no_qp;
@@ -666,6 +674,21 @@ void Worker::transmit_batch_on_worker() {
     tx_backlog_.emplace_back(tx_batch_[i].begin(), tx_batch_[i].end());
   }
   tx_batch_count_ = 0;
+}
+
+void Worker::set_gsi_sink_on_worker(GsiSink sink) {
+  assert(on_worker());
+  gsi_sink_ = std::move(sink);
+}
+
+void Worker::send_packet_on_worker(const wire::FrameAddress& addr,
+                                   const wire::TransportHeaders& hdr, wire::Bytes payload) {
+  assert(on_worker());
+  transport::Transmit tx;
+  tx.hdr = hdr;
+  tx.payload_len = static_cast<std::uint32_t>(payload.size());
+  emit_on_worker(monotonic_now_ns(), tx, addr, payload);  // loopback and MACs as for QPs
+  transmit_batch_on_worker();
 }
 
 void Worker::count_sent_on_worker(std::size_t bytes) {

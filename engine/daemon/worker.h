@@ -221,6 +221,14 @@ class Worker {
   // The GIDs this daemon serves and where their frames go (loopback.h).
   void set_loopback_on_worker(std::shared_ptr<const LoopbackTable> table);
 
+  // QP1, the GSI QP, is the connection manager's (engine/daemon/cm_service.h), not a hosted
+  // QP: every frame for QPN 1 goes to `sink` on this thread (nullptr: counted as no QP). The
+  // CM's own MADs leave through send_packet_on_worker, MAC resolution included.
+  using GsiSink = std::function<void(wire::Bytes frame)>;
+  void set_gsi_sink_on_worker(GsiSink sink);
+  void send_packet_on_worker(const wire::FrameAddress& addr, const wire::TransportHeaders& hdr,
+                             wire::Bytes payload);
+
  private:
   struct Handover {
     std::vector<std::uint8_t> bytes;
@@ -323,6 +331,7 @@ class Worker {
   std::size_t tx_batch_count_ = 0;
   wire::DecodedFrame decoded_;
   DatapathCounters counters_;
+  GsiSink gsi_sink_;
 };
 
 std::uint64_t monotonic_now_ns();

@@ -40,10 +40,12 @@ inline std::pair<RunResult, RunResult> run_server_client(
 }
 
 // Two namespaces "<prefix>-<pid>-{a,b}" with veth g1a/g1b between them, 198.18.<subnet>.1 and
-// .2, a device "xpa"/"xpb" on each end with the given port kind.
+// .2, a device "xpa"/"xpb" on each end with the given port kind (on a only when device_on_b
+// is false: b is then a plain host, e.g. for a scripted peer on an AF_PACKET socket).
 class Pair {
  public:
-  Pair(const std::string& prefix, int subnet, const std::string& port) : subnet_(subnet) {
+  Pair(const std::string& prefix, int subnet, const std::string& port, bool device_on_b = true)
+      : subnet_(subnet) {
     const std::string base = prefix + "-" + std::to_string(getpid());
     ns_[0] = base + "-a";
     ns_[1] = base + "-b";
@@ -56,6 +58,8 @@ class Pair {
       run({"ip", "-n", ns_[i], "addr", "add", ip(i) + "/24", "dev", ifs[i]});
       run({"ip", "-n", ns_[i], "link", "set", ifs[i], "up"});
       run({"ip", "-n", ns_[i], "link", "set", "lo", "up"});
+      wanted_[i] = i == 0 || device_on_b;
+      if (!wanted_[i]) continue;
       added_[i] = exec(i, {xroce_bin(), "link", "add", dev(i), "netdev", ifs[i], "port", port,
                            "queues", "1"})
                       .status == 0;
@@ -71,11 +75,12 @@ class Pair {
   Pair& operator=(const Pair&) = delete;
 
   bool ready() const {
-    if (!added_[0] || !added_[1]) return false;
+    if (added_[0] != wanted_[0] || added_[1] != wanted_[1]) return false;
     // A veth end reports carrier a moment after both ends are up.
     return eventually(
         [&] {
           for (int i = 0; i < 2; ++i) {
+            if (!wanted_[i]) continue;
             auto r = exec(i, {xroce_bin(), "link", "show"});
             if (r.output.find("state ACTIVE") == std::string::npos) return false;
           }
@@ -113,6 +118,7 @@ class Pair {
   int subnet_;
   std::string ns_[2];
   bool added_[2] = {false, false};
+  bool wanted_[2] = {true, true};
 };
 
 }  // namespace xroce::e2e

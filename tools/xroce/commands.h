@@ -12,8 +12,9 @@ struct ExitStatus {
   int code = 0;
 };
 
-void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
-void register_sim(CLI::App& app, ExitStatus& status);   // cmd_sim.cc
+void register_wire(CLI::App& app, ExitStatus& status);     // cmd_wire.cc
+void register_sim(CLI::App& app, ExitStatus& status);      // cmd_sim.cc
+void register_conform(CLI::App& app, ExitStatus& status);  // cmd_conform.cc
 // `xroce sim --incast N ...` (cmd_cc.cc): adds its options to the sim command; the second runs
 // the incast if --incast was given (reading --seed, --rate-gbps, --mtu, ... of `sim`).
 struct IncastFlags;
@@ -31,6 +32,7 @@ void register_down(CLI::App& app, ExitStatus& status);      // cmd_up.cc
 void register_top(CLI::App& app, ExitStatus& status);       // cmd_top.cc
 void register_exporter(CLI::App& app, ExitStatus& status);  // cmd_exporter.cc
 void register_validate(CLI::App& app, ExitStatus& status);  // cmd_validate.cc
+void register_cm(CLI::App& app, ExitStatus& status);        // cmd_cm.cc: cm show
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc
