@@ -2,11 +2,15 @@
 //
 // Usage: xroced (no arguments). Serves the control socket of the namespace it runs in
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when
-// its last device is deleted, removing its sysfs tree and device nodes.
+// its last device is deleted, removing its sysfs tree and device nodes. Tells systemd when it
+// serves (NOTIFY_SOCKET), for a Type=notify unit.
 #include <fmt/core.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -26,6 +30,24 @@ void tell_launcher(const std::string& line) {
   if (fd <= 2) return;
   const std::string text = line + "\n";
   (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
+// Under systemd (Type=notify: the packaged xroced.service) NOTIFY_SOCKET names the datagram
+// socket that wants "READY=1" once the control socket serves (sd_notify(3)'s protocol).
+void tell_service_manager(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::size_t len = std::strlen(path);
+  if (len >= sizeof addr.sun_path) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)!sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
   close(fd);
 }
 
@@ -49,5 +71,6 @@ int main(int argc, char** argv) {
   fmt::print("xroced: serving {}\n", paths.control_socket);
   std::fflush(stdout);
   tell_launcher("ok");
+  tell_service_manager("READY=1");
   return server.run();
 }

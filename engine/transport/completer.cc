@@ -95,6 +95,7 @@ CompleterState Completer::rnr_retry(const Response& r) {
   ++ctx_.counters.rnr_naks_received;
   if (ctx_.rnr_deadline_ns != 0) return CompleterState::kDone;  // already waiting
   if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns_, r.psn);
+  ctx_.rtt.on_retry();
   if (ctx_.rnr_retry_left == 0) {
     fail(WcStatus::kRnrRetryExcErr);
     return CompleterState::kDone;
@@ -209,6 +210,7 @@ void Completer::complete_head(WcStatus status) {
 
 void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   if (psn.after(ctx_.comp_psn)) ctx_.comp_psn = psn;
+  ctx_.rtt.on_acknowledged(now_ns, ctx_.comp_psn);
   // Forward progress resets the retry budgets (rxe's reset_retry_counters).
   ctx_.retry_left = ctx_.attr.retry_cnt;
   ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
@@ -224,6 +226,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     return;
   }
   --ctx_.retry_left;
+  ctx_.rtt.on_retry();
   if (!from_timeout) {
     retry_started_ = true;
     retry_psn_ = ctx_.comp_psn;

@@ -117,6 +117,7 @@ void Qp::reset_queues() {
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
+  ctx_.rtt = RttEstimator{};
   resp_.reset(wire::Psn(0), 0);
   req_.reset();
   comp_.reset();
@@ -169,6 +170,7 @@ int Qp::post_recv(const RecvRequest& wr) {
 void Qp::handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload,
                        const RxMeta& meta) {
   ++ctx_.counters.packets_received;
+  ctx_.counters.payload_bytes_received += payload.size();
   if (meta.ecn_ce) {
     ++ctx_.counters.ecn_ce_received;
     if (ctx_.cc != nullptr) ctx_.cc->on_ce_marked(now_ns);

@@ -10,6 +10,7 @@
 
 #include "transport/memory.h"
 #include "transport/qp_state.h"
+#include "transport/rtt.h"
 #include "transport/srq.h"
 #include "transport/work.h"
 #include "wire/psn.h"
@@ -104,6 +105,7 @@ struct QpContext {
   std::deque<Completion> completions;
   std::deque<AsyncEvent> events;
   QpCounters counters;
+  RttEstimator rtt;            // the requester times, the completer measures
   bool fatal_pending = false;  // a role found a fatal error; the QP moves to ERR and flushes
   bool sq_drained_reported = false;
 

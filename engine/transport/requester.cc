@@ -94,7 +94,10 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   if (w.stage == WqeStage::kPosted) start_wqe(w);
   Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_rc(w, payload);
   ++ctx_.counters.packets_sent;
+  ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
+  if (ctx_.config.type == QpType::kRc)
+    ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
   if (ctx_.config.type == QpType::kRc && ctx_.retransmit_deadline_ns == 0) {
     const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);

@@ -467,6 +467,7 @@ std::optional<Transmit> Responder::poll(wire::MutableBytes payload) {
     }
   }
   ++ctx_.counters.packets_sent;
+  ctx_.counters.payload_bytes_sent += t.payload_len;
   return t;
 }
 

@@ -88,8 +88,10 @@ struct AsyncEvent {
 // Counters a QP keeps; the simulator and `xroce stat` read them.
 struct QpCounters {
   std::uint64_t packets_sent = 0;
+  std::uint64_t payload_bytes_sent = 0;  // requests and responses, retransmissions included
   std::uint64_t retransmitted_packets = 0;
   std::uint64_t packets_received = 0;
+  std::uint64_t payload_bytes_received = 0;
   std::uint64_t naks_sent = 0;  // every NAK kind, RNR included
   std::uint64_t rnr_naks_sent = 0;
   std::uint64_t naks_received = 0;  // every NAK kind, RNR included

@@ -137,6 +137,47 @@ class XroceHost:
         return json.loads(p.stdout) if p.returncode == 0 else []
 
 
+class XroceGuest:
+    """An xroce device inside a VM booted from an image with the xroce package (build-image
+    --with-deb) and without the kernel's RDMA modules (xroce.rxe=0): the guest's own xroced on
+    its virtio-net eth0, brought up with `xroce up`. Commands run under `xroce exec`, with the
+    image's profile (iproute2 over busybox's applets)."""
+
+    def __init__(self, vm, device: str = "xv0"):
+        self.vm = vm
+        self.name = f"xroce@{vm.name}"
+        self.ip4 = vm.ip4
+        self.ip6 = vm.ip6
+        self.device = device
+
+    def up(self, port: str = "afxdp") -> dict:
+        """`xroce up eth0` in the guest; returns the device's `xroce link show --json` entry."""
+        self.vm.check(f"xroce up eth0 --name {self.device} --port {port} --timeout 60", 90)
+        return json.loads(self.vm.check(f"xroce link show {self.device} --json"))[0]
+
+    def _wrapped(self, command: str) -> str:
+        quoted = command.replace("'", "'\\''")
+        return f"xroce exec -- sh -c '. /etc/xroce/profile; {quoted}'"
+
+    def start_command(self, command: str):
+        return self.vm.start_command(self._wrapped(command))
+
+    def run(self, command: str, timeout_s: float = 60) -> GuestResult:
+        return self.vm.run(self._wrapped(command), timeout_s)
+
+    def check(self, command: str, timeout_s: float = 60) -> str:
+        return self.vm.check(self._wrapped(command), timeout_s)
+
+    def wait_listening(self, tcp_port: int, timeout_s: float = 30) -> None:
+        self.vm.wait_listening(tcp_port, timeout_s)
+
+    def gid_index(self, address: str) -> int:
+        return _gid_index(self.check(f"ibv_devinfo -v -d {self.device}"), address, self.name)
+
+    def counters(self) -> dict:
+        return json.loads(self.vm.check(f"xroce stat {self.device} --json"))["counters"]
+
+
 class RxeGuest:
     """Adds the verbs-peer calls (device, gid_index from sysfs/ibv_devinfo, counters) to a Vm."""
 

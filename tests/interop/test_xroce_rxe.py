@@ -70,7 +70,7 @@ class Suite:
         self.xr = xr
         self.xri_verbs = xri_verbs
         self.port = FIRST_TCP_PORT
-        self.rxe_xri = None  # xri_verbs inside the guest, once copied there
+        self.guests_with_xri = set()  # the guests xri_verbs was copied into
         # The RoCE v2 GID of each side's IPv4 (or, with --ipv6, global IPv6) address; the TCP
         # side channel of the programs always uses IPv4.
         self.ip_version = ip_version
@@ -149,17 +149,18 @@ class Suite:
             f"decoded with ICRC ok; {summary['retransmitted']} retransmitted requests; "
             f"{summary['opcodes']}")
 
-    def install_xri_verbs(self) -> None:
+    def install_xri_verbs(self, guest) -> None:
         data = base64.b64encode(self.xri_verbs.read_bytes()).decode()
         lines = "\n".join(data[i:i + 76] for i in range(0, len(data), 76))
-        self.rxe.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
-                       f"chmod +x {VM_XRI_VERBS}")
-        self.rxe_xri = VM_XRI_VERBS
+        guest.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
+                    f"chmod +x {VM_XRI_VERBS}")
+        self.guests_with_xri.add(guest.name)
 
     def xri(self, peer, args: str) -> str:
-        if peer is self.rxe and self.rxe_xri is None:
-            self.install_xri_verbs()
-        program = self.rxe_xri if peer is self.rxe else str(self.xri_verbs)
+        in_guest = hasattr(peer, "vm")  # a peer inside a VM (rxe, or xroce in the guest)
+        if in_guest and peer.name not in self.guests_with_xri:
+            self.install_xri_verbs(peer)
+        program = VM_XRI_VERBS if in_guest else str(self.xri_verbs)
         return f"{program} --gid-index {self.gid[peer.name]} {args}"
 
     def xri_pair(self, server, client, server_args: str, client_args: str, between=None):

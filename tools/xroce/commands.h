@@ -21,13 +21,18 @@ struct IncastFlags;
 std::shared_ptr<IncastFlags> add_incast_options(CLI::App* sim);
 bool run_incast_if_asked(const CLI::App& sim, const IncastFlags& flags, ExitStatus& status);
 #ifdef XROCE_HAVE_DEVICE
-void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
-void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc
-void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
-void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
-void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
-void register_cc(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: cc show|set|profile
-void register_cm(CLI::App& app, ExitStatus& status);    // cmd_cm.cc: cm show
+void register_link(CLI::App& app, ExitStatus& status);      // cmd_link.cc
+void register_env(CLI::App& app, ExitStatus& status);       // cmd_env.cc
+void register_exec(CLI::App& app, ExitStatus& status);      // cmd_env.cc
+void register_stat(CLI::App& app, ExitStatus& status);      // cmd_stat.cc
+void register_qp(CLI::App& app, ExitStatus& status);        // cmd_qp.cc
+void register_cc(CLI::App& app, ExitStatus& status);        // cmd_cc.cc: cc show|set|profile
+void register_up(CLI::App& app, ExitStatus& status);        // cmd_up.cc
+void register_down(CLI::App& app, ExitStatus& status);      // cmd_up.cc
+void register_top(CLI::App& app, ExitStatus& status);       // cmd_top.cc
+void register_exporter(CLI::App& app, ExitStatus& status);  // cmd_exporter.cc
+void register_validate(CLI::App& app, ExitStatus& status);  // cmd_validate.cc
+void register_cm(CLI::App& app, ExitStatus& status);        // cmd_cm.cc: cm show
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc
