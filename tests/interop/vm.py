@@ -84,7 +84,8 @@ def accelerator() -> str:
     """KVM only when /dev/kvm is a real VT-x/SVM hypervisor; otherwise qemu's TCG.
 
     XROCE_INTEROP_ACCEL=kvm|tcg overrides. A nested page-table hypervisor (kvm_pvm) exposes
-    /dev/kvm but cannot run a stock Debian kernel (see ../shared/INTEROP-VM.md)."""
+    /dev/kvm but cannot run a stock Debian kernel (-cpu host aborts on MSR 0x10a; with it masked
+    the guest dies on cmpxchg16b/xrstor emulation failures)."""
     forced = os.environ.get("XROCE_INTEROP_ACCEL")
     if forced:
         return forced

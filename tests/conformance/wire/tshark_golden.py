@@ -1,12 +1,12 @@
 """Conformance: tshark (Wireshark's dissector) reads every frame of the golden capture as RoCE
 and agrees with xroce's own decoder on every BTH and extended-header field, the IP/UDP/VLAN
 fields and the ICRC bytes; nothing is malformed and the IPv4 checksums verify. The real rxe
-captures, when present, are checked the same way (their RoCE frames only).
+captures (tests/data/captures) are checked the same way (their RoCE frames only).
 
 tshark 4.0 quirks (PROTOCOL.md 1.10): the CNP (0x81) is "Unknown (129)" with its 16 reserved
 bytes and the ICRC shown as vendor data; pad bytes are part of "Data".
 
-Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR [CAPTURE_DIR]
+Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR CAPTURE_DIR
 """
 
 import json
@@ -201,19 +201,18 @@ def check_capture(xroce, path, must_be_all_roce):
 
 def main():
     xroce, work = sys.argv[1], sys.argv[2]
-    captures = sys.argv[3] if len(sys.argv) > 3 else None
+    captures = sys.argv[3]
     os.makedirs(work, exist_ok=True)
     golden = os.path.join(work, "golden.pcap")
     subprocess.run([xroce, "wire", "samples", "-w", golden], check=True,
                    stdout=subprocess.DEVNULL)
     if check_capture(xroce, golden, must_be_all_roce=True) < 200:
         fail("-", "the golden capture should hold over 200 RoCE frames")
-    if captures and os.path.isdir(captures):
-        for name in sorted(os.listdir(captures)):
-            if name.endswith(".pcap"):
-                check_capture(xroce, os.path.join(captures, name), must_be_all_roce=False)
-    else:
-        print("no capture folder %s: real rxe captures not checked" % captures)
+    real = sorted(n for n in os.listdir(captures) if n.endswith(".pcap"))
+    if not real:
+        fail("-", "no rxe capture in %s" % captures)
+    for name in real:
+        check_capture(xroce, os.path.join(captures, name), must_be_all_roce=False)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
