@@ -200,7 +200,7 @@ ControlServer::Reply ControlServer::dealloc_pd(const Client& client, const std::
   return {dev->dealloc_pd(client.id, request.handle), {}};
 }
 
-// Registered memory (ARCHITECTURE.md decision 5). With a memfd from the provider the region
+// Registered memory (docs/ARCHITECTURE.md decision 5). With a memfd from the provider the region
 // is reached through the daemon's mapping of it; the daemon first checks that the memfd really
 // is what the process has mapped over the whole range, so a region always reaches the memory the
 // process registered. Without one, or if the memfd cannot be mapped, through cross-memory attach.

@@ -1,5 +1,4 @@
 // Destination MACs for the AF_XDP port: the kernel's neighbour table, read over rtnetlink.
-// One small function pair the MEMORY engineer's resolver (ARP/NDP of our own) can replace.
 // A UDP port needs none of this: the kernel puts the Ethernet header on.
 //
 // Threading: free functions, each call opens its own socket; a worker calls them only when its

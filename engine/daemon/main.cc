@@ -1,4 +1,4 @@
-// xroced: the xroce NIC for one network namespace (ARCHITECTURE.md decision 1).
+// xroced: the xroce NIC for one network namespace (docs/ARCHITECTURE.md decision 1).
 //
 // Usage: xroced (no arguments). Serves the control socket of the namespace it runs in
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when

@@ -25,7 +25,8 @@ struct NetdevState {
 // IB MTU enum (ibv_mtu): 1 = 256 ... 5 = 4096 bytes of payload per packet.
 inline constexpr uint32_t kIbMtu256 = 1;
 inline constexpr uint32_t kIbMtu4096 = 5;
-// Room rxe keeps for headers below the netdev MTU (RXE_MAX_HDR_LENGTH), PROTOCOL.md §4.1.
+// Room rxe keeps for headers below the netdev MTU (rxe_param.h RXE_MAX_HDR_LENGTH; docs/protocol.md
+// §3.10).
 inline constexpr uint32_t kMaxHeaderBytes = 80;
 
 uint32_t ib_mtu_bytes(uint32_t ib_mtu);

@@ -1,4 +1,4 @@
-// The Ethernet/IP/UDP envelope of a RoCEv2 frame (PROTOCOL.md §1.2-1.5), as far as a port
+// The Ethernet/IP/UDP envelope of a RoCEv2 frame (docs/protocol.md §1.1-1.3), as far as a port
 // needs it: the UDP port strips it on send and synthesizes it on receive, the benchmark and
 // the integration tests wrap payloads in it. This is deliberately not the wire codec
 // (wire/frame.h): it does not look past the UDP header and knows nothing of the transport.
@@ -43,7 +43,7 @@ struct UdpEnvelope {
   bool ipv4_dont_fragment = true;
   std::uint16_t src_port = 0;
   std::uint16_t dst_port = kRoceUdpPort;
-  std::uint16_t udp_checksum = 0;  // 0: none (RoCEv2 sends 0, PROTOCOL.md §1.5)
+  std::uint16_t udp_checksum = 0;  // 0: none (RoCEv2 sends 0, docs/protocol.md §1.3)
 };
 
 // Bytes the envelope takes in front of the UDP payload.
@@ -54,11 +54,11 @@ std::size_t envelope_bytes(const UdpEnvelope& env);
 // payload). The IPv4 header checksum is computed.
 void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);
 
-// A socket reader does not see the IPv4 identification, which the ICRC covers (PROTOCOL.md
-// §1.9). Our own port sends ID 0 (DF, unconnected socket), but other senders (rxe) set it: when
-// the envelope written for a received RoCE datagram does not verify with ID 0, this finds the ID
-// that makes the ICRC verify (wire::icrc_solve_ipv4_id), writes it and fixes the header
-// checksum. Returns whether the ID was changed. A datagram no ID explains is left as it was,
+// A socket reader does not see the IPv4 identification, which the ICRC covers
+// (docs/protocol.md §1.7). Our own port sends ID 0 (DF, unconnected socket), but other senders
+// (rxe) set it: when the envelope written for a received RoCE datagram does not verify with ID 0,
+// this finds the ID that makes the ICRC verify (wire::icrc_solve_ipv4_id), writes it and fixes the
+// header checksum. Returns whether the ID was changed. A datagram no ID explains is left as it was,
 // for the decoder to count as an ICRC error. `payload_begin` and `payload_len` as given to
 // write_envelope; the payload ends with the ICRC.
 bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);

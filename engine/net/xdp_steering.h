@@ -6,7 +6,7 @@
 // Lifetime: the object owns the attachment; destroying it detaches the program and leaves
 // the interface as it was (other programs in the dispatcher stay). attach() first removes any
 // xroce_steer program a crashed process left on the interface (one xroced owns a netdev,
-// ARCHITECTURE.md decision 1, so such a program is stale by definition).
+// docs/ARCHITECTURE.md decision 1, so such a program is stale by definition).
 //
 // Threading: configure (add_local_ip, set_queue_socket) from one thread; the maps themselves
 // are safe to update while the program runs.

@@ -195,7 +195,7 @@ Result<std::size_t, FrameError> encode_frame(const FrameAddress& addr, const Tra
   store_be16(p, addr.udp_src_port);
   store_be16(p + 2, kRoceV2Port);
   store_be16(p + 4, static_cast<std::uint16_t>(udp_len));
-  store_be16(p + 6, 0);  // no UDP checksum, as rxe (PROTOCOL.md §1.5)
+  store_be16(p + 6, 0);  // no UDP checksum, as rxe (docs/protocol.md §1.3)
   p += kUdpHeaderBytes;
 
   TransportHeaders padded = hdr;
@@ -292,7 +292,7 @@ std::optional<FrameError> decode_udp(Cursor& c, const std::uint8_t* ip, bool v6,
   if (load_be16(c.p + 2) != kRoceV2Port) return FrameError::kNotRoce;
   f.udp_length = load_be16(c.p + 4);
   f.udp_checksum = load_be16(c.p + 6);
-  // The UDP length, not the IP or Ethernet length, says where the ICRC is (PROTOCOL.md §1.1).
+  // The UDP length, not the IP or Ethernet length, says where the ICRC is (docs/protocol.md §1.1).
   if (f.udp_length > c.left) return FrameError::kBadUdpLength;
   if (f.udp_length < kUdpHeaderBytes + kBthBytes + kIcrcBytes) return FrameError::kBadUdpLength;
   if (f.udp_checksum != 0 && !udp_checksum_ok(ip, v6, c.p, f.udp_length)) {

@@ -1,5 +1,5 @@
 // Whole RoCEv2 frames: Ethernet II (optional 802.1Q tag), IPv4 or IPv6, UDP 4791, the
-// transport headers, payload, pad and ICRC (PROTOCOL.md §1). This is the contract between the
+// transport headers, payload, pad and ICRC (docs/protocol.md §1). This is the contract between the
 // transport (which speaks TransportHeaders + payload) and the ports (which move bytes).
 #pragma once
 
@@ -39,7 +39,7 @@ struct FrameAddress {
   std::uint8_t traffic_class = 0;       // IPv4 TOS / IPv6 traffic class: DSCP << 2 | ECN
   std::uint8_t hop_limit = 64;          // IPv4 TTL / IPv6 hop limit
   std::uint32_t flow_label = 0;         // IPv6 only, 20 bits
-  std::uint16_t udp_src_port = 0xC000;  // per-QP entropy (PROTOCOL.md §4.6)
+  std::uint16_t udp_src_port = 0xC000;  // per-QP entropy (docs/protocol.md §1.3)
   std::uint16_t ipv4_id = 0;            // IPv4 identification
   bool ipv4_dont_fragment = true;       // IPv4 DF flag; rxe always sets it
   bool operator==(const FrameAddress&) const = default;
@@ -71,7 +71,7 @@ struct DecodedFrame {
   TransportHeaders hdr;
   HeaderError header_error{};   // set when decode fails with kBadHeaders
   Bytes payload;                // without pad
-  std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (PROTOCOL.md §1.9)
+  std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (docs/protocol.md §1.7)
   bool icrc_ok = false;
   std::uint16_t ipv4_checksum = 0;  // as on the wire (verified); 0 for IPv6
   std::uint16_t udp_checksum = 0;   // as on the wire; 0 = not used, else verified

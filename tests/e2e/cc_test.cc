@@ -33,7 +33,7 @@ json cc_show(const Host& h, const std::string& dev) {
   return json::parse(r.output, nullptr, false);
 }
 
-// PROTOCOL.md §5.5: the ConnectX firmware defaults, under their names.
+// docs/protocol.md §5.5: the ConnectX firmware defaults, under their names.
 const std::map<std::string, int> kConnectxDefaults = {
     {"rpg_time_reset", 300},
     {"rpg_byte_reset", 32767},
@@ -74,7 +74,7 @@ TEST_F(CcControl, ShowListsEveryParameterWithItsConnectxDefault) {
   EXPECT_EQ(cc["device"], kDev);
   EXPECT_EQ(cc["profile"], "connectx");
   EXPECT_EQ(cc["rp_enable"], json::array({1, 1, 1, 1, 1, 1, 1, 1}));
-  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 0, 0, 0, 0, 0}));  // PROTOCOL.md §6
+  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 0, 0, 0, 0, 0}));  // docs/protocol.md §6
   for (const auto& [name, value] : kConnectxDefaults)
     EXPECT_EQ(cc["params"][name], value) << name;
   for (int p = 0; p < 8; ++p) {
@@ -131,7 +131,7 @@ TEST_F(CcControl, ProfileSwitchKeepsTheEnables) {
   ASSERT_EQ(r.status, 0) << r.output;
   json cc = cc_show(*host_, kDev);
   EXPECT_EQ(cc["profile"], "paper");
-  // DCQCN.md §2 / engine/cc/README.md: the paper's values.
+  // docs/protocol.md §5.5 / engine/cc/README.md: the paper's values.
   EXPECT_EQ(cc["params"]["rpg_time_reset"], 55);
   EXPECT_EQ(cc["params"]["rpg_threshold"], 5);
   EXPECT_EQ(cc["params"]["rpg_ai_rate"], 40);

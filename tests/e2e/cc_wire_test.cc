@@ -1,4 +1,4 @@
-// DCQCN visible on the wire (issue 7): two senders and one receiver, each a namespace with an
+// DCQCN visible on the wire: two senders and one receiver, each a namespace with an
 // xroce device, joined through xroce-switch in a middle namespace whose port towards the
 // receiver is rate-limited below what the senders offer together and ECN-marks by queue depth.
 // Two unmodified ib_write_bw clients write to the receiver at once; sender 1 is held by perftest

@@ -363,7 +363,7 @@ TEST(DatapathCc, CeMarkedWriteGetsOneCnpWithTheProtocolBytes) {
   const auto cnps = cnps_sent(*f.b.port);
   ASSERT_EQ(cnps.size(), 1u);
   const std::vector<std::uint8_t>& bytes = cnps[0];
-  EXPECT_EQ(bytes.size(), 74u);  // PROTOCOL.md §5.3: IPv4, no VLAN
+  EXPECT_EQ(bytes.size(), 74u);  // docs/protocol.md §5.3: IPv4, no VLAN
   const auto d = wire::decode_frame(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->icrc_ok);
@@ -483,8 +483,8 @@ TEST(DatapathCc, CnpCutsTheRateAndThePacerSpacesThatQpOnly) {
   ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
   f.a.port->mark_ce = false;
 
-  // PROTOCOL.md §5.4(b): Rc = Rt = rate_to_set_on_first_cnp, then Rc * (1 - alpha/2) with
-  // alpha = initial_alpha_value / 1024.
+  // docs/protocol.md §5.4 (ConnectX): Rc = Rt = rate_to_set_on_first_cnp, then Rc * (1 - alpha/2)
+  // with alpha = initial_alpha_value / 1024.
   const double expected_rate = 100 * (1 - (1023.0 / 1024) / 2);
   const QpCcStatus st = f.a.cc_of(kQpA);
   EXPECT_TRUE(st.active);

@@ -83,7 +83,7 @@ TEST_F(DeviceTest, IbvDevinfoShowsActivePortAndRoceV2Gids) {
   EXPECT_NE(r.output.find("state:\t\t\tPORT_ACTIVE (4)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("link_layer:\t\tEthernet"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("phys_state:\t\tLINK_UP (5)"), std::string::npos) << r.output;
-  // veth MTU 1500 leaves room for 1024-byte payloads (PROTOCOL.md 4.1).
+  // veth MTU 1500 leaves room for 1024-byte payloads (docs/protocol.md §3.10).
   EXPECT_NE(r.output.find("active_mtu:\t\t1024 (3)"), std::string::npos) << r.output;
   // veth says 10000 Mb/s: 1X FDR10, as the kernel's ib_get_eth_speed() maps it.
   EXPECT_NE(r.output.find("active_width:\t\t1X (1)"), std::string::npos) << r.output;

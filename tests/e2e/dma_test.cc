@@ -1,4 +1,4 @@
-// Registered memory through both DMA paths (ARCHITECTURE.md decision 5), end to end: the
+// Registered memory through both DMA paths (docs/ARCHITECTURE.md decision 5), end to end: the
 // provider re-backs whole pages of anonymous memory with a memfd the daemon maps ("shared"), any
 // other buffer is reached by cross-memory attach ("cma"); `xroce stat` says which; deregistration
 // and a killed client leave no mapping or descriptor in xroced. Also: an address added to the

@@ -123,7 +123,7 @@ std::optional<CoveredRange> icrc_covered_range(wire::Bytes frame) {
   const auto layout = parse_layout(frame);
   if (!layout || !layout->udp_offset) return std::nullopt;
   const std::size_t bth = *layout->udp_offset + kUdpHeaderLen;
-  // The UDP length bounds the datagram (Ethernet may pad after it, PROTOCOL.md §1.1).
+  // The UDP length bounds the datagram (Ethernet may pad after it, docs/protocol.md §1.1).
   const std::size_t udp_end =
       *layout->udp_offset + wire::load_be16(&frame[*layout->udp_offset + 4]);
   const std::size_t end = udp_end < frame.size() ? udp_end : frame.size();

@@ -31,7 +31,7 @@ std::optional<std::uint16_t> udp_source_port(wire::Bytes frame);
 // The ECN bits of the IP header, if the frame is IP.
 std::optional<wire::Ecn> ecn_of(wire::Bytes frame);
 // Sets ECN to CE (IPv4 TOS / IPv6 traffic class low bits = 11) and, for IPv4, rewrites the
-// header checksum. Both fields are masked out of the ICRC (PROTOCOL.md §1.9), so the frame
+// header checksum. Both fields are masked out of the ICRC (docs/protocol.md §1.7), so the frame
 // stays valid. Returns false if the frame is not IP.
 bool mark_ce(wire::MutableBytes frame);
 

@@ -3,7 +3,7 @@ and agrees with xroce's own decoder on every BTH and extended-header field, the 
 fields and the ICRC bytes; nothing is malformed and the IPv4 checksums verify. The real rxe
 captures (tests/data/captures) are checked the same way (their RoCE frames only).
 
-tshark 4.0 quirks (PROTOCOL.md 1.10): the CNP (0x81) is "Unknown (129)" with its 16 reserved
+tshark 4.0 quirks (docs/protocol.md 1.9): the CNP (0x81) is "Unknown (129)" with its 16 reserved
 bytes and the ICRC shown as vendor data; pad bytes are part of "Data".
 
 Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR CAPTURE_DIR
@@ -40,7 +40,7 @@ def walk(obj, prefix=""):
 
 
 def allowed_expert(info, layers):
-    """RFC 8200 wants a UDP checksum over IPv6; rxe sends 0 there too (PROTOCOL.md 1.5), and so
+    """RFC 8200 wants a UDP checksum over IPv6; rxe sends 0 there too (docs/protocol.md 1.3), and so
     does xroce. Wireshark flags it; it is the one expert note accepted."""
     return "ipv6" in layers and "udp.checksum.zero" in info
 
