@@ -372,6 +372,8 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
         rxe = RxeGuest(vm)
         xr = devices.enter_context(
             XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind, hp.ip6))
+        if ip_version == 6:
+            vm.wait_ipv6_ready(hp.ip6)
         suite = Suite(lab, rxe, xr, xri_verbs, ip_version)
         xr2 = None
         for phase in phases:

@@ -318,6 +318,15 @@ class Vm:
         self.wait_in_guest(f"netstat -ltn | grep -q ':{tcp_port} '", timeout_s,
                            f"a listener on TCP {tcp_port}")
 
+    def wait_ipv6_ready(self, peer_ip6: str, timeout_s: float = 30) -> None:
+        """Waits until IPv6 toward `peer_ip6` works from the guest: no address of eth0 still
+        tentative (duplicate address detection done, link-local included) and the peer answers
+        a ping, so its neighbour entry is resolved. rxe resolves the peer's MAC when a QP goes
+        to RTR and fails the modify if that does not complete at once."""
+        self.wait_in_guest(f"! ip -6 addr show dev eth0 | grep -q tentative && "
+                           f"ping -6 -c 1 -W 1 {peer_ip6} >/dev/null 2>&1", timeout_s,
+                           f"IPv6 to {peer_ip6} (DAD done, neighbour resolved)")
+
     def add_rxe(self, timeout_s: float = 30) -> None:
         """rdma link add rxe0 type rxe netdev eth0, then waits for port 1 to be ACTIVE."""
         self.check("rdma link add rxe0 type rxe netdev eth0")
