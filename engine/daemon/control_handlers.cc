@@ -373,6 +373,8 @@ ControlServer::Reply ControlServer::link_show() {
                    {"physical_state", active ? "LINK_UP" : "DISABLED"},
                    {"netdev", netdev.name},
                    {"netdev_index", netdev.ifindex},
+                   {"netdev_up", netdev.up},
+                   {"netdev_carrier", netdev.carrier},
                    {"uverbs", served.uverbs},
                    {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
                    {"port_kind", port_kind_name(served.port)},

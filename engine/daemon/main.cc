@@ -5,6 +5,7 @@
 // its last device is deleted, removing its sysfs tree and device nodes.
 #include <fmt/core.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -29,6 +30,17 @@ void tell_launcher(const std::string& line) {
   close(fd);
 }
 
+// A daemon the CLI started writes its output to the run directory's log, opened only now that
+// it holds the directory's lock: an exiting predecessor unlinks everything in the directory
+// before it lets go of the lock, so this log is never one about to be unlinked.
+void log_to_run_dir(const xroce::daemon::RunPaths& paths) {
+  const int fd = open(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,7 +58,8 @@ int main(int argc, char** argv) {
     tell_launcher(fmt::format("error: {}", std::strerror(err)));
     return err == EEXIST ? 2 : 1;
   }
-  fmt::print("xroced: serving {}\n", paths.control_socket);
+  if (std::getenv("XROCE_READY_FD") != nullptr) log_to_run_dir(paths);
+  fmt::print("xroced: pid {} serving {}\n", getpid(), paths.control_socket);
   std::fflush(stdout);
   tell_launcher("ok");
   return server.run();
