@@ -11,6 +11,7 @@
 namespace xroce::cli {
 
 using cc::sim::FluidResult;
+using cc::sim::IncastConfig;
 using cc::sim::IncastResult;
 
 namespace {
