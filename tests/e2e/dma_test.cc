@@ -240,7 +240,7 @@ TEST_F(DmaTest, AnAddressAddedWhileRunningIsSteered) {
   Pair pair("xrdma-gid", next_subnet(), "afxdp");
   ASSERT_TRUE(pair.ready());
   const std::string added = pair.ip(0).substr(0, pair.ip(0).rfind('.')) + ".11";
-  ASSERT_EQ(pair.exec(0, {"ip", "addr", "add", added + "/24", "dev", "g1a"}).status, 0);
+  ASSERT_EQ(pair.exec(0, {"ip", "addr", "add", added + "/24", "dev", pair.netdev(0)}).status, 0);
   int index = -1;
   ASSERT_TRUE(eventually(
       [&] {
