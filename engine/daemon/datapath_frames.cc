@@ -24,11 +24,14 @@ DatapathCounters& DatapathCounters::operator+=(const DatapathCounters& o) {
   rx_no_qp += o.rx_no_qp;
   rx_handed_over += o.rx_handed_over;
   rx_handover_drops += o.rx_handover_drops;
+  rx_loopback += o.rx_loopback;
   tx_frames += o.tx_frames;
   tx_encode_errors += o.tx_encode_errors;
   tx_no_address += o.tx_no_address;
   tx_no_neighbour += o.tx_no_neighbour;
   tx_backlog_drops += o.tx_backlog_drops;
+  tx_loopback += o.tx_loopback;
+  tx_loopback_drops += o.tx_loopback_drops;
   sleeps += o.sleeps;
   return *this;
 }

@@ -10,7 +10,7 @@
 
 #include <atomic>
 #include <fstream>
-#include <future>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +24,24 @@ using std::chrono::seconds;
 
 inline bool have(const std::string& program) {
   return run({"sh", "-c", "command -v " + program}).status == 0;
+}
+
+// Runs a verbs server and its client (full argvs, each already inside its namespace): the
+// client starts once `listening` says the server's TCP port is open (within 10 s); both
+// outputs, the server's read until it exits.
+inline std::pair<RunResult, RunResult> run_server_client(
+    const std::vector<std::string>& server_argv, const std::function<bool()>& listening,
+    const std::vector<std::string>& client_argv) {
+  Child server(server_argv);
+  RunResult client;
+  if (eventually(listening, seconds(10))) client = run(client_argv, seconds(60));
+  RunResult s;
+  for (std::string line = server.read_line(seconds(60)); !line.empty();
+       line = server.read_line(seconds(60))) {
+    s.output += line + "\n";
+  }
+  s.status = server.wait(seconds(10));
+  return {s, client};
 }
 
 struct PairOptions {
@@ -117,21 +135,10 @@ class Pair {
   std::pair<RunResult, RunResult> server_client(std::vector<std::string> server_argv,
                                                 std::vector<std::string> client_argv,
                                                 const std::string& tcp_port) {
-    Child server(app(0, server_argv));
-    const bool listening_now =
-        eventually([&] { return listening(0, std::stoi(tcp_port)); }, seconds(10));
-    RunResult client;
-    if (listening_now) {
-      client_argv.push_back(ip(0));
-      client = run(app(1, client_argv), seconds(60));
-    }
-    RunResult s;
-    for (std::string line = server.read_line(seconds(60)); !line.empty();
-         line = server.read_line(seconds(60))) {
-      s.output += line + "\n";
-    }
-    s.status = server.wait(seconds(10));
-    return {s, client};
+    client_argv.push_back(ip(0));
+    return run_server_client(
+        app(0, server_argv), [&] { return listening(0, std::stoi(tcp_port)); },
+        app(1, client_argv));
   }
 
   // The daemon's run directory of namespace i (run_dir.h).

@@ -64,9 +64,9 @@ struct Fabric : PipeFabric {
     place_qp(b, kQpB2, kQpA2, kIpB, kIpA);
   }
   void write_and_wait(wire::Qpn qpn, std::uint32_t bytes) {
-    const std::size_t before = a.box(qpn).completions.size();
+    const std::size_t before = a.mailbox(qpn).completions.size();
     a.write(qpn, before, bytes, b.mr.rkey.value());
-    const auto done = a.box(qpn).wait(before + 1);
+    const auto done = a.mailbox(qpn).wait(before + 1);
     ASSERT_EQ(done.size(), before + 1);
     EXPECT_EQ(done.back().status, WcStatus::kSuccess);
   }

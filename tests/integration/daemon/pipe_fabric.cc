@@ -137,6 +137,7 @@ void Side::place_qp(const QpSetup& q) {
   cfg.type = q.type;
   cfg.qpn = q.qpn;
   cfg.port_mtu = transport::PathMtu::k1024;
+  if (q.window) cfg.max_unacked_psns = *q.window;
   auto qp = std::make_unique<transport::Qp>(cfg, mrs);
   transport::QpAttr a;
   a.qp_access_flags = mr.access;
@@ -164,28 +165,29 @@ void Side::place_qp(const QpSetup& q) {
                              : m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
                                    m::kMaxQpRdAtomic),
             0);
-  auto box = std::make_shared<Mailbox>();
+  box = std::make_shared<Mailbox>();
   boxes[q.qpn.value()] = box;
+  qpn = q.qpn;
   dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(box, q.av)}, q.worker);
 }
 
-void Side::post_send(wire::Qpn qpn, transport::WorkRequest wr) {
+void Side::post_send(wire::Qpn to, transport::WorkRequest wr) {
   {
-    std::lock_guard lock(box(qpn).m);
-    box(qpn).sends.push_back(std::move(wr));
+    std::lock_guard lock(mailbox(to).m);
+    mailbox(to).sends.push_back(std::move(wr));
   }
-  dp->worker_for(qpn)->wake();
+  dp->worker_for(to)->wake();
 }
 
-void Side::post_recv(wire::Qpn qpn, transport::RecvRequest wr) {
+void Side::post_recv(wire::Qpn to, transport::RecvRequest wr) {
   {
-    std::lock_guard lock(box(qpn).m);
-    box(qpn).recvs.push_back(std::move(wr));
+    std::lock_guard lock(mailbox(to).m);
+    mailbox(to).recvs.push_back(std::move(wr));
   }
-  dp->worker_for(qpn)->wake();
+  dp->worker_for(to)->wake();
 }
 
-void Side::write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey) {
+void Side::write(wire::Qpn to, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey) {
   transport::WorkRequest wr;
   wr.wr_id = wr_id;
   wr.opcode = transport::WrOpcode::kRdmaWrite;
@@ -193,7 +195,7 @@ void Side::write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::u
   wr.sg_list = {transport::Sge{buf, bytes, mr.lkey}};
   wr.remote_addr = buf;
   wr.rkey = wire::Rkey(rkey);
-  post_send(qpn, wr);
+  post_send(to, wr);
 }
 
 std::uint64_t Side::counter(device::Counter c) {
@@ -214,8 +216,8 @@ void Side::set_cc(const std::function<void(cc::CcDevice&)>& edit) {
   }
 }
 
-QpCcStatus Side::cc_of(wire::Qpn qpn) {
-  return *dp->worker_for(qpn)->call([qpn](Worker& w) { return w.qp_cc_on_worker(qpn); });
+QpCcStatus Side::cc_of(wire::Qpn of) {
+  return *dp->worker_for(of)->call([of](Worker& w) { return w.qp_cc_on_worker(of); });
 }
 
 PipeFabric::PipeFabric(std::uint32_t a_workers, std::size_t mem_bytes, std::uint32_t access)

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -122,24 +123,34 @@ struct QpSetup {
   std::uint8_t retry_cnt = 7;
   std::uint8_t rnr_retry = 7;  // 7 = infinite
   std::uint32_t worker = 0;
+  std::optional<std::uint32_t> window;  // unacknowledged PSNs in flight (else the default)
 };
 
-// One side of the fabric: its memory (one registered region), its datapath, its ports (port is
-// the one of queue 0) and a mailbox per placed QP.
+inline constexpr std::size_t kSideMemBytes = 1 << 21;
+inline constexpr std::uint32_t kAllAccess =
+    transport::access::kLocalWrite | transport::access::kRemoteWrite |
+    transport::access::kRemoteRead | transport::access::kRemoteAtomic;
+
+// One side of the fabric: its memory (one registered region), the datapath its QPs are placed
+// on (shared: two sides may place QPs on one device), its ports (port is the one of queue 0) and
+// a mailbox per placed QP. Most tests place one QP per side: `qpn` and `box` are the last one
+// placed, and post_send/post_recv without a QPN go to it.
 struct Side {
-  Side(std::size_t mem_bytes, std::uint32_t access);
+  explicit Side(std::size_t mem_bytes = kSideMemBytes, std::uint32_t access = kAllAccess);
 
   transport::LocalMemory mem;
   transport::MemoryRegionTable mrs{mem};
   std::uint64_t buf;
   transport::MemoryRegion mr;
-  std::unique_ptr<Datapath> dp;
+  std::shared_ptr<Datapath> dp;
   std::vector<PipePort*> ports;
   PipePort* port = nullptr;
   std::map<std::uint32_t, std::shared_ptr<Mailbox>> boxes;
+  wire::Qpn qpn;
+  std::shared_ptr<Mailbox> box;
 
   void place_qp(const QpSetup& setup);
-  Mailbox& box(wire::Qpn qpn) { return *boxes.at(qpn.value()); }
+  Mailbox& mailbox(wire::Qpn q) { return *boxes.at(q.value()); }
   Worker& worker() { return dp->worker(0); }
 
   std::span<std::uint8_t> bytes(std::uint64_t off, std::size_t len) {
@@ -149,16 +160,18 @@ struct Side {
     return transport::Sge{buf + off, len, mr.lkey};
   }
   // Queue work for a QP and ring its worker's doorbell.
-  void post_send(wire::Qpn qpn, transport::WorkRequest wr);
-  void post_recv(wire::Qpn qpn, transport::RecvRequest wr);
+  void post_send(wire::Qpn to, transport::WorkRequest wr);
+  void post_recv(wire::Qpn to, transport::RecvRequest wr);
+  void post_send(transport::WorkRequest wr) { post_send(qpn, std::move(wr)); }
+  void post_recv(transport::RecvRequest wr) { post_recv(qpn, std::move(wr)); }
   // An RDMA WRITE of `bytes` from the start of our region to the same offset of the peer's.
-  void write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey);
+  void write(wire::Qpn to, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey);
 
   // The device's count of `c`: every worker's block.
   std::uint64_t counter(device::Counter c);
   // Edits the device's DCQCN parameters on every worker.
   void set_cc(const std::function<void(cc::CcDevice&)>& edit);
-  QpCcStatus cc_of(wire::Qpn qpn);
+  QpCcStatus cc_of(wire::Qpn of);
 };
 
 // Two datapaths joined by pipes: A with `a_workers` workers, each on its own port, B with one.
