@@ -43,7 +43,8 @@ void place_qp(Side& s, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src, std::ui
                      .timeout = retries.timeout,
                      .retry_cnt = retries.retry_cnt,
                      .rnr_retry = retries.rnr_retry,
-                     .worker = worker});
+                     .worker = worker,
+                     .window = std::nullopt});
 }
 
 const wire::Qpn kQpA(0x11), kQpB(0x22);    // the pair the CE marks hit
