@@ -114,7 +114,7 @@ int dealloc_pd(ibv_pd* ibpd) {
   return 0;
 }
 
-// Registered memory (ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
+// Registered memory (docs/ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
 // goes to the daemon with the request, so the daemon maps the very pages (no system call per
 // access, true CPU atomics), whenever shared_mr.h can do that — whole pages of private anonymous
 // memory. Any other buffer (a part of a page, a file mapping, the stack, an already shared

@@ -1,4 +1,4 @@
-// xroced: the xroce NIC for one network namespace (ARCHITECTURE.md decision 1).
+// xroced: the xroce NIC for one network namespace (docs/ARCHITECTURE.md decision 1).
 //
 // Usage: xroced (no arguments). Serves the control socket of the namespace it runs in
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when
@@ -6,6 +6,7 @@
 // serves (NOTIFY_SOCKET), for a Type=notify unit.
 #include <fmt/core.h>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -51,6 +52,17 @@ void tell_service_manager(const std::string& state) {
   close(fd);
 }
 
+// A daemon the CLI started writes its output to the run directory's log, opened only now that
+// it holds the directory's lock: an exiting predecessor unlinks everything in the directory
+// before it lets go of the lock, so this log is never one about to be unlinked.
+void log_to_run_dir(const xroce::daemon::RunPaths& paths) {
+  const int fd = open(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,7 +80,8 @@ int main(int argc, char** argv) {
     tell_launcher(fmt::format("error: {}", std::strerror(err)));
     return err == EEXIST ? 2 : 1;
   }
-  fmt::print("xroced: serving {}\n", paths.control_socket);
+  if (std::getenv("XROCE_READY_FD") != nullptr) log_to_run_dir(paths);
+  fmt::print("xroced: pid {} serving {}\n", getpid(), paths.control_socket);
   std::fflush(stdout);
   tell_launcher("ok");
   tell_service_manager("READY=1");

@@ -1,5 +1,5 @@
 // The sysfs-shaped tree and device node through which unmodified libibverbs finds a device
-// (ARCHITECTURE.md decision 2).
+// (docs/ARCHITECTURE.md decision 2).
 //
 // libibverbs (rdma-core 44, no RDMA netlink in the kernel) scans
 // $SYSFS_PATH/class/infiniband_verbs/*, reads ibdev/dev/abi_version there, reads node_type,

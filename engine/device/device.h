@@ -43,7 +43,7 @@ struct DeviceLimits {
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
   uint32_t max_inline_data = queues::kMaxInlineData;
-  uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
+  uint32_t max_msg_bytes = 1u << 31;  // IBA C9-94
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
 };
@@ -62,7 +62,7 @@ struct MemoryRegion {
   uint32_t rkey = 0;
 };
 
-// Reaches one client process's memory for the transport (ARCHITECTURE.md decision 5); the
+// Reaches one client process's memory for the transport (docs/ARCHITECTURE.md decision 5); the
 // daemon supplies engine/device/dma's implementation. One is made per protection domain.
 using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(int pid)>;
 

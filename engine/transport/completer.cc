@@ -15,7 +15,7 @@ WcStatus nak_status(wire::NakCode code) {
     case wire::NakCode::kRemoteAccessError:
       return WcStatus::kRemAccessErr;
     default:
-      // Remote operational error, and every reserved code (PROTOCOL.md §3.8).
+      // Remote operational error, and every reserved code (rxe_comp.c check_ack).
       return WcStatus::kRemOpErr;
   }
 }
@@ -100,7 +100,7 @@ CompleterState Completer::rnr_retry(const Response& r) {
     fail(WcStatus::kRnrRetryExcErr);
     return CompleterState::kDone;
   }
-  if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (PROTOCOL.md §3.10)
+  if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (docs/protocol.md §3.9)
   ctx_.rnr_deadline_ns = now_ns_ + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
   ctx_.retransmit_deadline_ns = 0;  // the RNR timer owns the restart
   return CompleterState::kDone;
@@ -114,7 +114,7 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.before(ctx_.comp_psn)) return CompleterState::kDrop;  // late duplicate
   if (r.psn.after(w.last_psn)) {
     // A response beyond this WQE acknowledges a SEND/WRITE implicitly (a coalesced ACK) but
-    // means a READ/ATOMIC's response was lost: implied NAK (PROTOCOL.md §3.8).
+    // means a READ/ATOMIC's response was lost: implied NAK (rxe_comp.c check_psn).
     if (w.is_read_or_atomic()) return CompleterState::kRetry;
     advance_comp_psn(now_ns_, w.last_psn + 1);
     complete_head(WcStatus::kSuccess);
@@ -154,7 +154,8 @@ CompleterState Completer::check_read_response(const Response& r, SendWqe& w) {
   if (r.hdr.aeth && !r.hdr.aeth->is_ack()) return CompleterState::kDrop;
   const bool last = r.psn == w.last_psn;
   const bool ends = r.info.ends_message();
-  // A replay after a partial-read retry may start with FIRST or MIDDLE (PROTOCOL.md §3.7).
+  // A replay after a partial-read retry may start with FIRST or MIDDLE (rxe_comp.c check_ack;
+  // docs/protocol.md §3.6).
   if (ends != last) return CompleterState::kDrop;
   const std::uint32_t mtu = ctx_.mtu();
   const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, mtu);

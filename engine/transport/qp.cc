@@ -28,7 +28,7 @@ wire::Transport transport_of(QpType type) {
   return type == QpType::kUd ? wire::Transport::kUd : wire::Transport::kRc;
 }
 
-// The default partition: low 15 bits all ones (PROTOCOL.md §6, check 4).
+// The default partition: low 15 bits all ones (rxe_recv.c check_keys; docs/protocol.md §6 item 4).
 constexpr std::uint16_t kPkeyBaseMask = 0x7FFF;
 
 }  // namespace

@@ -1,4 +1,4 @@
-// A queue pair: the sans-I/O transport core (ARCHITECTURE.md decision 6).
+// A queue pair: the sans-I/O transport core (docs/ARCHITECTURE.md decision 6).
 //
 // A Qp never reads a clock, never calls the OS and uses no randomness. The caller owns time
 // and I/O and drives it in this order:

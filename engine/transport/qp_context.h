@@ -39,7 +39,7 @@ struct QpConfig {
   std::uint32_t max_recv_sge = 8;
   std::uint32_t max_inline_data = 256;
   PathMtu port_mtu = PathMtu::k4096;          // bounds UD messages
-  std::uint32_t max_msg_bytes = 1u << 31;     // IBA limit (PROTOCOL.md §4.3)
+  std::uint32_t max_msg_bytes = 1u << 31;     // IBA C9-94
   std::uint32_t max_unacked_psns = 128;       // rxe's RXE_MAX_UNACKED_PSNS
   std::uint32_t max_packets_per_ackreq = 64;  // rxe's RXE_MAX_PKT_PER_ACK
   bool sq_sig_all = false;                    // every send WQE completes signaled
@@ -91,7 +91,7 @@ struct QpContext {
 
   std::deque<RecvRequest> rq;
 
-  // Requester / completer PSN state (PROTOCOL.md §3.1, §3.9).
+  // Requester / completer PSN state (docs/protocol.md §3.1, §3.8).
   wire::Psn req_psn;   // next PSN the requester sends
   wire::Psn comp_psn;  // oldest PSN not yet acknowledged
   wire::Psn psn_high;  // one past the highest PSN ever sent

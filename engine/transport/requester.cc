@@ -141,7 +141,8 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   if (hs.has(wire::Header::kImmDt)) h.imm = w.wr.imm_data;
   if (hs.has(wire::Header::kIeth)) h.ieth = w.wr.invalidate_rkey;
   h.bth.solicited = last && (w.wr.send_flags & send_flags::kSolicited);
-  // AckReq on every message end, and periodically inside long messages (PROTOCOL.md §3.3).
+  // AckReq on every message end, and periodically inside long messages (rxe_req.c init_req_packet;
+  // docs/protocol.md §3.3).
   h.bth.ack_req = last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq;
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
@@ -158,7 +159,7 @@ Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
   h.bth.dest_qp = ctx_.attr.dest_qp_num;
   h.bth.psn = ctx_.req_psn;
   if (w.is_read()) {
-    // A retried READ asks only for what is missing (PROTOCOL.md §3.9).
+    // A retried READ asks only for what is missing (IBA 9.4.4; docs/protocol.md §3.8).
     const std::uint64_t offset =
         std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} *
         ctx_.mtu();

@@ -1,6 +1,6 @@
 // The requester: turns send WQEs into request packets (segmentation, PSN assignment, AckReq,
 // fences, the rd/atomic limit, the PSN window) and restarts from the completer's PSN on retry
-// (go-back-N, PROTOCOL.md §3.9). Modelled on rxe_req.c.
+// (go-back-N, docs/protocol.md §3.8). Modelled on rxe_req.c.
 #pragma once
 
 #include <cstdint>

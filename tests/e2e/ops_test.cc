@@ -361,7 +361,7 @@ TEST_F(OpsTest, TopInTmuxShowsTheQpsAndMovingRates) {
       },
       seconds(15)))
       << first_screen;
-  EXPECT_NE(first_screen.find("xroce top - xpb on g1b"), std::string::npos) << first_screen;
+  EXPECT_NE(first_screen.find("xroce top - xpb on xpv1"), std::string::npos) << first_screen;
   EXPECT_NE(first_screen.find("RTT-us"), std::string::npos) << first_screen;
   std::string second_screen;
   ASSERT_TRUE(eventually(
@@ -456,7 +456,7 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
     const std::string key = std::string("xroce_") + moving + "_total{device=\"xpb\",port=\"1\"}";
     EXPECT_GT(m2[key], m1.at(key)) << key;
   }
-  EXPECT_EQ(m2.count("xroce_port_active{device=\"xpb\",port=\"1\",netdev=\"g1b\"}"), 1u);
+  EXPECT_EQ(m2.count("xroce_port_active{device=\"xpb\",port=\"1\",netdev=\"xpv1\"}"), 1u);
   const std::string rtt_key = "xroce_qp_rtt_seconds{device=\"xpb\",qpn=\"" +
                               std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
                               "\"}";

@@ -77,17 +77,11 @@ class XroceHost:
 
     def add(self) -> None:
         started = time.monotonic()
+        # Returns once the port is ACTIVE (or fails within --wait-s, saying why).
         sh("ip", "netns", "exec", self.ns, self.xroce, "link", "add", self.device, "netdev",
-           self.ifname, "port", self.port, "queues", "1")
+           self.ifname, "port", self.port, "queues", "1", "--wait-s", "20")
         self.added = True
-        deadline = time.monotonic() + 20
-        while True:
-            show = self.xroce_cli("link", "show", self.device).stdout
-            if "state ACTIVE" in show:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.device} not ACTIVE within 20 s: {show}")
-            time.sleep(0.05)  # polling a condition with a deadline
+        show = self.xroce_cli("link", "show", self.device).stdout
         log(f"{self.name}: `xroce link add {self.device} netdev {self.ifname} port {self.port}` "
             f"ACTIVE in {time.monotonic() - started:.1f} s: {show.strip()}")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""interop (issue 8): xroce against the Linux kernel's Soft-RoCE, rxe in a VM.
+"""interop: xroce against the Linux kernel's Soft-RoCE, rxe in a VM.
 
 One VM boots (rxe0 on its eth0, netdev MTU 9000 so that path MTU 4096 is possible); an xroce
 device (`xroce link add`, AF_XDP port) runs in a host namespace whose eth0 is on the VM's
@@ -303,7 +303,7 @@ class Suite:
         """rxe sends ECT(0) RDMA WRITEs (perftest --tclass 2) through xroce-switch, which marks
         them CE behind a rate limit; xroce is the notification point. With the default
         np_enable = 0 xroce sends no CNP; with np_enable = 1 it sends CNPs that rxe, which has
-        no CNP support (PROTOCOL.md section 6), must drop harmlessly: the transfer completes and
+        no CNP support (docs/protocol.md section 6), must drop harmlessly: the transfer completes and
         rxe keeps working."""
         self.gid.setdefault(xr2.name, xr2.gid_index(xr2.ip4))
         rxe = self.rxe
@@ -373,6 +373,8 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
         rxe = RxeGuest(vm)
         xr = devices.enter_context(
             XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind, hp.ip6))
+        if ip_version == 6:
+            vm.wait_ipv6_ready(hp.ip6)
         suite = Suite(lab, rxe, xr, xri_verbs, ip_version)
         xr2 = None
         for phase in phases:

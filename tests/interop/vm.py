@@ -84,7 +84,8 @@ def accelerator() -> str:
     """KVM only when /dev/kvm is a real VT-x/SVM hypervisor; otherwise qemu's TCG.
 
     XROCE_INTEROP_ACCEL=kvm|tcg overrides. A nested page-table hypervisor (kvm_pvm) exposes
-    /dev/kvm but cannot run a stock Debian kernel (see ../shared/INTEROP-VM.md)."""
+    /dev/kvm but cannot run a stock Debian kernel (-cpu host aborts on MSR 0x10a; with it masked
+    the guest dies on cmpxchg16b/xrstor emulation failures)."""
     forced = os.environ.get("XROCE_INTEROP_ACCEL")
     if forced:
         return forced
@@ -324,6 +325,15 @@ class Vm:
     def wait_listening(self, tcp_port: int, timeout_s: float = 30) -> None:
         self.wait_in_guest(f"netstat -ltn | grep -q ':{tcp_port} '", timeout_s,
                            f"a listener on TCP {tcp_port}")
+
+    def wait_ipv6_ready(self, peer_ip6: str, timeout_s: float = 30) -> None:
+        """Waits until IPv6 toward `peer_ip6` works from the guest: no address of eth0 still
+        tentative (duplicate address detection done, link-local included) and the peer answers
+        a ping, so its neighbour entry is resolved. rxe resolves the peer's MAC when a QP goes
+        to RTR and fails the modify if that does not complete at once."""
+        self.wait_in_guest(f"! ip -6 addr show dev eth0 | grep -q tentative && "
+                           f"ping -6 -c 1 -W 1 {peer_ip6} >/dev/null 2>&1", timeout_s,
+                           f"IPv6 to {peer_ip6} (DAD done, neighbour resolved)")
 
     def add_rxe(self, timeout_s: float = 30) -> None:
         """rdma link add rxe0 type rxe netdev eth0, then waits for port 1 to be ACTIVE."""

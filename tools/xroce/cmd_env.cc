@@ -1,5 +1,5 @@
 // `xroce env` and `xroce exec -- CMD`: the environment an unmodified verbs program needs to
-// see this namespace's xroce devices (ARCHITECTURE.md decision 2).
+// see this namespace's xroce devices (docs/ARCHITECTURE.md decision 2).
 //
 //   SYSFS_PATH     the daemon's sysfs-shaped tree (libibverbs reads devices from there when
 //                  the kernel has no RDMA netlink)

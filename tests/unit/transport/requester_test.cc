@@ -1,5 +1,5 @@
 // Requester and completer rules, one per test: post work or receive a response, expect exact
-// packets and completions (PROTOCOL.md §3.2-3.10, §4.2, §7).
+// packets and completions (docs/protocol.md §3.2-3.10).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Responder rules, one per test: receive a request, expect exact responses, memory effects and
-// receive completions (PROTOCOL.md §2.3, §3.4-3.7, §7 item 5).
+// receive completions (docs/protocol.md §2.3, §3.4-3.6).
 #include <gtest/gtest.h>
 
 #include <algorithm>

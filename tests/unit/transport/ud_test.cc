@@ -1,4 +1,4 @@
-// UD send and receive: DETH, Q_Key rules, the 40-byte GRH area (PROTOCOL.md §2.2, §6).
+// UD send and receive: DETH, Q_Key rules, the 40-byte GRH area (docs/protocol.md §2.2, §4).
 #include <gtest/gtest.h>
 
 #include <algorithm>
