@@ -85,6 +85,7 @@ class RingBinding final : public QpBinding {
   }
 
   void complete_on_worker(const transport::Completion& c) override {
+    if (c.is_recv()) release_recv_slot();
     device::CompletionQueue& cq = c.is_recv() ? recv_cq_ : send_cq_;
     switch (cq.push(device::encode_cqe(c))) {
       case device::CompletionQueue::Push::written:
@@ -170,6 +171,12 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
+  // Receive WQEs (RQ and SRQ) stay the application's until they complete, as on an RNIC: a
+  // WQE moved into the transport keeps its ring slot (rq_consumer / srq consumer is only our
+  // read position) until its completion is written, so ibv_post_recv takes at most
+  // max_recv_wr outstanding and then ENOMEM (pyverbs full_rq_bad_flow), and every WQE it
+  // accepted is one the responder can use. (A QP reset drops its WQEs without completions:
+  // Device::modify_qp frees their slots.)
   bool pull_recvs(transport::Qp& core) {
     bool any = false;
     const std::uint32_t bytes = qp_.layout.recv_slot_bytes;
@@ -178,8 +185,8 @@ class RingBinding final : public QpBinding {
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, qp_.cap.max_recv_sge);
       const int err = wqe ? core.post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);
-      qp_.rq.release(++qp_.rq_consumer);
+      ++qp_.rq_consumer;
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);  // its completion frees the slot
       any = true;
     }
     return any;
@@ -191,8 +198,10 @@ class RingBinding final : public QpBinding {
     for (std::uint32_t ready = srq_->ring.ready(srq_->consumer); ready > 0; --ready) {
       std::memcpy(scratch_.data(), srq_->ring.slot(srq_->consumer), bytes);
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq_->attr.max_sge);
-      if (wqe && srq_->srq->post_recv(*wqe) == ENOMEM) break;
-      srq_->ring.release(++srq_->consumer);
+      const int err = wqe ? srq_->srq->post_recv(*wqe) : EINVAL;
+      if (err == ENOMEM) break;
+      ++srq_->consumer;
+      if (err != 0) release_slot(srq_->ring);  // dropped: it will never complete
       any = true;
     }
     if (srq_->srq->poll_limit_event()) {
@@ -200,6 +209,19 @@ class RingBinding final : public QpBinding {
       send_record(srq_->event_fd, &event, sizeof(event));
     }
     return any;
+  }
+
+  static void release_slot(const queues::Ring& ring) {
+    ring.release(ring.header().consumer.load(std::memory_order_relaxed) + 1);
+  }
+
+  // One receive WQE completed (or was flushed): its slot in the QP's RQ or the SRQ is free.
+  void release_recv_slot() {
+    if (qp_.rq.valid()) {
+      release_slot(qp_.rq);
+    } else if (srq_ != nullptr) {
+      release_slot(srq_->ring);
+    }
   }
 
   // A WQE the provider should never have written (it validates at post time): complete it
