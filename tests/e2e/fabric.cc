@@ -248,9 +248,11 @@ RunResult Host::exec(std::vector<std::string> argv, std::chrono::milliseconds de
   return run(in_netns(std::move(argv)), deadline);
 }
 
-RunResult Host::add_device(const std::string& dev) {
+RunResult Host::add_device(const std::string& dev, const std::string& port) {
   devices_.push_back(dev);
-  RunResult result = exec({xroce_bin(), "link", "add", dev, "netdev", "xr0a"});
+  std::vector<std::string> argv{xroce_bin(), "link", "add", dev, "netdev", "xr0a"};
+  if (!port.empty()) argv.insert(argv.end(), {"port", port});
+  RunResult result = exec(argv);
   if (daemon_pid_ <= 0) daemon_pid_ = daemon_pid();
   return result;
 }

@@ -58,8 +58,9 @@ class Host {
   RunResult exec(std::vector<std::string> argv,
                  std::chrono::milliseconds deadline = std::chrono::seconds(30)) const;
   std::vector<std::string> in_netns(std::vector<std::string> argv) const;
-  // `xroce link add <dev> netdev xr0a`; remembers the daemon so the destructor stops it.
-  RunResult add_device(const std::string& dev);
+  // `xroce link add <dev> netdev xr0a [port <port>]`; remembers the daemon so the destructor
+  // stops it.
+  RunResult add_device(const std::string& dev, const std::string& port = "");
   // The pid in the namespace's daemon lock file (the running daemon's, or a past one's).
   pid_t daemon_pid() const;
   // True once the process is gone (or a zombie nobody reaps), waiting up to the deadline.
