@@ -21,10 +21,14 @@ inline bool have(const std::string& program) {
 }
 
 // Two namespaces "<prefix>-<pid>-{a,b}" with veth g1a/g1b between them, 198.18.<subnet>.1 and
-// .2, a device "xpa"/"xpb" on each end with the given port kind.
+// .2, a device "xpa"/"xpb" on each end with the given port kind (or both named `device`:
+// middleware that sends its own device name to the peer, as ucx_perftest's UCT tests and
+// UCX_NET_DEVICES exported to every MPI rank do, needs one name on both hosts).
 class Pair {
  public:
-  Pair(const std::string& prefix, int subnet, const std::string& port) : subnet_(subnet) {
+  Pair(const std::string& prefix, int subnet, const std::string& port,
+       const std::string& device = "")
+      : subnet_(subnet), device_(device) {
     const std::string base = prefix + "-" + std::to_string(getpid());
     ns_[0] = base + "-a";
     ns_[1] = base + "-b";
@@ -67,7 +71,11 @@ class Pair {
   std::string ip(int i) const {
     return "198.18." + std::to_string(subnet_) + "." + std::to_string(i + 1);
   }
-  std::string dev(int i) const { return i == 0 ? "xpa" : "xpb"; }
+  std::string dev(int i) const {
+    if (!device_.empty()) return device_;
+    return i == 0 ? "xpa" : "xpb";
+  }
+  const std::string& netns(int i) const { return ns_[i]; }
   RunResult exec(int i, std::vector<std::string> argv, milliseconds deadline = seconds(30)) const {
     argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
     return run(argv, deadline);
@@ -103,6 +111,7 @@ class Pair {
 
  private:
   int subnet_;
+  std::string device_;
   std::string ns_[2];
   bool added_[2] = {false, false};
 };
