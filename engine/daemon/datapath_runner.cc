@@ -171,12 +171,14 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
-  // Receive WQEs (RQ and SRQ) stay the application's until they complete, as on an RNIC: a
-  // WQE moved into the transport keeps its ring slot (rq_consumer / srq consumer is only our
-  // read position) until its completion is written, so ibv_post_recv takes at most
-  // max_recv_wr outstanding and then ENOMEM (pyverbs full_rq_bad_flow), and every WQE it
-  // accepted is one the responder can use. (A QP reset drops its WQEs without completions:
-  // Device::modify_qp frees their slots.)
+  // Receive WQEs stay the application's until they are used, as on an RNIC: a WQE moved into
+  // the transport keeps its ring slot (rq_consumer and the SRQ's consumer are only our read
+  // positions), so ibv_post_recv / ibv_post_srq_recv take at most max_recv_wr / max_wr
+  // outstanding and then ENOMEM (pyverbs full_rq_bad_flow), and every WQE they accepted is one
+  // the responder can use. A QP's RQ slot is freed when the WQE's completion is written
+  // (complete_on_worker; a reset drops WQEs without completions, and Device::modify_qp frees
+  // theirs); an SRQ's when a QP takes the WQE from the SRQ (what the transport's Srq still
+  // holds is all that is outstanding).
   bool pull_recvs(transport::Qp& core) {
     bool any = false;
     const std::uint32_t bytes = qp_.layout.recv_slot_bytes;
@@ -200,9 +202,13 @@ class RingBinding final : public QpBinding {
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq_->attr.max_sge);
       const int err = wqe ? srq_->srq->post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      ++srq_->consumer;
-      if (err != 0) release_slot(srq_->ring);  // dropped: it will never complete
+      ++srq_->consumer;  // a malformed WQE is dropped, and its slot freed below
       any = true;
+    }
+    const auto outstanding = static_cast<std::uint32_t>(srq_->srq->size());
+    if (srq_->ring.header().consumer.load(std::memory_order_relaxed) !=
+        srq_->consumer - outstanding) {
+      srq_->ring.release(srq_->consumer - outstanding);
     }
     if (srq_->srq->poll_limit_event()) {
       const control::AsyncEvent event{srq_->cookie, kEventSrqLimitReached};
@@ -211,17 +217,10 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
-  static void release_slot(const queues::Ring& ring) {
-    ring.release(ring.header().consumer.load(std::memory_order_relaxed) + 1);
-  }
-
-  // One receive WQE completed (or was flushed): its slot in the QP's RQ or the SRQ is free.
+  // A receive WQE of the QP's own RQ completed (or was flushed): its slot is free.
   void release_recv_slot() {
-    if (qp_.rq.valid()) {
-      release_slot(qp_.rq);
-    } else if (srq_ != nullptr) {
-      release_slot(srq_->ring);
-    }
+    if (!qp_.rq.valid()) return;  // an SRQ's slots follow what its Srq holds (pull_srq)
+    qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
   }
 
   // A WQE the provider should never have written (it validates at post time): complete it
