@@ -296,7 +296,7 @@ ControlServer::Reply ControlServer::link_add(const Client& client, const std::st
   auto runner = start_datapath(
       *served.model,
       request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
-      request.queues);
+      request.queues, &loopback_);
   if (!runner) {
     std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
                  runner.error().c_str());

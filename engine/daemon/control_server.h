@@ -136,6 +136,8 @@ class ControlServer {
   bool stop_ = false;
   bool served_any_ = false;
   device::ClientId next_client_ = 1;
+  // Which GIDs the devices serve, for loopback between them; outlives every device's data path.
+  LoopbackRegistry loopback_;
   std::map<std::string, ServedDevice> devices_;
   std::map<int, Client> clients_;          // by connection fd
   std::uint64_t counters_written_ns_ = 0;  // last refresh_hw_counters

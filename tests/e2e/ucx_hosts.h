@@ -27,7 +27,7 @@ class UcxHosts {
       host_ = std::make_unique<Host>("xre2e-verbs-ucx1", subnet);
       added_ = host_->add_device(kDevice, port).status == 0;
     } else {
-      pair_ = std::make_unique<Pair>("xre2e-verbs-ucx2", subnet, port, kDevice);
+      pair_ = std::make_unique<Pair>("xre2e-verbs-ucx2", subnet, port, true, kDevice);
     }
   }
 
@@ -69,31 +69,19 @@ class UcxHosts {
     return j["counters"].value("rcvd_pkts", std::uint64_t{0});
   }
 
-  // A server on side 0 (waits until it listens on tcp_port), then a client on side 1 given the
-  // server's address last; returns both outputs.
+  // A server on side 0, then (once it listens on tcp_port) a client on side 1 given the
+  // server's address last; both outputs.
   std::pair<RunResult, RunResult> server_client(const std::vector<std::string>& server_argv,
                                                 std::vector<std::string> client_argv,
-                                                const std::string& tcp_port,
-                                                std::chrono::milliseconds deadline) const {
-    Child server(app(0, server_argv));
-    const bool listening = eventually(
+                                                const std::string& tcp_port) const {
+    client_argv.push_back(ip(0));
+    return run_server_client(
+        app(0, server_argv),
         [&] {
           auto r = exec(0, {"ss", "-ltnH", "sport", "= :" + tcp_port});
           return r.output.find(tcp_port) != std::string::npos;
         },
-        std::chrono::seconds(20));
-    RunResult client;
-    if (listening) {
-      client_argv.push_back(ip(0));
-      client = run(app(1, client_argv), deadline);
-    }
-    RunResult s;
-    for (std::string line = server.read_line(deadline); !line.empty();
-         line = server.read_line(deadline)) {
-      s.output += line + "\n";
-    }
-    s.status = server.wait(std::chrono::seconds(10));
-    return {s, client};
+        app(1, client_argv));
   }
 
  private:

@@ -45,7 +45,7 @@ class UcxPerftest : public ::testing::TestWithParam<std::tuple<std::string, bool
         "env", device_env(), kPerftest, "-p", port, "-n", std::to_string(kIterations)};
     client.insert(client.end(), client_extra.begin(), client_extra.end());
     const std::uint64_t before = hosts_->received_packets(0);
-    auto [s, c] = hosts_->server_client(server, client, port, seconds(180));
+    auto [s, c] = hosts_->server_client(server, client, port);
     const std::uint64_t received = hosts_->received_packets(0) - before;
     std::printf("client:\n%s\nserver:\n%s\ndevice received %llu packets\n", c.output.c_str(),
                 s.output.c_str(), static_cast<unsigned long long>(received));

@@ -12,8 +12,9 @@ struct ExitStatus {
   int code = 0;
 };
 
-void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
-void register_sim(CLI::App& app, ExitStatus& status);   // cmd_sim.cc
+void register_wire(CLI::App& app, ExitStatus& status);     // cmd_wire.cc
+void register_sim(CLI::App& app, ExitStatus& status);      // cmd_sim.cc
+void register_conform(CLI::App& app, ExitStatus& status);  // cmd_conform.cc
 // `xroce sim --incast N ...` (cmd_cc.cc): adds its options to the sim command; the second runs
 // the incast if --incast was given (reading --seed, --rate-gbps, --mtu, ... of `sim`).
 struct IncastFlags;

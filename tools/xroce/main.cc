@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   register_version(app);
   xroce::cli::register_wire(app, status);
   xroce::cli::register_sim(app, status);
+  xroce::cli::register_conform(app, status);
 #ifdef XROCE_HAVE_DEVICE
   xroce::cli::register_link(app, status);
   xroce::cli::register_env(app, status);
