@@ -113,13 +113,25 @@ struct MrRequest {
   int pid;
 };
 
-// ibv_access_flags the device accepts in reg_mr; anything else is EINVAL.
+// ibv_access_flags in reg_mr: those the device honours, a hint it may ignore, and those it
+// knows but lacks the feature for (EOPNOTSUPP, as a device without memory windows, ODP or
+// FLUSH answers: ib_check_mr_access gives EOPNOTSUPP for ON_DEMAND without ODP). Any other
+// bit is EINVAL.
 inline constexpr uint32_t kAccessLocalWrite = 1;
 inline constexpr uint32_t kAccessRemoteWrite = 2;
 inline constexpr uint32_t kAccessRemoteRead = 4;
 inline constexpr uint32_t kAccessRemoteAtomic = 8;
-inline constexpr uint32_t kAccessSupported =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+inline constexpr uint32_t kAccessMwBind = 1u << 4;
+inline constexpr uint32_t kAccessZeroBased = 1u << 5;
+inline constexpr uint32_t kAccessOnDemand = 1u << 6;
+inline constexpr uint32_t kAccessHugetlb = 1u << 7;  // a hint: the buffer is in huge pages
+inline constexpr uint32_t kAccessFlushGlobal = 1u << 8;
+inline constexpr uint32_t kAccessFlushPersistent = 1u << 9;
+inline constexpr uint32_t kAccessSupported = kAccessLocalWrite | kAccessRemoteWrite |
+                                             kAccessRemoteRead | kAccessRemoteAtomic |
+                                             kAccessHugetlb;
+inline constexpr uint32_t kAccessNotSupported = kAccessMwBind | kAccessZeroBased | kAccessOnDemand |
+                                                kAccessFlushGlobal | kAccessFlushPersistent;
 
 class Device {
  public:

@@ -22,6 +22,13 @@ std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
   return std::max<std::uint32_t>(1, (length + mtu - 1) / mtu);
 }
 
+// The GRH area holds the IPv6 header, or the IPv4 header in its last 20 bytes (RxMeta): the
+// IP version nibble of the first byte says which.
+constexpr std::uint8_t kIpv6Version = 6;
+std::uint8_t roce_network_type(const std::array<std::uint8_t, 40>& grh) {
+  return (grh[0] >> 4) == kIpv6Version ? roce_sl::kUdpIpv6 : roce_sl::kUdpIpv4;
+}
+
 }  // namespace
 
 void Responder::reset(wire::Psn rq_psn, std::uint8_t max_dest_rd_atomic) {
@@ -534,6 +541,7 @@ void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload
   c.src_qp = hdr.deth->src_qp;
   c.solicited = hdr.bth.solicited;
   c.wc_flags = wc_flags::kGrh;
+  c.sl = roce_network_type(meta.grh);
   if (hdr.imm) {
     c.wc_flags |= wc_flags::kWithImm;
     c.imm_data = *hdr.imm;

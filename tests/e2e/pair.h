@@ -47,13 +47,18 @@ inline std::pair<RunResult, RunResult> run_server_client(
 struct PairOptions {
   std::string port = "afxdp";  // afxdp or udp
   int queues = 1;
-  int mtu = 0;               // the veth's MTU; 0 keeps the default (1500)
-  bool device_on_b = true;   // false: b is a plain host, e.g. for a scripted AF_PACKET peer
+  int mtu = 0;              // the veth's MTU; 0 keeps the default (1500)
+  bool device_on_b = true;  // false: b is a plain host, e.g. for a scripted AF_PACKET peer
+  // Both devices get this name when set: middleware that sends its own device name to the
+  // peer, as ucx_perftest's UCT tests and UCX_NET_DEVICES exported to every MPI rank do, needs
+  // one name on both hosts. Empty: "xpa" and "xpb".
+  std::string device;
 };
 
 class Pair {
  public:
-  Pair(const std::string& prefix, int subnet, PairOptions options = {}) : subnet_(subnet) {
+  Pair(const std::string& prefix, int subnet, PairOptions options = {})
+      : subnet_(subnet), device_(options.device) {
     static std::atomic<int> counter{0};
     const std::string base =
         prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
@@ -84,8 +89,10 @@ class Pair {
       daemon_pid_[i] = daemon_pid(i);
     }
   }
-  Pair(const std::string& prefix, int subnet, const std::string& port, bool device_on_b = true)
-      : Pair(prefix, subnet, PairOptions{.port = port, .device_on_b = device_on_b}) {}
+  Pair(const std::string& prefix, int subnet, const std::string& port, bool device_on_b = true,
+       const std::string& device = "")
+      : Pair(prefix, subnet,
+             PairOptions{.port = port, .device_on_b = device_on_b, .device = device}) {}
   ~Pair() {
     for (int i = 0; i < 2; ++i) {
       // `link del` of the last device returns once the daemon has exited; the wait is for a
@@ -114,7 +121,10 @@ class Pair {
   std::string ip6(int i) const {
     return "2001:2:" + std::to_string(subnet_) + "::" + std::to_string(i + 1);
   }
-  std::string dev(int i) const { return i == 0 ? "xpa" : "xpb"; }
+  std::string dev(int i) const {
+    if (!device_.empty()) return device_;
+    return i == 0 ? "xpa" : "xpb";
+  }
   std::string netdev(int i) const { return i == 0 ? "xpv0" : "xpv1"; }
   const std::string& netns(int i) const { return ns_[i]; }
 
@@ -173,6 +183,7 @@ class Pair {
   }
 
   int subnet_;
+  std::string device_;
   std::string ns_[2];
   RunResult added_[2];
   bool wanted_[2] = {true, true};

@@ -80,6 +80,25 @@ TEST_F(UdTest, ReceivePutsTheGrhAreaFirstAndReportsTheSource) {
   EXPECT_TRUE(drain().empty());  // UD is never acknowledged
 }
 
+// A17.4.5.1: a RoCE v2 UD completion says whether the datagram came over IPv4 or IPv6. As mlx5,
+// in wc.sl: L3 type 2 (IPv4) or 1 (IPv6) plus the UDP bit; UCX's ud_verbs takes the GID
+// length from it, and a wrong one drops every IPv4 datagram.
+TEST_F(UdTest, ReceiveReportsTheNetworkHeaderTypeInSl) {
+  RxMeta v4;  // the IPv4 header in the last 20 bytes of the area, the first 20 undefined
+  v4.grh[20] = 0x45;
+  RxMeta v6;
+  v6.grh[0] = 0x60;
+  for (const auto& [meta, sl] : {std::pair{v4, roce_sl::kUdpIpv4}, {v6, roce_sl::kUdpIpv6}}) {
+    ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 200)})), 0);
+    qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(8), meta);
+    const auto c = completions();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(c[0].sl, sl);
+  }
+  EXPECT_EQ(roce_sl::kUdpIpv4 & 0x7, 2);  // what uct_ud_iface_check_grh tests for IPv4
+}
+
 TEST_F(UdTest, WrongQkeyOrNoReceiveWqeDropsSilently) {
   qp->handle_packet(0, datagram(0x1234), {});
   EXPECT_EQ(qp->counters().ud_no_recv_drops, 1u);
