@@ -2,6 +2,7 @@
 // it for rxe_req.c, rxe_resp.c and rxe_comp.c. Internal to engine/transport.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -109,8 +110,12 @@ struct QpContext {
   bool fatal_pending = false;  // a role found a fatal error; the QP moves to ERR and flushes
   bool sq_drained_reported = false;
 
+  // The payload bytes per packet: the port's MTU for UD; for RC the path MTU, which can never
+  // exceed the port's (a larger path_mtu is accepted, as rxe and mlx5 accept it, but packets
+  // stay within what the link carries).
   std::uint32_t mtu() const {
-    return mtu_bytes(config.type == QpType::kUd ? config.port_mtu : attr.path_mtu);
+    if (config.type == QpType::kUd) return mtu_bytes(config.port_mtu);
+    return mtu_bytes(std::min(attr.path_mtu, config.port_mtu));
   }
   bool outstanding() const { return comp_psn != psn_high; }
   void push_send_completion(const SendWqe& w, WcStatus status);

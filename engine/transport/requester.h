@@ -43,6 +43,7 @@ class Requester {
   Transmit build_ud(SendWqe& w, wire::MutableBytes payload);
   void build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
   void finish_local_error(SendWqe& w, WcStatus status);
+  void complete_datagram(SendWqe& w);
   bool copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out);
 
   QpContext& ctx_;

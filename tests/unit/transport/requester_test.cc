@@ -41,6 +41,25 @@ TEST_F(RequesterTest, SendIsSegmentedAtPathMtuWithAckReqOnTheLastPacket) {
   EXPECT_TRUE(completions().empty());  // nothing before the ACK
 }
 
+// A path MTU above the port's active MTU is accepted (as rxe and mlx5 accept it) but packets
+// never exceed what the port carries: the message is segmented at the port's MTU.
+TEST_F(RequesterTest, PathMtuAboveThePortMtuSegmentsAtThePortMtu) {
+  QpOptions o;
+  o.path_mtu = PathMtu::k4096;
+  o.port_mtu = PathMtu::k1024;
+  make_qp(o);
+  EXPECT_EQ(qp->attr().path_mtu, PathMtu::k4096);
+  fill(local, 2500, 1);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 2500)})), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcSendFirst);
+  EXPECT_EQ(out[0].payload.size(), 1024u);
+  EXPECT_EQ(out[1].payload.size(), 1024u);
+  EXPECT_EQ(out[2].opcode(), Opcode::kRcSendLast);
+  EXPECT_EQ(out[2].payload.size(), 2500u - 2048u);
+}
+
 TEST_F(RequesterTest, WriteCarriesRethOnlyInTheFirstPacketAndImmOnlyInTheLast) {
   auto w = wr(WrOpcode::kRdmaWriteWithImm, 1, {sge(local, 300)});
   w.imm_data = 0xCAFEF00D;

@@ -53,13 +53,41 @@ TEST_F(UdTest, WrQkeyWithTheHighBitUsesTheQpsQkey) {
   EXPECT_EQ(drain()[0].hdr().deth->qkey, wire::Qkey(0x1234));
 }
 
-TEST_F(UdTest, MessageLargerThanThePortMtuIsALocalLengthError) {
+// C10-93.1.1: a message longer than the port's MTU puts no packet on the wire and completes
+// without an error; the send queue goes on with the next WQE.
+TEST_F(UdTest, MessageLargerThanThePortMtuIsNotSentAndCompletesWithoutError) {
   ASSERT_EQ(qp->post_send(ud_send(1, 4097, 1)), 0);  // port MTU 4096
-  EXPECT_TRUE(drain().empty());
+  ASSERT_EQ(qp->post_send(ud_send(2, 4096, 1)), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].payload.size(), 4096u);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].wr_id, 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[1].wr_id, 2u);
+  EXPECT_EQ(c[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->state(), QpState::kRts);
+}
+
+TEST_F(UdTest, ThePortMtuBoundsDatagramsBothWays) {
+  QpOptions o;
+  o.type = QpType::kUd;
+  o.port_mtu = PathMtu::k1024;
+  make_qp(o);
+  ASSERT_EQ(qp->post_send(ud_send(1, 1025, 1)), 0);
+  ASSERT_EQ(qp->post_send(ud_send(2, 1024, 1)), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].payload.size(), 1024u);
+  EXPECT_EQ(completions().size(), 2u);
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 2048)})), 0);
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(1025, 1));
+  EXPECT_TRUE(completions().empty());
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(1024, 2));
   const auto c = completions();
   ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].status, WcStatus::kLocLenErr);
-  EXPECT_EQ(qp->state(), QpState::kSqe);
+  EXPECT_EQ(c[0].byte_len, 40u + 1024u);
 }
 
 TEST_F(UdTest, ReceivePutsTheGrhAreaFirstAndReportsTheSource) {
