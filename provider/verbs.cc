@@ -62,6 +62,10 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = dev.phys_port_cnt;
   a.max_mw = static_cast<int>(dev.max_mw);
+  // The same count as phys_port_cnt (which saturates at 255): rdma-core's providers get both
+  // from the kernel through ibv_cmd_query_device_any, and pyverbs' test_phys_port_cnt_ex
+  // checks they agree.
+  ex.phys_port_cnt_ex = dev.phys_port_cnt;
   ex.max_dm_size = 0;
   ex.device_cap_flags_ex = dev.device_cap_flags_ex;
   ex.odp_caps.general_caps = dev.odp_general_caps;
@@ -125,7 +129,7 @@ int dealloc_pd(ibv_pd* ibpd) {
   return 0;
 }
 
-// Registered memory (ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
+// Registered memory (docs/ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
 // goes to the daemon with the request, so the daemon maps the very pages (no system call per
 // access, true CPU atomics), whenever shared_mr.h can do that — whole pages of private anonymous
 // memory. Any other buffer (a part of a page, a file mapping, the stack, an already shared

@@ -214,7 +214,7 @@ ControlServer::Reply ControlServer::dealloc_pd(const Client& client, const std::
   return {dev->dealloc_pd(client.id, request.handle), {}};
 }
 
-// Registered memory (ARCHITECTURE.md decision 5). With a memfd from the provider the region
+// Registered memory (docs/ARCHITECTURE.md decision 5). With a memfd from the provider the region
 // is reached through the daemon's mapping of it; the daemon first checks that the memfd really
 // is what the process has mapped over the whole range, so a region always reaches the memory the
 // process registered. Without one, or if the memfd cannot be mapped, through cross-memory attach.
@@ -389,6 +389,8 @@ ControlServer::Reply ControlServer::link_show() {
                    {"physical_state", active ? "LINK_UP" : "DISABLED"},
                    {"netdev", netdev.name},
                    {"netdev_index", netdev.ifindex},
+                   {"netdev_up", netdev.up},
+                   {"netdev_carrier", netdev.carrier},
                    {"uverbs", served.uverbs},
                    {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
                    {"port_kind", port_kind_name(served.port)},

@@ -1,5 +1,5 @@
 // xroced's control plane: the devices it serves, the control socket, and the events that keep
-// the device model in step with the netdevs (ARCHITECTURE.md decisions 1 and 2).
+// the device model in step with the netdevs (docs/ARCHITECTURE.md decisions 1 and 2).
 //
 // Threading: one thread runs run(); every member is touched only from it. The packet workers
 // (engine/net, engine/transport) are not attached yet; a device records its port kind and

@@ -104,6 +104,7 @@ class RingBinding final : public QpBinding {
   }
 
   void complete_on_worker(const transport::Completion& c) override {
+    if (c.is_recv()) release_recv_slot();
     device::CompletionQueue* target = cq_for(c);
     if (target == nullptr) return;  // an XRC SRQ destroyed under its last completion
     device::CompletionQueue& cq = *target;
@@ -191,6 +192,14 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
+  // Receive WQEs stay the application's until they are used, as on an RNIC: a WQE moved into
+  // the transport keeps its ring slot (rq_consumer and the SRQ's consumer are only our read
+  // positions), so ibv_post_recv / ibv_post_srq_recv take at most max_recv_wr / max_wr
+  // outstanding and then ENOMEM (pyverbs full_rq_bad_flow), and every WQE they accepted is one
+  // the responder can use. A QP's RQ slot is freed when the WQE's completion is written
+  // (complete_on_worker; a reset drops WQEs without completions, and Device::modify_qp frees
+  // theirs); an SRQ's when a QP takes the WQE from the SRQ (what the transport's Srq still
+  // holds is all that is outstanding).
   bool pull_recvs(transport::Qp& core) {
     bool any = false;
     const std::uint32_t bytes = qp_.layout.recv_slot_bytes;
@@ -199,8 +208,8 @@ class RingBinding final : public QpBinding {
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, qp_.cap.max_recv_sge);
       const int err = wqe ? core.post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);
-      qp_.rq.release(++qp_.rq_consumer);
+      ++qp_.rq_consumer;
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);  // its completion frees the slot
       any = true;
     }
     return any;
@@ -213,15 +222,26 @@ class RingBinding final : public QpBinding {
     for (std::uint32_t ready = srq.ring.ready(srq.consumer); ready > 0; --ready) {
       std::memcpy(scratch_.data(), srq.ring.slot(srq.consumer), bytes);
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq.attr.max_sge);
-      if (wqe && srq.srq->post_recv(*wqe) == ENOMEM) break;
-      srq.ring.release(++srq.consumer);
+      const int err = wqe ? srq.srq->post_recv(*wqe) : EINVAL;
+      if (err == ENOMEM) break;
+      ++srq.consumer;  // a malformed WQE is dropped, and its slot freed below
       any = true;
+    }
+    const auto outstanding = static_cast<std::uint32_t>(srq.srq->size());
+    if (srq.ring.header().consumer.load(std::memory_order_relaxed) != srq.consumer - outstanding) {
+      srq.ring.release(srq.consumer - outstanding);
     }
     if (srq.srq->poll_limit_event()) {
       const control::AsyncEvent event{srq.cookie, kEventSrqLimitReached};
       send_record(srq.event_fd, &event, sizeof(event));
     }
     return any;
+  }
+
+  // A receive WQE of the QP's own RQ completed (or was flushed): its slot is free.
+  void release_recv_slot() {
+    if (!qp_.rq.valid()) return;  // an SRQ's slots follow what its Srq holds (pull_srq)
+    qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
   }
 
   // A WQE the provider should never have written (it validates at post time): complete it

@@ -1,4 +1,4 @@
-// An owned file descriptor, closed on destruction (STYLE.md §11: RAII for every resource).
+// An owned file descriptor, closed on destruction (RAII: no path forgets to close it).
 #pragma once
 
 #include <unistd.h>

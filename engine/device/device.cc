@@ -78,12 +78,14 @@ int Device::dealloc_pd(ClientId owner, uint32_t pd) {
 Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   ProtectionDomain* pd = owned_pd(owner, request.pd);
   if (pd == nullptr) return Err{EINVAL};
-  if ((request.access & ~kAccessSupported) != 0) return Err{EINVAL};
+  // In ib_check_mr_access's order: a bad combination, then unknown bits, then a missing feature.
   // IBA 10.6.3.1 via rdma-core: remote write or atomic access requires local write.
   if ((request.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
       (request.access & kAccessLocalWrite) == 0) {
     return Err{EINVAL};
   }
+  if ((request.access & ~(kAccessSupported | kAccessNotSupported)) != 0) return Err{EINVAL};
+  if ((request.access & kAccessNotSupported) != 0) return Err{EOPNOTSUPP};
   // Implicit ODP (the whole address space) is the one region longer than max_mr_size.
   const bool implicit = (request.access & kAccessOnDemand) != 0 && request.addr == 0 &&
                         request.length == kImplicitOdpLength;

@@ -45,7 +45,7 @@ struct DeviceLimits {
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
   uint32_t max_inline_data = queues::kMaxInlineData;
-  uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
+  uint32_t max_msg_bytes = 1u << 31;  // IBA C9-94
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
   uint32_t max_mw = 0x10000;          // rxe's RXE_MAX_MW
@@ -67,7 +67,7 @@ struct MemoryRegion {
   uint32_t rkey = 0;
 };
 
-// Reaches one client process's memory for the transport (ARCHITECTURE.md decision 5); the
+// Reaches one client process's memory for the transport (docs/ARCHITECTURE.md decision 5); the
 // daemon supplies engine/device/dma's implementation. One is made per protection domain.
 using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(int pid)>;
 
@@ -138,18 +138,24 @@ struct MwKeys {
   uint32_t rkey;
 };
 
-// ibv_access_flags the device accepts in reg_mr; anything else is EINVAL.
+// ibv_access_flags in reg_mr: those the device honours, a hint it may ignore, and those it
+// knows but lacks the feature for (EOPNOTSUPP, as ib_check_mr_access answers for a feature
+// the device lacks): zero-based regions and persistent memory. Any other bit is EINVAL.
 inline constexpr uint32_t kAccessLocalWrite = 1;
 inline constexpr uint32_t kAccessRemoteWrite = 2;
 inline constexpr uint32_t kAccessRemoteRead = 4;
 inline constexpr uint32_t kAccessRemoteAtomic = 8;
 inline constexpr uint32_t kAccessMwBind = 1u << 4;
+inline constexpr uint32_t kAccessZeroBased = 1u << 5;
 inline constexpr uint32_t kAccessOnDemand = 1u << 6;
+inline constexpr uint32_t kAccessHugetlb = 1u << 7;          // a hint: the buffer is in huge pages
 inline constexpr uint32_t kAccessFlushGlobal = 1u << 8;      // rdma-core v45
 inline constexpr uint32_t kAccessFlushPersistent = 1u << 9;  // rdma-core v45
-inline constexpr uint32_t kAccessSupported = kAccessLocalWrite | kAccessRemoteWrite |
-                                             kAccessRemoteRead | kAccessRemoteAtomic |
-                                             kAccessMwBind | kAccessOnDemand | kAccessFlushGlobal;
+inline constexpr uint32_t kAccessSupported =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic |
+    kAccessMwBind | kAccessOnDemand | kAccessHugetlb | kAccessFlushGlobal;
+// Nothing registered is persistent memory (no FLUSH_PERSISTENT); no zero-based regions.
+inline constexpr uint32_t kAccessNotSupported = kAccessZeroBased | kAccessFlushPersistent;
 // ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND): implicit ODP, the whole address space.
 inline constexpr uint64_t kImplicitOdpLength = ~uint64_t{0};
 

@@ -32,11 +32,12 @@ Result<MrKeys, int> Device::rereg_mr(ClientId owner, uint32_t handle, const Rere
     next.length = r.length;
   }
   if (r.flags & kReregAccess) {
-    if ((r.access & ~kAccessSupported) != 0) return Err{EINVAL};
     if ((r.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
         (r.access & kAccessLocalWrite) == 0) {
       return Err{EINVAL};
     }
+    if ((r.access & ~(kAccessSupported | kAccessNotSupported)) != 0) return Err{EINVAL};
+    if ((r.access & kAccessNotSupported) != 0) return Err{EOPNOTSUPP};
     next.access = r.access;
   }
   if (r.flags & kReregPd) {

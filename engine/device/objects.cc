@@ -162,6 +162,7 @@ queues::Cqe encode_cqe(const transport::Completion& c) {
                                                                  : htobe32(c.imm_data);
   e.qp_num = c.qp_num.value();
   e.src_qp = c.src_qp.value();
+  e.sl = c.sl;
   e.flags = c.solicited ? queues::kCqeSolicited : 0;
   e.timestamp_ns = c.timestamp_ns;
   return e;

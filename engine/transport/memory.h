@@ -2,7 +2,7 @@
 // table of memory regions and memory windows that guards it (lkey/rkey, bounds, access flags,
 // translation from the addresses requests name to the process's own), and LocalMemory, a
 // plain-buffer implementation for tests and the simulator. The daemon adds process-memory
-// implementations of MemoryAccess (ARCHITECTURE.md decision 5).
+// implementations of MemoryAccess (docs/ARCHITECTURE.md decision 5).
 #pragma once
 
 #include <cstddef>

@@ -38,8 +38,6 @@ constexpr std::uint32_t kQkeyUseQpBit = 0x80000000;
 }  // namespace
 
 WcStatus Requester::local_check(const SendWqe& w) const {
-  const std::uint32_t mtu = ctx_.mtu();
-  if (ctx_.config.type == QpType::kUd && w.length > mtu) return WcStatus::kLocLenErr;
   if (w.length > ctx_.config.max_msg_bytes) return WcStatus::kLocLenErr;
   if (w.is_atomic() && w.length != 8) return WcStatus::kLocLenErr;
   if (w.is_inline || w.without_sges()) return WcStatus::kSuccess;
@@ -88,8 +86,18 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
   RequesterState s = next_state(now_ns);
-  while (s == RequesterState::kLocalOp) {
-    execute_local(ctx_.wqe(ctx_.sq_next));
+  // Local operations (binds, LOCAL_INV) execute here in send-queue order. C10-93.1.1 (quoted in
+  // rxe_req.c rxe_requester): a UD message longer than the port's MTU emits no packet, and the
+  // CI generates no error for it: it completes successfully unsent.
+  for (;;) {
+    if (s == RequesterState::kLocalOp) {
+      execute_local(ctx_.wqe(ctx_.sq_next));
+    } else if (s == RequesterState::kSend && ctx_.config.type == QpType::kUd &&
+               ctx_.wqe(ctx_.sq_next).length > ctx_.mtu()) {
+      complete_datagram(ctx_.wqe(ctx_.sq_next));
+    } else {
+      break;
+    }
     s = next_state(now_ns);
   }
   if (s == RequesterState::kLocalError) {
@@ -103,7 +111,10 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   if (w.stage == WqeStage::kPosted) start_wqe(w);
   Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_connected(w, payload);
   ++ctx_.counters.packets_sent;
+  ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
+  if (ctx_.reliable())
+    ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
   if (ctx_.reliable() && ctx_.retransmit_deadline_ns == 0) {
     const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);
@@ -168,8 +179,9 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   // SE only where a receive completes: SEND and WRITE_WITH_IMM (rxe init_req_packet).
   const bool completes_recv = h.info().operation == wire::Operation::kSend || h.info().with_imm;
   h.bth.solicited = last && completes_recv && (w.wr.send_flags & send_flags::kSolicited);
-  // AckReq on every message end, and periodically inside long messages (PROTOCOL.md §3.3);
-  // never on UC, which nothing acknowledges (rxe: ack_req stays 0 for UC and UD).
+  // AckReq on every message end, and periodically inside long messages (rxe_req.c
+  // init_req_packet; docs/protocol.md §3.3); never on UC, which nothing acknowledges (rxe:
+  // ack_req stays 0 for UC and UD).
   h.bth.ack_req =
       ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq);
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
@@ -217,7 +229,7 @@ Transmit Requester::build_connected(SendWqe& w, wire::MutableBytes payload) {
   } else if (w.is_flush()) {
     build_flush(w, t);
   } else if (w.is_read()) {
-    // A retried READ asks only for what is missing (PROTOCOL.md §3.9).
+    // A retried READ asks only for what is missing (IBA 9.4.4; docs/protocol.md §3.8).
     const std::uint64_t offset =
         std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} *
         ctx_.mtu();
@@ -265,12 +277,16 @@ Transmit Requester::build_ud(SendWqe& w, wire::MutableBytes payload) {
   ++ctx_.req_psn;
   ctx_.psn_high = ctx_.req_psn;
   ctx_.comp_psn = ctx_.req_psn;
-  // UD is unreliable: the WQE completes once its packet is handed to the port.
+  complete_datagram(w);
+  return t;
+}
+
+// UD is unreliable: the WQE completes once its packet is handed to the port.
+void Requester::complete_datagram(SendWqe& w) {
   w.stage = WqeStage::kDone;
   ctx_.push_send_completion(w, WcStatus::kSuccess);
   ++ctx_.sq_next;
   ++ctx_.sq_head;
-  return t;
 }
 
 void Requester::finish_local_error(SendWqe& w, WcStatus status) {

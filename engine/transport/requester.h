@@ -1,8 +1,8 @@
 // The requester: turns send WQEs into request packets (segmentation, PSN assignment, AckReq,
 // fences, the rd/atomic limit, the PSN window), executes local operations (memory window binds
 // and LOCAL_INV) in send-queue order, and restarts from the completer's PSN on retry (go-back-N,
-// PROTOCOL.md §3.9). RC and XRC requesters wait for responses; a UC requester's WQE is done once
-// its last packet left (IBA 9.8.2: no acknowledgements). Modelled on rxe_req.c.
+// docs/protocol.md §3.8). RC and XRC requesters wait for responses; a UC requester's WQE is done
+// once its last packet left (IBA 9.8.2: no acknowledgements). Modelled on rxe_req.c.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +54,7 @@ class Requester {
   void build_atomic_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
   void build_flush(SendWqe& w, Transmit& t);
   void finish_local_error(SendWqe& w, WcStatus status);
+  void complete_datagram(SendWqe& w);
   bool copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out);
 
   QpContext& ctx_;

@@ -1,11 +1,11 @@
 // The responder: executes inbound requests in PSN order and answers them. PSN checks,
 // duplicates (re-ACK, READ replay from the responder resources, the atomic replay cache),
 // opcode sequencing, access, length and R_Key checks with their NAKs, RNR NAKs, receive WQEs
-// from the QP or its SRQ, ACK coalescing, immediate data and invalidation (PROTOCOL.md
-// §3.5-3.7); ATOMIC WRITE and FLUSH (IBA 1.5 annex); UC's rules (no responses: a gap, a
+// from the QP or its SRQ, ACK coalescing, immediate data and invalidation (docs/protocol.md
+// §3.5-3.6); ATOMIC WRITE and FLUSH (IBA 1.5 annex); UC's rules (no responses: a gap, a
 // sequence error, a missing WQE or an access error drops the message, and the next FIRST/ONLY
 // resynchronises, IBA 9.7.5.1 classes D1/E); XRC targets (the XRCETH's SRQ, of the QP's XRC
-// domain); and UD receive. Modelled on rxe_resp.c.
+// domain); and UD receive (docs/protocol.md §4). Modelled on rxe_resp.c.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,8 @@
 
 namespace xroce::transport {
 
-// One state per processing step (PROTOCOL.md §3.5 order) and one per IBA error class.
+// One state per processing step (rxe_resp.c's order, docs/protocol.md §3.5) and one per IBA error
+// class.
 enum class ResponderState : std::uint8_t {
   kCheckPsn,
   kCheckOpSeq,
@@ -132,7 +133,7 @@ class Responder {
   std::uint32_t xrc_srqn_ = 0;
   bool drop_msg_ = false;  // UC: the rest of the current message is dropped
   wire::Psn epsn_;
-  wire::Psn ack_psn_;  // PSN after the last SEND/WRITE/ATOMIC executed (PROTOCOL.md §3.7)
+  wire::Psn ack_psn_;  // PSN after the last SEND/WRITE/ATOMIC executed (docs/protocol.md §3.6)
   std::uint32_t msn_ = 0;
   bool nak_sent_ = false;  // a PSN-sequence NAK (or RNR NAK) is out; drop until in sequence
   InMessage in_message_ = InMessage::kNone;

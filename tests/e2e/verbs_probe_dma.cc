@@ -1,5 +1,5 @@
-// verbs_probe's registered-memory modes (ARCHITECTURE.md decision 5: the daemon reaches a region
-// through a shared mapping of a memfd, or through cross-memory attach):
+// verbs_probe's registered-memory modes (docs/ARCHITECTURE.md decision 5: the daemon reaches a
+// region through a shared mapping of a memfd, or through cross-memory attach):
 //
 //   verbs_probe DEV dma_regions  register a page-aligned anonymous buffer (shareable) and a part
 //                                of a page (not), print "mr shared|cma ADDR LENGTH" for each as

@@ -26,7 +26,6 @@ namespace {
 constexpr std::size_t kBytes = 64 * 1024;
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-constexpr uint32_t kPsn = 1;
 
 uint64_t addr_of(const void* p) {
   return reinterpret_cast<uint64_t>(p);
@@ -503,58 +502,6 @@ void timestamps(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid, Buffers& b) {
 }
 
 }  // namespace
-
-// RESET -> INIT -> RTR -> RTS toward `peer_qpn` at `gid` (MTU 1024), with what each QP type's
-// transitions take (as ib_modify_qp_is_ok's table: UC has no retry, RNR or RDMA READ/atomic
-// attributes, an XRC INI QP no responder ones at RTR).
-bool connect_qp(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid) {
-  const bool reliable = qp->qp_type != IBV_QPT_UC;
-  const bool tgt = qp->qp_type == IBV_QPT_XRC_RECV;
-  const bool ini = qp->qp_type == IBV_QPT_XRC_SEND;  // sends only: no responder attributes
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAllAccess | IBV_ACCESS_MW_BIND;
-  if (int err = ibv_modify_qp(
-          qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
-    std::printf("modify_qp INIT (type %d): %s\n", qp->qp_type, std::strerror(err));
-    return false;
-  }
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer_qpn;
-  a.rq_psn = kPsn;
-  a.max_dest_rd_atomic = 16;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.hop_limit = 1;
-  a.ah_attr.grh.sgid_index = 0;
-  a.ah_attr.grh.dgid = gid;
-  int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (reliable && !ini) rtr_mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  if (int err = ibv_modify_qp(qp, &a, rtr_mask)) {
-    std::printf("modify_qp RTR (type %d): %s\n", qp->qp_type, std::strerror(err));
-    return false;
-  }
-  if (tgt) return true;  // a TGT QP only receives
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = kPsn;
-  a.max_rd_atomic = 16;
-  int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (reliable)
-    rts_mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  if (int err = ibv_modify_qp(qp, &a, rts_mask)) {
-    std::printf("modify_qp RTS (type %d): %s\n", qp->qp_type, std::strerror(err));
-    return false;
-  }
-  return true;
-}
 
 int transport(ibv_context* ctx) {
   ibv_gid gid{};
