@@ -315,6 +315,29 @@ int poll_cq(ibv_cq* ibcq, int ne, ibv_wc* wc) {
   return n;
 }
 
+// The kept entries move toward the producer and the consumer index steps past the dropped
+// ones, so the producer's side of the ring is never written: the daemon may be adding
+// completions of other QPs behind the last ready one meanwhile.
+void clean_cq(ibv_cq* ibcq, uint32_t qpn) {
+  Cq* cq = to_cq(ibcq);
+  std::lock_guard guard(cq->lock);
+  const uint32_t ready = cq->ring.ready(cq->consumer);
+  uint32_t dropped = 0;
+  for (uint32_t i = ready; i-- > 0;) {
+    queues::Cqe e;
+    std::memcpy(&e, cq->ring.slot(cq->consumer + i), sizeof(e));
+    if (e.qp_num == qpn) {
+      ++dropped;
+    } else if (dropped != 0) {
+      std::memcpy(cq->ring.slot(cq->consumer + i + dropped), &e, sizeof(e));
+    }
+  }
+  if (dropped != 0) {
+    cq->consumer += dropped;
+    cq->ring.release(cq->consumer);
+  }
+}
+
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = to_cq(ibcq);
   auto& arm = cq->ring.header().arm;

@@ -312,7 +312,20 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
   a.ah_attr = to_ah_attr(attr->ah_attr);
-  return call(ibqp->context, control::Op::modify_qp, &request, sizeof(request), nullptr, 0);
+  if (int err =
+          call(ibqp->context, control::Op::modify_qp, &request, sizeof(request), nullptr, 0)) {
+    return err;
+  }
+  // A QP reset leaves nothing of its past in its CQs: completions not polled yet (the flushed
+  // work of its error state) would otherwise meet the consumer after the QP is connected again,
+  // as if they were new (mlx5_modify_qp cleans its CQs the same way).
+  if ((mask & IBV_QP_STATE) != 0 && attr->qp_state == IBV_QPS_RESET) {
+    if (ibqp->recv_cq != nullptr) clean_cq(ibqp->recv_cq, ibqp->qp_num);
+    if (ibqp->send_cq != nullptr && ibqp->send_cq != ibqp->recv_cq) {
+      clean_cq(ibqp->send_cq, ibqp->qp_num);
+    }
+  }
+  return 0;
 }
 
 int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {

@@ -13,6 +13,8 @@ int destroy_cq(ibv_cq* cq);
 int resize_cq(ibv_cq* cq, int cqe);
 int poll_cq(ibv_cq* cq, int ne, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
+// Drops the completions of QP `qpn` not polled yet (a QP moved to RESET; mlx5_cq_clean).
+void clean_cq(ibv_cq* cq, uint32_t qpn);
 
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);

@@ -136,10 +136,9 @@ wire::Result<MemoryRegion, int> MemoryRegionTable::reregister(wire::Lkey lkey,
   if (change.length) mr->length = *change.length;
   if (change.iova) mr->iova = *change.iova;
   if (change.access) mr->access = *change.access;
-  // New keys: whatever a peer still holds for the old translation or access stops working.
-  const std::uint32_t key = next_region_key(index_of(lkey.value()));
-  mr->lkey = wire::Lkey(key);
-  mr->rkey = wire::Rkey(key);
+  // The keys stay (rxe_rereg_user_mr changes access and PD in place; mlx5 keeps the mkey when
+  // it can): a peer told the R_Key before the change keeps using it, and gets what the new
+  // access or translation allows.
   return *mr;
 }
 

@@ -99,7 +99,8 @@ TEST_F(DeviceTransport, ReregistrationChangesAccessTranslationAndPd) {
   auto access = dev_.rereg_mr(kAlice, r->handle, ReregRequest{kReregAccess, 0, kAllAccess, 0, 0});
   ASSERT_TRUE(access.ok());
   EXPECT_EQ(access->handle, r->handle);
-  EXPECT_NE(access->lkey, r->lkey);  // new keys: a stale key never reaches the new rights
+  EXPECT_EQ(access->lkey, r->lkey);  // the keys stay (rxe_rereg_user_mr)
+  EXPECT_EQ(access->rkey, r->rkey);
   EXPECT_EQ(dev_.memory_regions().at(r->handle).access, kAllAccess);
 
   auto moved = dev_.rereg_mr(kAlice, r->handle,
