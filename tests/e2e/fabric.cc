@@ -245,7 +245,7 @@ std::string Host::ipv4() const {
   return "198.18." + std::to_string(subnet_) + ".1";
 }
 std::string Host::ipv6() const {
-  return "2001:2:" + std::to_string(subnet_) + "::1";
+  return "2001:2:0:" + std::to_string(subnet_) + "::1";
 }
 
 std::vector<std::string> Host::in_netns(std::vector<std::string> argv) const {

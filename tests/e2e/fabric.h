@@ -47,7 +47,7 @@ class Child {
 class Host {
  public:
   // Creates namespace "<prefix>-<pid>-<n>", veth xr0a/xr0b in it, xr0a with
-  // 198.18.<subnet>.1/24 and 2001:2:<subnet>::1/64, both ends up.
+  // 198.18.<subnet>.1/24 and 2001:2:0:<subnet>::1/64, both ends up.
   Host(const std::string& prefix, int subnet);
   ~Host();
   Host(const Host&) = delete;

@@ -1,6 +1,6 @@
 // Two test hosts for the tests that run unmodified verbs programs across a veth pair: network
 // namespaces "<prefix>-<pid>-<n>-a" and "-b" joined by veth xpv0 <-> xpv1 (198.18.<subnet>.1
-// and .2, 2001:2:<subnet>::1 and ::2), an xroce device on each end ("xpa", "xpb"), and the ways
+// and .2, 2001:2:0:<subnet>::1 and ::2), an xroce device on each end ("xpa", "xpb"), and the ways
 // to run programs there (inside `xroce exec`, with deadlines). Every test that needs two hosts
 // with a device each uses this one; everything is removed by name or pid when the Pair goes
 // away, also when the test fails.
@@ -119,7 +119,7 @@ class Pair {
     return "198.18." + std::to_string(subnet_) + "." + std::to_string(i + 1);
   }
   std::string ip6(int i) const {
-    return "2001:2:" + std::to_string(subnet_) + "::" + std::to_string(i + 1);
+    return "2001:2:0:" + std::to_string(subnet_) + "::" + std::to_string(i + 1);
   }
   std::string dev(int i) const {
     if (!device_.empty()) return device_;

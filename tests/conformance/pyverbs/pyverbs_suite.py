@@ -86,7 +86,7 @@ class Namespace:
         sh("ip", "netns", "add", self.name)
         for cmd in (["link", "add", "pv0", "type", "veth", "peer", "name", "pv1"],
                     ["addr", "add", "198.18.40.1/24", "dev", "pv0"],
-                    ["addr", "add", "2001:2:40::1/64", "dev", "pv0", "nodad"],
+                    ["addr", "add", "2001:2:0:40::1/64", "dev", "pv0", "nodad"],
                     ["link", "set", "pv0", "up"], ["link", "set", "pv1", "up"],
                     ["link", "set", "lo", "up"]):
             sh("ip", "-n", self.name, *cmd)
