@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "daemon/run_dir.h"
 #include "daemon_launch.h"
+#include "xroce/run_dir.h"
 
 namespace xroce::cli {
 
@@ -33,7 +33,7 @@ constexpr const char* kPreload = "libxroce-preload.so";
 
 std::vector<std::pair<std::string, std::string>> app_environment() {
   std::vector<std::pair<std::string, std::string>> env;
-  const auto paths = daemon::run_paths_for_current_netns();
+  const auto paths = control::run_paths_for_current_netns();
   env.emplace_back("SYSFS_PATH", paths.sysfs_root);
   // A provider beside this executable (a build tree: bin/ and lib/) wins over an installed
   // one: libibverbs loads RDMAV_DRIVERS first, and the first provider to register matches.

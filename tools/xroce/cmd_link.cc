@@ -75,7 +75,7 @@ void register_add(CLI::App& link, ExitStatus& status) {
       status.code = 2;
       return;
     }
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     if (connect_daemon(client, true, error) != 0) {
       fmt::print(stderr, "xroce link add: {}\n", error);
@@ -95,7 +95,7 @@ void register_del(CLI::App& link, ExitStatus& status) {
   cmd->callback([name, &status] {
     control::LinkDelRequest request{};
     std::snprintf(request.name, sizeof(request.name), "%s", name->c_str());
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     if (connect_daemon(client, false, error) != 0) {
       fmt::print(stderr, "xroce link del: {}\n", error);
@@ -130,7 +130,7 @@ void register_show(CLI::App& link, ExitStatus& status) {
   cmd->add_option("name", args->name, "Only this device");
   cmd->add_flag("--json,-j", args->json, "Print as JSON");
   cmd->callback([args, &status] {
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     std::string text = "[]";
     if (connect_daemon(client, false, error) == 0) {

@@ -41,7 +41,7 @@ std::string log_tail(const std::string& path) {
 
 // Starts xroced detached (own session, output to its log) and waits for the line it writes to
 // XROCE_READY_FD once it serves, or for it to exit.
-int start_daemon(const daemon::RunPaths& paths, std::string& error) {
+int start_daemon(const control::RunPaths& paths, std::string& error) {
   std::error_code ec;
   std::filesystem::create_directories(paths.dir, ec);
   int ready[2];
@@ -91,8 +91,8 @@ std::string self_dir() {
       .string();
 }
 
-int connect_daemon(daemon::ControlClient& client, bool start_if_missing, std::string& error) {
-  const auto paths = daemon::run_paths_for_current_netns();
+int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error) {
+  const auto paths = control::run_paths_for_current_netns();
   if (paths.dir.empty()) {
     error = "cannot tell which network namespace this is";
     return EIO;

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "daemon/control_client.h"
-#include "daemon/run_dir.h"
+#include "xroce/control_client.h"
+#include "xroce/run_dir.h"
 
 namespace xroce::cli {
 
@@ -12,6 +12,6 @@ namespace xroce::cli {
 std::string self_dir();
 // Connects to this namespace's daemon; if none runs and start_if_missing, starts one and
 // waits (up to a deadline) until it serves. 0 or errno; `error` gets a human explanation.
-int connect_daemon(daemon::ControlClient& client, bool start_if_missing, std::string& error);
+int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error);
 
 }  // namespace xroce::cli
