@@ -12,7 +12,7 @@
 #include <string>
 
 #include "daemon/control_server.h"
-#include "daemon/run_dir.h"
+#include "xroce/run_dir.h"
 
 namespace {
 
@@ -34,7 +34,7 @@ void tell_launcher(const std::string& line) {
 int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
-  const auto paths = xroce::daemon::run_paths_for_current_netns();
+  const auto paths = xroce::control::run_paths_for_current_netns();
   if (paths.dir.empty()) {
     fmt::print(stderr, "xroced: cannot tell which network namespace this is\n");
     tell_launcher("error: no network namespace");

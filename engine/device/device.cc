@@ -41,16 +41,22 @@ bool Device::update_addresses(const std::vector<IpAddress>& addresses) {
   return gids_.update(addresses);
 }
 
+OwnedCounts Device::owned_counts(ClientId owner) const {
+  const auto it = owned_.find(owner);
+  return it == owned_.end() ? OwnedCounts{} : it->second;
+}
+
 Result<uint32_t, int> Device::alloc_pd(ClientId owner, int pid) {
-  if (pds_.size() >= limits_.max_pd) return Err{ENOMEM};
+  if (pds_.size() >= limits_.max_pd || counts(owner).pds >= quota_.max_pd) return Err{ENOMEM};
   ProtectionDomain pd;
   pd.owner = owner;
   pd.pid = pid;
-  pd.memory = memory_ ? memory_(pid) : nullptr;
+  pd.memory = memory_ ? memory_(owner) : nullptr;
   if (pd.memory == nullptr) pd.memory = std::make_unique<UnreachableMemory>();
   pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory);
   const uint32_t handle = next_pd_++;
   pds_.emplace(handle, std::move(pd));
+  ++counts(owner).pds;
   return handle;
 }
 
@@ -70,6 +76,7 @@ int Device::dealloc_pd(ClientId owner, uint32_t pd) {
   for (const auto& [handle, ah] : ahs_)
     if (ah.pd == pd) return EBUSY;
   pds_.erase(pd);
+  --counts(owner).pds;
   return 0;
 }
 
@@ -84,7 +91,11 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   }
   if (request.length == 0 || request.length > limits_.max_mr_size) return Err{EINVAL};
   if (request.addr + request.length < request.addr) return Err{EINVAL};
-  if (mrs_.size() >= limits_.max_mr) return Err{ENOMEM};
+  OwnedCounts& owned = counts(owner);
+  if (mrs_.size() >= limits_.max_mr || owned.mrs >= quota_.max_mr) return Err{ENOMEM};
+  if (request.byte_limit != 0 && owned.mr_bytes + request.length > request.byte_limit) {
+    return Err{ENOMEM};
+  }
 
   const uint32_t handle = next_mr_++;
   MemoryRegion mr;
@@ -102,6 +113,8 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   mr.lkey = region.lkey.value();
   mr.rkey = region.rkey.value();
   mrs_.emplace(handle, mr);
+  ++owned.mrs;
+  owned.mr_bytes += mr.length;
   return MrKeys{handle, mr.lkey, mr.rkey};
 }
 
@@ -109,6 +122,9 @@ int Device::dereg_mr(ClientId owner, uint32_t mr) {
   auto it = mrs_.find(mr);
   if (it == mrs_.end() || it->second.owner != owner) return EINVAL;
   pds_.at(it->second.pd).regions->deregister(wire::Lkey(it->second.lkey));
+  OwnedCounts& owned = counts(owner);
+  --owned.mrs;
+  owned.mr_bytes -= it->second.length;
   mrs_.erase(it);
   return 0;
 }
@@ -124,6 +140,7 @@ void Device::release_client(ClientId owner) {
   std::erase_if(ahs_, [owner](const auto& entry) { return entry.second.owner == owner; });
   std::erase_if(mrs_, [owner](const auto& entry) { return entry.second.owner == owner; });
   std::erase_if(pds_, [owner](const auto& entry) { return entry.second.owner == owner; });
+  owned_.erase(owner);
 }
 
 }  // namespace xroce::device

@@ -25,20 +25,22 @@ namespace xroce::device {
 using wire::Err;
 using wire::Result;
 
-// What the device advertises (ibv_query_device), modelled on rxe's rxe_param.h; the model
-// enforces the PD and MR counts, the transport the rest.
+// What the device holds in all, modelled on rxe's rxe_param.h; the model enforces the object
+// counts, the transport the rest. The counts are what the daemon can really hold: every QP, CQ
+// and SRQ is a shared-memory region the daemon maps, and a process may have at most
+// vm.max_map_count (65530 by default) mappings, which kMaxMappedRegions leaves room within.
 struct DeviceLimits {
   uint32_t max_pd = 64 * 1024;
   uint32_t max_mr = 256 * 1024;
   uint64_t max_mr_size = uint64_t{1} << 40;
   uint64_t page_size_cap = 0xfffff000;  // 4 KiB and up
-  uint32_t max_qp = 0x10000;
+  uint32_t max_qp = 0x4000;
   uint32_t max_qp_wr = 0x4000;
   uint32_t max_sge = 32;
   uint32_t max_cq = 0x4000;
   uint32_t max_cqe = (1u << 15) - 1;
   uint32_t max_qp_rd_atom = 128;  // outstanding RDMA READ/atomic per QP, both directions
-  uint32_t max_srq = 0x4000;
+  uint32_t max_srq = 0x1000;
   uint32_t max_srq_wr = 0x4000;
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
@@ -46,6 +48,36 @@ struct DeviceLimits {
   uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
+};
+
+// Regions (QP, CQ and SRQ rings, shared-mapping MRs) the daemon maps at most, per device; a
+// registration beyond it is reached through the client's mem file instead of a mapping. The
+// device limits keep the rings alone well below it.
+inline constexpr uint32_t kMaxMappedRegions = 48 * 1024;
+
+// What one client (a verbs context) may hold: a user cannot take the device from the others.
+// ibv_query_device tells each context the smaller of this and the device's limits, which one
+// process reaches without needing a descriptor per object. Beyond a count, creation fails with
+// ENOMEM, as a device out of resources answers; registered bytes are bounded by the caller's
+// RLIMIT_MEMLOCK (MrRequest::byte_limit), as the kernel's ib_umem_get bounds pinned pages.
+struct ClientQuota {
+  uint32_t max_pd = 1024;
+  uint32_t max_mr = 64 * 1024;
+  uint32_t max_qp = 4096;
+  uint32_t max_cq = 4096;
+  uint32_t max_srq = 1024;
+  uint32_t max_ah = 16 * 1024;
+};
+
+// How many objects one client holds (and bytes it registered).
+struct OwnedCounts {
+  uint32_t pds = 0;
+  uint32_t mrs = 0;
+  uint32_t qps = 0;
+  uint32_t cqs = 0;
+  uint32_t srqs = 0;
+  uint32_t ahs = 0;
+  uint64_t mr_bytes = 0;
 };
 
 inline constexpr const char* kFirmwareVersion = "0.1.0";
@@ -62,9 +94,10 @@ struct MemoryRegion {
   uint32_t rkey = 0;
 };
 
-// Reaches one client process's memory for the transport (ARCHITECTURE.md decision 5); the
-// daemon supplies engine/device/dma's implementation. One is made per protection domain.
-using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(int pid)>;
+// Reaches the memory of the client (a verbs context, and the process image behind it) that owns
+// a new protection domain (ARCHITECTURE.md decision 5); the daemon supplies engine/device/dma's
+// implementation. One is made per protection domain; nullptr means the client has none.
+using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(ClientId owner)>;
 
 struct ProtectionDomain {
   ClientId owner = 0;
@@ -90,12 +123,14 @@ struct QpRequest {
   bool sq_sig_all;
   control::QpCap cap;
   uint64_t cookie;
+  int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
 struct SrqRequest {
   uint32_t pd;
   control::SrqAttr attr;
   uint64_t cookie;
+  int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
 struct MrKeys {
@@ -111,6 +146,7 @@ struct MrRequest {
   uint64_t iova;
   uint32_t access;
   int pid;
+  uint64_t byte_limit = 0;  // what the client may register in all; 0: no limit
 };
 
 // ibv_access_flags the device accepts in reg_mr; anything else is EINVAL.
@@ -129,6 +165,11 @@ class Device {
   const NetdevState& netdev() const { return netdev_; }
   const GidTable& gids() const { return gids_; }
   const DeviceLimits& limits() const { return limits_; }
+  const ClientQuota& client_quota() const { return quota_; }
+  OwnedCounts owned_counts(ClientId owner) const;
+  // Rings the daemon maps for this device (QPs, CQs, SRQs): with the MRs it maps, at most
+  // kMaxMappedRegions.
+  std::size_t mapped_rings() const { return qps_.size() + cqs_.size() + srqs_.size(); }
   uint64_t node_guid() const { return node_guid_; }
 
   // Returns true if anything visible (state, MTU, speed, GIDs) changed.
@@ -143,7 +184,8 @@ class Device {
   int dereg_mr(ClientId owner, uint32_t mr);
 
   // Errors as uverbs gives them: EINVAL for a bad handle or attribute (including another
-  // client's handle), ENOMEM beyond the advertised limits, EBUSY destroying an object in use.
+  // client's handle), ENOMEM beyond the device's limits or the client's quota, EBUSY
+  // destroying an object in use.
   Result<uint32_t, int> create_cq(ClientId owner, const CqRequest& request);
   int resize_cq(ClientId owner, uint32_t cq, uint32_t cqe);
   int destroy_cq(ClientId owner, uint32_t cq);
@@ -179,11 +221,15 @@ class Device {
  private:
   ProtectionDomain* owned_pd(ClientId owner, uint32_t pd);
   uint32_t next_qpn();
+  // The client's counts, created on first use.
+  OwnedCounts& counts(ClientId owner) { return owned_[owner]; }
 
   std::string name_;
   NetdevState netdev_;
   GidTable gids_;
   DeviceLimits limits_;
+  ClientQuota quota_;
+  std::map<ClientId, OwnedCounts> owned_;
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
   QpRunner* runner_ = nullptr;
