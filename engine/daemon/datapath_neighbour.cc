@@ -1,5 +1,5 @@
 #include "daemon/datapath_neighbour.h"
-#include "daemon/fd.h"
+#include "xroce/fd.h"
 
 #include <arpa/inet.h>
 #include <linux/neighbour.h>
