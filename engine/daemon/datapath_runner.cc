@@ -71,11 +71,8 @@ class RingBinding final : public QpBinding {
            (srq_ != nullptr && srq_->ring.ready(srq_->consumer) != 0);
   }
 
-  std::vector<int> doorbell_fds_on_worker() const override {
-    std::vector<int> fds{qp_.doorbell.fd()};
-    if (srq_ != nullptr) fds.push_back(srq_->doorbell.fd());
-    return fds;
-  }
+  // One doorbell per context, which all its QPs and SRQs ring.
+  std::vector<int> doorbell_fds_on_worker() const override { return {qp_.doorbell_fd}; }
 
   void set_asleep_on_worker(bool asleep) override {
     const std::uint32_t v = asleep ? queues::kEngineAsleep : queues::kEngineAwake;
@@ -84,7 +81,14 @@ class RingBinding final : public QpBinding {
     if (srq_ != nullptr) srq_->ring.header().wakeup.store(v, std::memory_order_seq_cst);
   }
 
-  void complete_on_worker(const transport::Completion& c) override {
+  void complete_on_worker(const transport::Completion& completion) override {
+    transport::Completion c = completion;
+    // The transport knows SQ and RQ WQEs by ring index (queues.h completion tracking).
+    if (!c.is_recv()) {
+      c.wr_id = device::retire_wqe(qp_.sq, qp_.sq_shadow, c.wr_id);
+    } else if (srq_ == nullptr && qp_.rq.valid()) {
+      c.wr_id = device::retire_wqe(qp_.rq, qp_.rq_shadow, c.wr_id);
+    }
     device::CompletionQueue& cq = c.is_recv() ? recv_cq_ : send_cq_;
     switch (cq.push(device::encode_cqe(c))) {
       case device::CompletionQueue::Push::written:
@@ -155,15 +159,17 @@ class RingBinding final : public QpBinding {
       std::memcpy(scratch_.data(), qp_.sq.slot(qp_.sq_consumer), bytes);  // copy, then check
       auto wqe = device::decode_send_wqe(scratch_.data(), bytes, qp_.cap.max_send_sge,
                                          qp_.cap.max_inline_data);
+      const std::uint64_t index = device::take_wqe(qp_.sq_shadow, qp_.sq_consumer, scratch_.data());
       int err = EINVAL;
       if (wqe) {
+        wqe->wr.wr_id = index;
         err = (wqe->wr.send_flags & transport::send_flags::kInline) != 0
                   ? core.post_send_inline(wqe->wr, wqe->inline_data)
                   : core.post_send(wqe->wr);
         if (err == 0) dest_qpn_ = core.attr().dest_qp_num;
       }
       if (err == ENOMEM) break;  // the transport's queue is full: take it on a later turn
-      if (err != 0) fail_wqe(transport::WcOpcode::kSend);
+      if (err != 0) fail_wqe(transport::WcOpcode::kSend, index);
       qp_.sq.release(++qp_.sq_consumer);
       any = true;
     }
@@ -176,9 +182,11 @@ class RingBinding final : public QpBinding {
     for (std::uint32_t ready = qp_.rq.ready(qp_.rq_consumer); ready > 0; --ready) {
       std::memcpy(scratch_.data(), qp_.rq.slot(qp_.rq_consumer), bytes);
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, qp_.cap.max_recv_sge);
+      const std::uint64_t index = device::take_wqe(qp_.rq_shadow, qp_.rq_consumer, scratch_.data());
+      if (wqe) wqe->wr_id = index;
       const int err = wqe ? core.post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv, index);
       qp_.rq.release(++qp_.rq_consumer);
       any = true;
     }
@@ -204,9 +212,9 @@ class RingBinding final : public QpBinding {
 
   // A WQE the provider should never have written (it validates at post time): complete it
   // with an error rather than act on it.
-  void fail_wqe(transport::WcOpcode opcode) {
+  void fail_wqe(transport::WcOpcode opcode, std::uint64_t index) {
     transport::Completion c;
-    std::memcpy(&c.wr_id, scratch_.data(), sizeof(c.wr_id));  // wr_id leads every WQE
+    c.wr_id = index;
     c.status = transport::WcStatus::kLocQpOpErr;
     c.opcode = opcode;
     c.qp_num = qp_.qpn;
