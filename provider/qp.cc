@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "provider/device_death.h"
 #include "provider/queues.h"
 
 namespace xroce::provider {
@@ -75,13 +76,21 @@ void init_qp_fields(ibv_qp& qp, ibv_context* ctx, const ibv_qp_init_attr_ex& att
 }
 
 int attach_rings(Qp* qp, const control::CreateQpReply& reply, int region_fd) {
+  const queues::QpRegionLayout layout = queues::qp_region_layout(
+      reply.send_slots, reply.send_slot_bytes, reply.recv_slots, reply.recv_slot_bytes);
+  if (layout.total_bytes > reply.region_bytes || layout.recv_offset != reply.recv_offset) {
+    close(region_fd);
+    return EIO;  // not the layout include/xroce/queues.h defines
+  }
   Mapping mapping;
   if (int err = mapping.map(region_fd, reply.region_bytes)) return err;
   qp->mapping = mapping;
   auto* base = static_cast<uint8_t*>(mapping.base);
   qp->sq = queues::Ring(base, reply.send_slots, reply.send_slot_bytes);
+  qp->sq_shadow = queues::WrIdShadow(base + layout.send_shadow_offset, reply.send_slots);
   if (reply.recv_slots != 0) {
     qp->rq = queues::Ring(base + reply.recv_offset, reply.recv_slots, reply.recv_slot_bytes);
+    qp->rq_shadow = queues::WrIdShadow(base + layout.recv_shadow_offset, reply.recv_slots);
   }
   return 0;
 }
@@ -107,17 +116,11 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
                                attr.cap.max_recv_sge, attr.cap.max_inline_data};
   request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
   control::CreateQpReply reply{};
-  int fds[2] = {-1, -1};
+  Fd region;
   int err = call_fds(ctx, control::Op::create_qp, &request, sizeof(request), &reply, sizeof(reply),
-                     fds, 2);
-  if (err == 0 && (fds[0] < 0 || fds[1] < 0)) err = EIO;
-  if (err == 0) {
-    err = attach_rings(qp, reply, fds[0]);
-    fds[0] = -1;
-  }
+                     std::span(&region, 1));
+  if (err == 0) err = attach_rings(qp, reply, region.release());
   if (err != 0) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
       (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
@@ -126,7 +129,7 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
     errno = err;
     return nullptr;
   }
-  qp->doorbell_fd = fds[1];
+  qp->doorbell_fd = context_doorbell(ctx);
   qp->handle = reply.handle;
   qp->cap = reply.cap;
   qp->sq_sig_all = attr.sq_sig_all != 0;
@@ -139,6 +142,7 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
   attr.cap.max_send_sge = reply.cap.max_send_sge;
   attr.cap.max_recv_sge = reply.cap.max_recv_sge;
   attr.cap.max_inline_data = reply.cap.max_inline_data;
+  register_qp(ctx, qp);
   return &qp->vqp.qp;
 }
 
@@ -254,8 +258,8 @@ int destroy_qp(ibv_qp* ibqp) {
           call(ibqp->context, control::Op::destroy_qp, &request, sizeof(request), nullptr, 0)) {
     return err;
   }
+  unregister_qp(ibqp->context, qp);
   qp->mapping.unmap();
-  close(qp->doorbell_fd);
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);
   delete qp;
@@ -275,17 +279,11 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   request.srq_limit = attr->attr.srq_limit;
   request.cookie = reinterpret_cast<uint64_t>(&srq->srq);
   control::SrqReply reply{};
-  int fds[2] = {-1, -1};
+  Fd region;
   int err = call_fds(pd->context, control::Op::create_srq, &request, sizeof(request), &reply,
-                     sizeof(reply), fds, 2);
-  if (err == 0 && (fds[0] < 0 || fds[1] < 0)) err = EIO;
-  if (err == 0) {
-    err = srq->mapping.map(fds[0], reply.region_bytes);
-    fds[0] = -1;
-  }
+                     sizeof(reply), std::span(&region, 1));
+  if (err == 0) err = srq->mapping.map(region.release(), reply.region_bytes);
   if (err != 0) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
       (void)call(pd->context, control::Op::destroy_srq, &release, sizeof(release), nullptr, 0);
@@ -294,7 +292,7 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     errno = err;
     return nullptr;
   }
-  srq->doorbell_fd = fds[1];
+  srq->doorbell_fd = context_doorbell(pd->context);
   srq->handle = reply.handle;
   srq->max_sge = reply.attr.max_sge;
   srq->ring = queues::Ring(srq->mapping.base, reply.slots, reply.slot_bytes);
@@ -334,7 +332,6 @@ int destroy_srq(ibv_srq* ibsrq) {
     return err;
   }
   srq->mapping.unmap();
-  close(srq->doorbell_fd);
   delete srq;
   return 0;
 }
