@@ -80,13 +80,31 @@ const MemoryRegion& MemoryRegionTable::register_region(std::uint64_t addr, std::
     generations_.push_back(0);
   }
   const std::uint8_t gen = ++generations_[slot];
-  const std::uint32_t key = static_cast<std::uint32_t>(slot) << kGenerationBits | gen;
+  const std::uint32_t key = new_key(slot, gen);
   regions_[slot] = MemoryRegion{addr, length, wire::Lkey(key), wire::Rkey(key), access, true};
   return regions_[slot];
 }
 
+std::uint32_t MemoryRegionTable::new_key(std::size_t slot, std::uint8_t generation) {
+  if (!key_bits_) return static_cast<std::uint32_t>(slot) << kGenerationBits | generation;
+  slot_of_index_.erase(regions_[slot].lkey.value() >> kGenerationBits);  // its last key, if any
+  for (;;) {
+    const std::uint32_t key = key_bits_();
+    const std::uint32_t index = key >> kGenerationBits;
+    // Index 0 is never used, so the zero key names nothing.
+    if (index != 0 && slot_of_index_.emplace(index, slot).second) return key;
+  }
+}
+
+std::size_t MemoryRegionTable::slot_of(std::uint32_t key) const {
+  const std::uint32_t index = key >> kGenerationBits;
+  if (!key_bits_) return index;
+  const auto it = slot_of_index_.find(index);
+  return it == slot_of_index_.end() ? regions_.size() : it->second;
+}
+
 const MemoryRegion* MemoryRegionTable::find(std::uint32_t key, bool remote) const {
-  const std::size_t slot = key >> kGenerationBits;
+  const std::size_t slot = slot_of(key);
   if (slot >= regions_.size()) return nullptr;
   const MemoryRegion& mr = regions_[slot];
   if (!mr.valid) return nullptr;
@@ -97,14 +115,14 @@ const MemoryRegion* MemoryRegionTable::find(std::uint32_t key, bool remote) cons
 bool MemoryRegionTable::deregister(wire::Lkey lkey) {
   const MemoryRegion* mr = find(lkey.value(), false);
   if (mr == nullptr) return false;
-  regions_[lkey.value() >> kGenerationBits].valid = false;
+  regions_[slot_of(lkey.value())].valid = false;
   return true;
 }
 
 bool MemoryRegionTable::invalidate(wire::Rkey rkey) {
   const MemoryRegion* mr = find(rkey.value(), true);
   if (mr == nullptr) return false;
-  regions_[rkey.value() >> kGenerationBits].valid = false;
+  regions_[slot_of(rkey.value())].valid = false;
   return true;
 }
 

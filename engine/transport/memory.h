@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/verbs.h"
@@ -70,11 +72,19 @@ enum class MemError : std::uint8_t {
   kAccessDenied,  // the region's access flags forbid the operation
 };
 
-// The memory regions of one protection domain. Keys carry a slot index and a generation byte,
-// so a stale key never matches a re-used slot.
+// Random bits for new keys, supplied by the caller (this core has no randomness of its own).
+using KeyBits = std::function<std::uint32_t()>;
+
+// The memory regions of one protection domain. A key is a 24-bit index and an 8-bit key byte,
+// as rxe's (index << 8 | rxe_get_next_key()) and mlx5's mkeys are. Without KeyBits the index is
+// the slot and the key byte a generation, so keys are reproducible (simulator, tests) and a
+// stale key never matches a re-used slot. With KeyBits (the daemon's, from the kernel's random
+// source) index and key byte are both random, so that a remote peer cannot guess the key of a
+// live region from any other key: all 32 bits must be guessed.
 class MemoryRegionTable {
  public:
-  explicit MemoryRegionTable(MemoryAccess& memory) : memory_(memory) {}
+  explicit MemoryRegionTable(MemoryAccess& memory, KeyBits key_bits = nullptr)
+      : memory_(memory), key_bits_(std::move(key_bits)) {}
 
   const MemoryRegion& register_region(std::uint64_t addr, std::uint64_t length,
                                       std::uint32_t access);
@@ -96,10 +106,15 @@ class MemoryRegionTable {
  private:
   static constexpr std::uint32_t kGenerationBits = 8;
   const MemoryRegion* find(std::uint32_t key, bool remote) const;
+  // The slot of a key's index; regions_.size() when none.
+  std::size_t slot_of(std::uint32_t key) const;
+  std::uint32_t new_key(std::size_t slot, std::uint8_t generation);
 
   MemoryAccess& memory_;
+  KeyBits key_bits_;
   std::vector<MemoryRegion> regions_;
   std::vector<std::uint8_t> generations_;
+  std::unordered_map<std::uint32_t, std::size_t> slot_of_index_;  // with key_bits_ only
 };
 
 }  // namespace xroce::transport

@@ -396,9 +396,19 @@ void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
 }
 
 ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
-  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (PROTOCOL.md §3.5).
+  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (PROTOCOL.md §3.5), and the
+  // consumer hears of it as an affiliated asynchronous error (IBA 11.6.3; mlx5 raises the same
+  // from its WQ access / invalid request / catastrophic error events).
   final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
   ++ctx_.counters.naks_sent;
+  AsyncEventType event = AsyncEventType::kQpFatal;
+  if (code == wire::NakCode::kRemoteAccessError) {
+    event = AsyncEventType::kQpAccessErr;
+    ++ctx_.counters.remote_access_errors;
+  } else if (code == wire::NakCode::kInvalidRequest) {
+    event = AsyncEventType::kQpReqErr;
+  }
+  ctx_.events.push_back(AsyncEvent{event, ctx_.config.qpn});
   if (recv_) {
     Completion c;
     c.wr_id = recv_->wr_id;

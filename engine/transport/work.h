@@ -102,6 +102,7 @@ struct QpCounters {
   std::uint64_t ud_no_recv_drops = 0;
   std::uint64_t cnps_received = 0;
   std::uint64_t ecn_ce_received = 0;
+  std::uint64_t remote_access_errors = 0;  // responder: requests NAKed for a remote access error
 };
 
 }  // namespace xroce::transport

@@ -1,9 +1,13 @@
-// Registered memory: LocalMemory and the MR table's key, bounds and access checks.
+// Registered memory: LocalMemory and the MR table's keys (reproducible or random), bounds and
+// access checks.
 #include "transport/memory.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <random>
+#include <set>
+#include <vector>
 
 namespace xroce::transport {
 namespace {
@@ -81,6 +85,51 @@ TEST_F(MrTableTest, DeregisteredAndInvalidatedKeysStopWorkingAndAreNotReused) {
   ASSERT_TRUE(mrs.invalidate(b.rkey));
   EXPECT_FALSE(mrs.check_remote(b.rkey, base, 8, access::kRemoteRead));
   EXPECT_FALSE(mrs.invalidate(b.rkey));
+}
+
+// With random key bits (the daemon's), a key says nothing of the next one: neither the index
+// nor the key byte follows from it, keys stay unique, and stale keys still match nothing.
+TEST(MrTableRandomKeys, KeysComeFromTheGivenBitsAndStayUnique) {
+  LocalMemory mem;
+  const std::uint64_t base = mem.allocate(4096);
+  std::mt19937 rng(20261214);
+  std::vector<std::uint32_t> drawn;
+  MemoryRegionTable mrs(mem, [&] {
+    // Every third draw repeats the previous index: the table must draw again.
+    const std::uint32_t bits = drawn.size() % 3 == 2 ? drawn.back() ^ 0x5a : rng();
+    drawn.push_back(bits);
+    return bits;
+  });
+  std::set<std::uint32_t> indices;
+  std::vector<MemoryRegion> live;
+  for (int i = 0; i < 200; ++i) {
+    const MemoryRegion& r = mrs.register_region(base, 64, access::kRemoteRead);
+    EXPECT_EQ(r.lkey.value(), r.rkey.value());
+    EXPECT_NE(r.rkey.value() >> 8, 0u);
+    EXPECT_TRUE(indices.insert(r.rkey.value() >> 8).second) << "index reused while live";
+    live.push_back(r);
+  }
+  // Consecutive registrations are not consecutive keys (rxe's pool index would be).
+  int sequential = 0;
+  for (std::size_t i = 1; i < live.size(); ++i)
+    sequential += (live[i].rkey.value() >> 8) == (live[i - 1].rkey.value() >> 8) + 1 ? 1 : 0;
+  EXPECT_LT(sequential, 3);
+  for (const MemoryRegion& r : live)
+    EXPECT_TRUE(mrs.check_remote(r.rkey, base, 8, access::kRemoteRead));
+  // A key with the right index and another key byte is refused.
+  const wire::Rkey wrong_byte(live[7].rkey.value() ^ 0x01);
+  EXPECT_EQ(mrs.check_remote(wrong_byte, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  ASSERT_TRUE(mrs.deregister(live[3].lkey));
+  EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  const MemoryRegion& again = mrs.register_region(base, 64, access::kRemoteRead);  // slot reused
+  EXPECT_NE(again.rkey, live[3].rkey);
+  EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  EXPECT_TRUE(mrs.check_remote(again.rkey, base, 8, access::kRemoteRead));
+  EXPECT_EQ(mrs.check_remote(wire::Rkey(0), base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
 }
 
 }  // namespace
