@@ -1,6 +1,8 @@
 #include "daemon/control_devices.h"
 
 #include <infiniband/verbs.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -20,6 +22,13 @@ bool valid_device_name(const std::string& name) {
     if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_' && c != '-') return false;
   }
   return true;
+}
+
+uint32_t random_bits() {
+  uint32_t bits = 0;
+  while (getrandom(&bits, sizeof bits, 0) != sizeof bits) {
+  }
+  return bits;
 }
 
 }  // namespace
@@ -49,10 +58,13 @@ int Devices::add(const control::LinkAddRequest& request) {
 
   ServedDevice served;
   served.memory = std::make_shared<device::ProcessMemoryDirectory>();
+  // Random first QPN and random memory keys (the kernel's random source): nothing a peer sees of
+  // one QP or region tells it another's.
   served.model = std::make_unique<device::Device>(
-      name, *state, static_cast<uint32_t>(getpid()),
+      name, *state, random_bits(),
       [directory = served.memory](device::ClientId owner)
-          -> std::unique_ptr<transport::MemoryAccess> { return directory->view(owner); });
+          -> std::unique_ptr<transport::MemoryAccess> { return directory->view(owner); },
+      random_bits);
   served.model->update_addresses(read_addresses(netdev_name));
   served.port = request.port;
   served.queues = request.queues;

@@ -54,6 +54,11 @@ enum class Counter : std::uint8_t {
   kRpCnpIgnored,            // CNPs ignored: rp_enable off for the QP's priority, or no RP (UD)
   kDmaErrors,               // registered-memory accesses that failed (the process is gone)
   kNeighbourFailures,       // destinations whose MAC could not be resolved
+  // Responder: requests refused for a remote access error (a bad rkey, bounds or rights), under
+  // ConnectX's hw_counters name.
+  kRespRemoteAccessErrors,
+  kRxPeerMismatch,  // packets for an RC QP from an address not its peer's (dropped, as rxe's
+                    // check_addr drops them)
   kCount
 };
 
@@ -91,6 +96,8 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "rp_cnp_ignored",
     "dma_errors",
     "neighbour_failures",
+    "resp_remote_access_errors",
+    "rx_peer_mismatch",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -24,11 +24,13 @@ class UnreachableMemory final : public transport::MemoryAccess {
 
 }  // namespace
 
-Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory)
+Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory,
+               transport::KeyBits key_bits)
     : name_(std::move(name)),
       netdev_(std::move(netdev)),
       node_guid_(node_guid_from_mac(netdev_.mac)),
       memory_(std::move(memory)),
+      key_bits_(std::move(key_bits)),
       qpn_cursor_(seed % (kQpnSpace - kFirstQpn)) {}
 
 bool Device::update_netdev(const NetdevState& netdev) {
@@ -53,7 +55,7 @@ Result<uint32_t, int> Device::alloc_pd(ClientId owner, int pid) {
   pd.pid = pid;
   pd.memory = memory_ ? memory_(owner) : nullptr;
   if (pd.memory == nullptr) pd.memory = std::make_unique<UnreachableMemory>();
-  pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory);
+  pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory, key_bits_);
   const uint32_t handle = next_pd_++;
   pds_.emplace(handle, std::move(pd));
   ++counts(owner).pds;

@@ -159,7 +159,10 @@ inline constexpr uint32_t kAccessSupported =
 
 class Device {
  public:
-  Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory = nullptr);
+  // `seed` places the first QPN; `key_bits` gives the memory keys their random bits (see
+  // transport::MemoryRegionTable; without it keys are reproducible, for tests).
+  Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory = nullptr,
+         transport::KeyBits key_bits = nullptr);
 
   const std::string& name() const { return name_; }
   const NetdevState& netdev() const { return netdev_; }
@@ -232,6 +235,7 @@ class Device {
   std::map<ClientId, OwnedCounts> owned_;
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
+  transport::KeyBits key_bits_;
   QpRunner* runner_ = nullptr;
   std::map<uint32_t, ProtectionDomain> pds_;
   std::map<uint32_t, MemoryRegion> mrs_;
