@@ -111,6 +111,17 @@ class RingBinding final : public QpBinding {
     send_record(qp_.event_fd, &event, sizeof(event));
   }
 
+  // An RC/UC QP takes packets from its peer only, sent to its own address (rxe's check_addr):
+  // a datagram forged from elsewhere, however right its QPN, PSN and rkey, never reaches it.
+  // Before the QP has a path (RTR) the transport refuses every packet anyway.
+  bool accepts_from_on_worker(const wire::FrameAddress& addr) const override {
+    if (qp_.type == transport::QpType::kUd || qp_.av.is_global == 0) return true;
+    if (std::memcmp(addr.src_ip.bytes.data(), qp_.av.dgid, sizeof qp_.av.dgid) != 0) return false;
+    return qp_.av.sgid_index < device_.gids().size() &&
+           std::memcmp(addr.dst_ip.bytes.data(), device_.gids().at(qp_.av.sgid_index).data(),
+                       addr.dst_ip.bytes.size()) == 0;
+  }
+
   const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
     if ((av_id & device::kQpAvTag) != 0) {
       // The path modify_qp set (RTR). The control thread writes qp_.av before it answers the
