@@ -1,6 +1,5 @@
 // The handlers of the context ops (include/xroce/control.h): hello, attributes, PDs, MRs,
 // completion channels, and the device ops behind `xroce link`.
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +8,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "daemon/control_ops.h"
@@ -40,18 +41,29 @@ bool memfd_backs_range(const std::string& maps, uint64_t addr, uint64_t length, 
 }
 
 // What the caller may register in all: its RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK, as the
-// kernel's ib_umem_get charges pinned pages. 0 means no limit.
+// kernel's ib_umem_get charges pinned pages. 0 means no limit. Read from /proc (prlimit() on
+// another process would need CAP_SYS_RESOURCE, which the daemon may not have); a limit that
+// cannot be read refuses the registration (1 byte).
 uint64_t registration_limit_bytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream status(dir + "/status");
+  for (std::string line; std::getline(status, line);) {
     if (line.rfind("CapEff:", 0) != 0) continue;
-    const uint64_t caps = std::stoull(line.substr(7), nullptr, 16);
+    const uint64_t caps = std::strtoull(line.c_str() + 7, nullptr, 16);
     if ((caps & (uint64_t{1} << kCapIpcLock)) != 0) return 0;
   }
-  rlimit limit{};
-  if (prlimit(pid, RLIMIT_MEMLOCK, nullptr, &limit) != 0) return 1;  // cannot tell: refuse
-  return limit.rlim_cur == RLIM_INFINITY ? 0 : limit.rlim_cur;
+  std::ifstream limits(dir + "/limits");
+  for (std::string line; std::getline(limits, line);) {
+    // "Max locked memory         8388608              8388608              bytes"
+    if (line.rfind("Max locked memory", 0) != 0) continue;
+    std::istringstream fields(line.substr(17));
+    std::string soft;
+    fields >> soft;
+    if (soft == "unlimited") return 0;
+    const uint64_t bytes = std::strtoull(soft.c_str(), nullptr, 10);
+    return bytes == 0 ? 1 : bytes;
+  }
+  return 1;
 }
 
 // Registered regions of the context's device that the daemon maps.

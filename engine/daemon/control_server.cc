@@ -1,5 +1,6 @@
 #include "daemon/control_server.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -155,9 +156,9 @@ Reply ControlServer::answer(Session& session, ReceivedMessage& message,
   // Only the process that opened the connection, and for a context only while its image (the
   // address space it registered memory in) is the one that runs.
   if (!session.peer.sent_by_opener(message.sender)) return Reply::error(EPERM);
-  if (ServedDevice* served = devices_.find(session.device)) {
-    const auto memory = served->memory->find(session.id);
-    if (memory == nullptr || !memory->check_alive()) return Reply::error(EPERM);
+  if (!image_alive(session)) {
+    session.closing = true;  // the image it was opened for is gone: so is the connection
+    return Reply::error(EPERM);
   }
   OpContext ctx{devices_, sessions_, session, *message.sender, message, control::body_of(datagram)};
   return dispatch(ctx, header.op);
@@ -182,26 +183,35 @@ void ControlServer::send_reply(Session& session, const control::Header& request,
 }
 
 void ControlServer::drop(Session& session) {
+  const bool had_context = session.has_context();
   release_context(devices_, session);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.peer.pidfd(), nullptr);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.connection.get(), nullptr);
   sessions_.remove(session.connection.get());
+  // A context may have held thousands of objects: give their memory back to the system, so a
+  // client that floods the device leaves the daemon's RSS as it found it.
+  if (had_context) malloc_trim(0);
 }
 
 void ControlServer::sweep_sessions() {
   std::vector<Session*> going;
   for (auto& [fd, session] : sessions_.by_connection()) {
-    if (!session->closing && session->peer.exited()) session->closing = true;
-    if (ServedDevice* served = devices_.find(session->device)) {
-      const auto memory = served->memory->find(session->id);
-      // The image went (exec): what it registered can no longer be reached, and nothing else
-      // may be asked on its behalf.
-      if (memory == nullptr || !memory->check_alive()) release_context(devices_, *session);
+    // The opener exited, or the image its context was opened for went (exec): what it
+    // registered can no longer be reached, and nothing more may be asked on its behalf.
+    if (!session->closing && (session->peer.exited() || !image_alive(*session))) {
+      session->closing = true;
     }
     if (session->closing) going.push_back(session.get());
   }
   for (Session* session : going)
     drop(*session);
+}
+
+bool ControlServer::image_alive(const Session& session) {
+  ServedDevice* served = devices_.find(session.device);
+  if (served == nullptr) return true;  // no context: no image to outlive
+  const auto memory = served->memory->find(session.id);
+  return memory != nullptr && memory->check_alive();
 }
 
 void ControlServer::send_event(const DeviceEvent& event) {

@@ -41,9 +41,12 @@ class ControlServer {
                std::span<const std::byte> datagram);
   void send_reply(Session& session, const control::Header& request, Reply reply);
   void drop(Session& session);
-  // Drops the sessions marked closing, those whose opener exited, and releases the contexts of
-  // images that are gone (exec).
+  // Drops the sessions marked closing, those whose opener exited, and those whose context's
+  // image is gone (exec).
   void sweep_sessions();
+  // Whether the process image a session's context was opened for still runs (true for a
+  // session without a context).
+  bool image_alive(const Session& session);
   void send_event(const DeviceEvent& event);
   void shutdown();
 

@@ -10,8 +10,9 @@
 //
 // Who is asking. The daemon binds a connection to the process that opened it (its pidfd) and
 // honours a request only from that process (the kernel's SCM_CREDENTIALS on each datagram), so
-// a connection inherited across fork, or kept after its opener exited and its pid was re-used,
-// gets EPERM. A connection opened with Op::hello is one verbs context, and every object it
+// a connection inherited across fork gets EPERM; and a connection outlives neither its opener
+// (exit) nor, once it is a context, the program image it was opened for (exec): the daemon
+// closes it. A connection opened with Op::hello is one verbs context, and every object it
 // creates belongs to it: other connections cannot name it, and it is released when the
 // connection closes (the process exiting or being killed included).
 //
