@@ -49,7 +49,8 @@ int ControlClient::exchange(Op op, const void* request, std::size_t request_len,
     const auto datagram = std::span<const std::byte>(in.data(), message.bytes);
     const auto header = decode_header(datagram);
     if (!header || message.truncated) return EIO;
-    if (header->seq != seq) continue;  // a late answer to a call that timed out
+    if (header->seq != seq) continue;    // a late answer to a call that timed out
+    if (header->status < 0) return EIO;  // not an errno: a reply we cannot make sense of
     if (header->status != 0) return header->status;
     if (message.fds.size() < fds.size()) return EIO;
     for (std::size_t i = 0; i < fds.size(); ++i)

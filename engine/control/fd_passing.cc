@@ -53,7 +53,7 @@ int receive_message(int socket, std::span<std::byte> buffer, ReceivedMessage& ou
   out.bytes = static_cast<std::size_t>(n);
   out.closed = n == 0;
   out.truncated = (msg.msg_flags & MSG_TRUNC) != 0;
-  out.fds_truncated = (msg.msg_flags & MSG_CTRUNC) != 0;
+  out.fds_truncated = (msg.msg_flags & MSG_CTRUNC) != 0 || out.fds.size() > kMaxPassedFds;
   return 0;
 }
 

@@ -4,8 +4,10 @@
 //
 // Ownership: every descriptor that arrives is owned by the ReceivedMessage, so whatever the
 // receiver does not take out of it is closed, whatever the message was (too short, a bad
-// header, more descriptors than it wanted). At most kMaxPassedFds are received; the kernel closes
-// any beyond (and reports it: fds_truncated). Received descriptors are close-on-exec.
+// header, more descriptors than it wanted). A message is meant to carry at most kMaxPassedFds:
+// the receive buffer has room for a few more, which the kernel closes beyond it, and a message
+// that brought more than kMaxPassedFds says so (fds_truncated). Received descriptors are
+// close-on-exec.
 #pragma once
 
 #include <sys/types.h>
@@ -35,7 +37,7 @@ struct ReceivedMessage {
   std::size_t bytes = 0;       // the datagram's length; 0 with closed: the peer closed
   bool closed = false;         // orderly shutdown by the peer
   bool truncated = false;      // the datagram was longer than the buffer (MSG_TRUNC)
-  bool fds_truncated = false;  // more descriptors came than kMaxPassedFds (MSG_CTRUNC)
+  bool fds_truncated = false;  // more descriptors came than kMaxPassedFds
   std::vector<Fd> fds;         // in the order they were sent
   std::optional<SenderCredentials> sender;
 
