@@ -28,12 +28,15 @@
 // mark_dead() (the control connection closed, the process exited, or its image was replaced by
 // exec), every access returns false.
 //
-// Measured with <build>/bin/bench/bench_dma (CPU time per access; 2 shared vCPUs at load average
-// ~8, so wall times were ~2.5x these):
-//   64 B read / write      cma ~0.7-0.8 us    shared ~25 ns
-//   4 KiB read / write     cma ~0.7-0.8 us    shared ~50-60 ns
-//   64 KiB read / write    cma ~3.9-4.3 us    shared ~1.8-1.9 us
-//   64-bit fetch-add       cma ~1.3 us        shared ~30 ns
+// Measured with <build>/bin/bench/bench_dma (CPU time per access, one run, 2 shared vCPUs at load
+// average ~17, so wall times were ~8x these):
+//   64 B read / write      cma ~2.1-2.4 us    shared ~26 ns
+//   4 KiB read / write     cma ~2.4-2.6 us    shared ~70-80 ns
+//   64 KiB read / write    cma ~7.4-8.4 us    shared ~0.7-0.8 us
+//   64-bit fetch-add       cma ~4.1 us        shared ~28 ns
+// A bare 64 B process_vm_readv (the system call used before memory went through the client's
+// mem file) took ~2.3 us in the same run: the mem file costs no more. The image check the daemon
+// makes on each control request (pidfd poll and one byte of maps) ~3.8 us.
 //
 // Threading: add_shared()/remove_shared()/mark_dead() are the control thread's; read, write and
 // the atomics may run on any number of worker threads at once. The set of shared mappings is an
