@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "xroce/control.h"
 #include "xroce/control_client.h"
 #include "xroce/control_message.h"
@@ -35,14 +36,10 @@
 
 namespace {
 
-using namespace xroce;
+using xroce::fuzz::Input;
+using xroce::fuzz::require;
 
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
-  }
-}
+using namespace xroce;
 
 // Descriptors of the kinds an input makes or receives: sockets and eventfds. (libFuzzer and the
 // sanitizers open pipes and /dev/null of their own along the way, e.g. for the symbolizer.)
@@ -59,24 +56,6 @@ int open_descriptors() {
   if (d != nullptr) closedir(d);
   return n;
 }
-
-// The input, read front to back; zeros once it runs out.
-struct Input {
-  const uint8_t* data;
-  std::size_t size;
-  uint8_t byte() {
-    if (size == 0) return 0;
-    --size;
-    return *data++;
-  }
-  std::string bytes(std::size_t n) {
-    n = std::min(n, size);
-    std::string out(reinterpret_cast<const char*>(data), n);
-    data += n;
-    size -= n;
-    return out;
-  }
-};
 
 // Sends `bytes` with `count` fresh eventfds, by hand when more than send_message takes (the
 // kernel then delivers what fits the receiver's buffer and closes the rest).

@@ -13,42 +13,15 @@
 #include <vector>
 
 #include "device/device.h"
+#include "fuzz_support.h"
 
 namespace {
 
+using xroce::fuzz::Input;
+using xroce::fuzz::require;
+
 using namespace xroce;
 using device::ClientId;
-
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
-  }
-}
-
-struct Input {
-  const uint8_t* data;
-  std::size_t size;
-  uint8_t byte() {
-    if (size == 0) return 0;
-    --size;
-    return *data++;
-  }
-  uint32_t word() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-      v = v << 8 | byte();
-    return v;
-  }
-  template <typename T>
-  T raw() {
-    T value{};
-    auto* bytes = reinterpret_cast<uint8_t*>(&value);
-    for (std::size_t i = 0; i < sizeof value; ++i)
-      bytes[i] = byte();
-    return value;
-  }
-};
 
 constexpr ClientId kClients = 3;
 

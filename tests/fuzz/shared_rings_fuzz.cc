@@ -17,20 +17,16 @@
 #include <vector>
 
 #include "device/objects.h"
+#include "fuzz_support.h"
 #include "transport/memory.h"
 #include "transport/qp.h"
 #include "xroce/queues.h"
 
 namespace {
 
-using namespace xroce;
+using xroce::fuzz::require;
 
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
-  }
-}
+using namespace xroce;
 
 constexpr uint32_t kSlots = 8;
 constexpr uint32_t kMaxSge = 2;
