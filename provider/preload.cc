@@ -7,8 +7,9 @@
 // an xroce device it asks the provider for a channel; for any other device it calls
 // libibverbs' version, so other RDMA devices in the same process behave as without it.
 //
-// This library links nothing but libc and libdl: it is loaded into every program `xroce exec`
-// starts, verbs user or not.
+// It is loaded into every program `xroce exec` starts, verbs user or not: what it interposes
+// costs other calls an atomic load at most. The rdma_cm part (preload_cm.cc) uses the control
+// protocol's client, and with it libstdc++.
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 

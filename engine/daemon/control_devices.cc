@@ -71,7 +71,7 @@ int Devices::add(const control::LinkAddRequest& request) {
   auto runner = start_datapath(
       *served.model,
       request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
-      request.queues);
+      request.queues, &loopback_);
   if (!runner) {
     std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
                  runner.error().c_str());
@@ -88,7 +88,8 @@ int Devices::add(const control::LinkAddRequest& request) {
     remove_device_node(served.uverbs);
     return err;
   }
-  devices_.emplace(name, std::move(served));
+  ServedDevice& added = devices_.emplace(name, std::move(served)).first->second;
+  cm_.add_device(name, *added.model, *added.runner);
   served_any_ = true;
   return 0;
 }
@@ -96,6 +97,7 @@ int Devices::add(const control::LinkAddRequest& request) {
 void Devices::remove(const std::string& name) {
   const auto it = devices_.find(name);
   if (it == devices_.end()) return;
+  cm_.remove_device(name);  // its ids get DEVICE_REMOVAL
   tree_.remove_device(name, it->second.uverbs);
   remove_device_node(it->second.uverbs);
   devices_.erase(it);

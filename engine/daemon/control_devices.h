@@ -1,6 +1,7 @@
 // The devices one xroced serves (ARCHITECTURE.md decisions 1 and 2): each device's model, data
 // path, congestion-control settings and client memory, its sysfs-shaped tree and device node,
-// and the events that keep the model in step with the netdevs.
+// and the events that keep the model in step with the netdevs; with them the namespace's
+// rdma_cm service (cm_service.h) and the loopback registry that joins their data paths.
 //
 // Threading: the control thread only.
 #pragma once
@@ -11,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "daemon/cm_service.h"
 #include "daemon/datapath_runner.h"
+#include "daemon/loopback.h"
 #include "daemon/sysfs_tree.h"
 #include "device/device.h"
 #include "device/dma.h"
@@ -44,8 +47,12 @@ struct DeviceEvent {
 class Devices {
  public:
   explicit Devices(const control::RunPaths& paths);
+  ~Devices() { remove_all(); }
+  Devices(const Devices&) = delete;
+  Devices& operator=(const Devices&) = delete;
 
   SysfsTree& tree() { return tree_; }
+  CmService& cm() { return cm_; }
   std::map<std::string, ServedDevice>& all() { return devices_; }
   ServedDevice* find(const std::string& name);
   // The position of a device among all (HelloReply::device_index).
@@ -71,6 +78,9 @@ class Devices {
  private:
   SysfsTree tree_;
   std::string control_socket_;
+  // Which GIDs the devices serve, for loopback between them; outlives every device's data path.
+  LoopbackRegistry loopback_;
+  CmService cm_;  // holds pointers into the devices' models and runners: told before they go
   std::map<std::string, ServedDevice> devices_;
   bool served_any_ = false;
   std::uint64_t counters_written_ns_ = 0;

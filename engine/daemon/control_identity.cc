@@ -78,6 +78,10 @@ bool is_image_of(pid_t pid, int mem_fd, int maps_fd) {
          is_proc_file(maps_fd, dir + "/maps", O_RDONLY);
 }
 
+bool is_eventfd(int fd) {
+  return fd >= 0 && fd_target(fd) == "anon_inode:[eventfd]";
+}
+
 bool is_socket(int fd) {
   struct stat st {};
   return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);

@@ -56,6 +56,9 @@ int prepare_listening_socket(int listener);
 // writing) and /proc/<pid>/maps, as a process gets by opening /proc/self/mem and /proc/self/maps.
 bool is_image_of(pid_t pid, int mem_fd, int maps_fd);
 
+// Whether `fd` is an eventfd (what the daemon writes into an rdma_cm event channel).
+bool is_eventfd(int fd);
+
 // Whether `fd` is a socket (the daemon writes events only into sockets the client made for the
 // purpose, never into whatever else a client might pass).
 bool is_socket(int fd);

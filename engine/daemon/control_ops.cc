@@ -63,6 +63,11 @@ constexpr OpSpec kOps[] = {
     op<control::CcSetRequest, ops::cc_set>(Op::cc_set, Needs::kNamedDeviceRoot),
     op<control::CcProfileRequest, ops::cc_profile>(Op::cc_profile, Needs::kNamedDeviceRoot),
     op(Op::text_next, Needs::kAnyone, ops::text_next),
+    // rdma_cm (cm_service.h): a connection that is no verbs context becomes an event channel,
+    // with the channel's eventfd; then the ucma commands (any body); and `xroce cm show`.
+    op(Op::cm_open, Needs::kNewContext, ops::cm_open, 1),
+    op(Op::cm_command, Needs::kAnyone, ops::cm_command),
+    OpSpec{Op::cm_show, Needs::kNamedDevice, sizeof(control::NameRequest), 0, 0, ops::cm_show},
 };
 // clang-format on
 

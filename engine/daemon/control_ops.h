@@ -101,6 +101,9 @@ Reply cc_show(OpContext& ctx);
 Reply cc_set(OpContext& ctx, const control::CcSetRequest& request);
 Reply cc_profile(OpContext& ctx, const control::CcProfileRequest& request);
 Reply text_next(OpContext& ctx);
+Reply cm_open(OpContext& ctx);
+Reply cm_command(OpContext& ctx);
+Reply cm_show(OpContext& ctx);
 }  // namespace ops
 
 // Text replies travel in pages (control::TextReply, Op::text_next). start_text keeps `text` as

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -19,7 +20,14 @@ namespace xroce::daemon {
 namespace {
 
 // What an epoll event is about: the high half says which kind, the low half which descriptor.
-enum class Watch : uint32_t { kConnection = 0, kOpenerExit = 1, kListener, kSignals, kNetlink };
+enum class Watch : uint32_t {
+  kConnection = 0,
+  kOpenerExit = 1,
+  kListener,
+  kSignals,
+  kNetlink,
+  kCm,  // the rdma_cm service's wake eventfd (QP1 MADs the workers handed over)
+};
 
 uint64_t tag(Watch kind, int fd) {
   return uint64_t{static_cast<uint32_t>(kind)} << 32 | static_cast<uint32_t>(fd);
@@ -53,6 +61,7 @@ int ControlServer::start() {
   }
 
   devices_.tree().clear_stale();
+  if (const int err = devices_.tree().write_rdma_cm(paths_.control_socket)) return err;
   reclaim_stale_device_nodes();
   unlink(paths_.control_socket.c_str());
   listener_.reset(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -79,6 +88,8 @@ int ControlServer::start() {
   watch(epoll_.get(), listener_.get(), tag(Watch::kListener, listener_.get()));
   watch(epoll_.get(), signals_.get(), tag(Watch::kSignals, signals_.get()));
   if (netlink_.fd() >= 0) watch(epoll_.get(), netlink_.fd(), tag(Watch::kNetlink, netlink_.fd()));
+  const int cm_fd = devices_.cm().wake_fd();
+  watch(epoll_.get(), cm_fd, tag(Watch::kCm, cm_fd));
   return 0;
 }
 
@@ -86,7 +97,10 @@ int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
     const bool idle = devices_.empty() && sessions_.by_connection().empty();
-    const int n = epoll_wait(epoll_.get(), events, 32, idle ? -1 : kTickMs);
+    int timeout_ms = idle ? -1 : kTickMs;
+    if (const int cm_ms = devices_.cm().next_timeout_ms(); cm_ms >= 0)
+      timeout_ms = timeout_ms < 0 ? cm_ms : std::min(timeout_ms, cm_ms);
+    const int n = epoll_wait(epoll_.get(), events, 32, timeout_ms);
     if (n < 0 && errno != EINTR) return 1;
     for (int i = 0; i < n; ++i) {
       const auto kind = static_cast<Watch>(events[i].data.u64 >> 32);
@@ -110,8 +124,11 @@ int ControlServer::run() {
         case Watch::kOpenerExit:
           if (Session* session = sessions_.find_by_connection(fd)) session->closing = true;
           break;
+        case Watch::kCm:
+          break;  // run_pending below
       }
     }
+    devices_.cm().run_pending();  // QP1 MADs the workers handed over, and the CM's timers
     sweep_sessions();
     if (devices_.served_any() && devices_.empty()) stop_ = true;
     devices_.refresh_hw_counters();
@@ -184,6 +201,7 @@ void ControlServer::send_reply(Session& session, const control::Header& request,
 
 void ControlServer::drop(Session& session) {
   const bool had_context = session.has_context();
+  devices_.cm().close_file(session.id);  // its cm ids go as the kernel's on close: DREQs, REJs
   release_context(devices_, session);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.peer.pidfd(), nullptr);
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.connection.get(), nullptr);

@@ -110,6 +110,11 @@ Reply stat(OpContext& ctx) {
       {"device", name},
       {"counters", nlohmann::ordered_json::parse(device::counters_json(values))},
       {"memory_regions", regions}};
+  if (const auto cm = ctx.devices.cm().stat(name)) {
+    out["cm"] = {{"mads_sent", cm->mads_sent},       {"mads_received", cm->mads_received},
+                 {"mads_retried", cm->mads_retried}, {"mads_dropped", cm->mads_dropped},
+                 {"rej_sent", cm->rej_sent},         {"rej_received", cm->rej_received}};
+  }
   return {0, {}, out.dump(), {}};
 }
 

@@ -46,7 +46,7 @@ wire::Result<std::unique_ptr<Datapath>, std::string> Datapath::open(const Datapa
     if (!steering) return wire::Err(steering.error().message());
     dp->steering_ = *steering;
     for (const auto& ip : config.local_ips)
-      dp->add_local_ip(ip);
+      dp->steer_ip(ip);
     for (std::uint32_t q = 0; q < queues; ++q) {
       net::AfXdpPortConfig pc;
       pc.ifname = config.ifname;
@@ -58,14 +58,39 @@ wire::Result<std::unique_ptr<Datapath>, std::string> Datapath::open(const Datapa
     }
   }
   dp->start_workers(std::move(ports), config.ifindex, afxdp);
+  dp->join_loopback(config.loopback, config.local_ips, config.mac);
   return dp;
 }
 
 std::unique_ptr<Datapath> Datapath::over_ports(std::vector<std::unique_ptr<net::Port>> ports,
-                                               int ifindex, bool resolve_macs) {
+                                               int ifindex, bool resolve_macs,
+                                               LoopbackRegistry* loopback,
+                                               const std::vector<wire::IpAddr>& local_ips,
+                                               const wire::MacAddr& mac) {
   std::unique_ptr<Datapath> dp(new Datapath());
   dp->start_workers(std::move(ports), ifindex, resolve_macs);
+  dp->join_loopback(loopback, local_ips, mac);
   return dp;
+}
+
+void Datapath::join_loopback(LoopbackRegistry* loopback, const std::vector<wire::IpAddr>& ips,
+                             const wire::MacAddr& mac) {
+  loopback_ = loopback;
+  mac_ = mac;
+  if (loopback_ != nullptr) loopback_->set(*this, ips, mac_);
+}
+
+void Datapath::set_loopback(std::shared_ptr<const LoopbackTable> table) {
+  for (auto& w : workers_) {
+    if (!w->running()) {
+      w->set_loopback_on_worker(table);  // a stopped worker runs no commands
+      continue;
+    }
+    w->call([table](Worker& self) {
+      self.set_loopback_on_worker(table);
+      return 0;
+    });
+  }
 }
 
 void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex,
@@ -90,6 +115,8 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
 }
 
 Datapath::~Datapath() {
+  // No worker of another device may hand frames to ours once they stop.
+  if (loopback_ != nullptr) loopback_->remove(*this);
   for (auto& w : workers_)
     w->stop();
   workers_.clear();  // ports close before the steering program detaches
@@ -123,7 +150,7 @@ bool Datapath::remove_qp(wire::Qpn qpn) {
   return removed;
 }
 
-void Datapath::add_local_ip(const wire::IpAddr& ip) {
+void Datapath::steer_ip(const wire::IpAddr& ip) {
   if (!steering_) return;
   (void)steering_->add_local_ip(ip.bytes);
   if (std::find(local_ips_.begin(), local_ips_.end(), ip) == local_ips_.end())
@@ -131,13 +158,14 @@ void Datapath::add_local_ip(const wire::IpAddr& ip) {
 }
 
 void Datapath::set_local_ips(const std::vector<wire::IpAddr>& ips) {
+  if (loopback_ != nullptr) loopback_->set(*this, ips, mac_);
   if (!steering_) return;
   for (const auto& old : local_ips_) {
     if (std::find(ips.begin(), ips.end(), old) == ips.end()) steering_->remove_local_ip(old.bytes);
   }
   local_ips_.clear();
   for (const auto& ip : ips)
-    add_local_ip(ip);
+    steer_ip(ip);
 }
 
 DatapathStatus Datapath::status() {

@@ -3,6 +3,9 @@
 // makes one: AF_XDP opens the steering program on the netdev and one AF_XDP socket per queue
 // (queue i for worker i); UDP opens one socket port, so it has exactly one queue.
 //
+// Loopback (loopback.h): a data path opened with the daemon's LoopbackRegistry serves its GIDs
+// there; frames any worker of the daemon sends to them go to its workers without a port.
+//
 // QP placement: the control thread places each QP on one worker and records it in the QpRoutes
 // table every worker reads to route a received packet (datapath_frames.h). QPs that share a CQ
 // or an SRQ must share a worker (a ring has one producer; the transport's Srq is not shared
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/loopback.h"
 #include "daemon/worker.h"
 #include "net/xdp_steering.h"
 #include "wire/frame.h"
@@ -33,6 +37,9 @@ struct DatapathConfig {
   std::uint32_t queues = 0;  // 0: one per online CPU (AF_XDP; UDP has one)
   std::vector<wire::IpAddr> local_ips;
   std::uint32_t mtu = 1500;
+  // The daemon's loopback registry: frames to the GIDs of any device registered there never
+  // reach a port. Null: every frame goes to the port.
+  LoopbackRegistry* loopback = nullptr;
 };
 
 struct DatapathStatus {
@@ -47,9 +54,13 @@ class Datapath {
  public:
   // Opens the ports and starts the workers; the error says what failed.
   static wire::Result<std::unique_ptr<Datapath>, std::string> open(const DatapathConfig& config);
-  // Workers over ports the caller made (tests); ports[i] goes to worker i.
+  // Workers over ports the caller made (tests); ports[i] goes to worker i. With `loopback`, it
+  // serves `local_ips` there, its frames carrying `mac`.
   static std::unique_ptr<Datapath> over_ports(std::vector<std::unique_ptr<net::Port>> ports,
-                                              int ifindex, bool resolve_macs);
+                                              int ifindex, bool resolve_macs,
+                                              LoopbackRegistry* loopback = nullptr,
+                                              const std::vector<wire::IpAddr>& local_ips = {},
+                                              const wire::MacAddr& mac = {});
   ~Datapath();
   Datapath(const Datapath&) = delete;
   Datapath& operator=(const Datapath&) = delete;
@@ -61,6 +72,8 @@ class Datapath {
     return w < workers_.size() ? workers_[w].get() : nullptr;
   }
   Worker& worker(std::uint32_t index) { return *workers_[index]; }
+  // Which worker owns each QP (read by every worker of the daemon: loopback targets).
+  const QpRoutes& routes() const { return routes_; }
   // The worker with the fewest QPs.
   std::uint32_t least_loaded_worker() const;
 
@@ -68,20 +81,27 @@ class Datapath {
   void add_qp(HostedQp hosted, std::uint32_t worker);
   // Takes a QP off its worker (blocks until it is gone); false if it was not placed.
   bool remove_qp(wire::Qpn qpn);
-  // Frames to this address are ours from now on (AF_XDP steering; the UDP port takes all).
-  void add_local_ip(const wire::IpAddr& ip);
   // Control thread, when the netdev's addresses change: frames to exactly these addresses are
-  // ours from now on (new ones steered, removed ones passed to the kernel again).
+  // ours from now on (new ones steered, removed ones passed to the kernel again; the loopback
+  // registry told).
   void set_local_ips(const std::vector<wire::IpAddr>& ips);
+  // Control thread: every worker takes `table` (LoopbackRegistry::publish calls this).
+  void set_loopback(std::shared_ptr<const LoopbackTable> table);
   DatapathStatus status();
 
  private:
   Datapath() = default;
   void start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex, bool resolve_macs);
+  void join_loopback(LoopbackRegistry* loopback, const std::vector<wire::IpAddr>& ips,
+                     const wire::MacAddr& mac);
+  // Frames to this address are ours from now on (AF_XDP steering; the UDP port takes all).
+  void steer_ip(const wire::IpAddr& ip);
 
   QpRoutes routes_;  // before the workers: they read it until they stop
   std::shared_ptr<net::XdpSteering> steering_;
   std::vector<wire::IpAddr> local_ips_;  // what the steering map holds
+  LoopbackRegistry* loopback_ = nullptr;
+  wire::MacAddr mac_{};
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::size_t> qps_per_worker_;
 };

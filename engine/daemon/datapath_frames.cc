@@ -8,10 +8,6 @@
 namespace xroce::daemon {
 namespace {
 
-constexpr std::size_t kEthBytes = 14;
-constexpr std::size_t kVlanTagBytes = 4;
-constexpr std::size_t kIpv4HeaderBytes = 20;  // decode_frame refuses IPv4 options
-constexpr std::size_t kIpv6HeaderBytes = 40;
 constexpr std::uint8_t kEcnMask = 0x3;
 
 }  // namespace
@@ -24,11 +20,14 @@ DatapathCounters& DatapathCounters::operator+=(const DatapathCounters& o) {
   rx_no_qp += o.rx_no_qp;
   rx_handed_over += o.rx_handed_over;
   rx_handover_drops += o.rx_handover_drops;
+  rx_loopback += o.rx_loopback;
   tx_frames += o.tx_frames;
   tx_encode_errors += o.tx_encode_errors;
   tx_no_address += o.tx_no_address;
   tx_no_neighbour += o.tx_no_neighbour;
   tx_backlog_drops += o.tx_backlog_drops;
+  tx_loopback += o.tx_loopback;
+  tx_loopback_drops += o.tx_loopback_drops;
   sleeps += o.sleeps;
   return *this;
 }
@@ -52,15 +51,7 @@ Ingress classify(wire::Bytes frame, wire::DecodedFrame& out) {
 transport::RxMeta rx_meta_of(wire::Bytes frame, const wire::DecodedFrame& decoded) {
   transport::RxMeta meta;
   meta.ecn_ce = decoded.ecn == wire::Ecn::kCe;
-  const std::size_t ip = kEthBytes + (decoded.addr.vlan_tci ? kVlanTagBytes : 0);
-  // classify() has verified the IP header lies inside the frame.
-  if (decoded.addr.src_ip.is_v4()) {
-    std::copy_n(frame.begin() + static_cast<std::ptrdiff_t>(ip), kIpv4HeaderBytes,
-                meta.grh.begin() + (meta.grh.size() - kIpv4HeaderBytes));
-  } else {
-    std::copy_n(frame.begin() + static_cast<std::ptrdiff_t>(ip), kIpv6HeaderBytes,
-                meta.grh.begin());
-  }
+  meta.grh = wire::grh_area(frame, decoded);
   return meta;
 }
 

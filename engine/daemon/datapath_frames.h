@@ -23,12 +23,15 @@ struct DatapathCounters {
   std::uint64_t rx_no_qp = 0;           // no QP with that number on this device (rxe: ...)
   std::uint64_t rx_handed_over = 0;     // sent to the owning worker's ring
   std::uint64_t rx_handover_drops = 0;  // that ring was full
+  std::uint64_t rx_loopback = 0;        // frames a worker of this daemon looped back to us
   std::uint64_t tx_frames = 0;          // rxe: sent_pkts
   std::uint64_t tx_encode_errors = 0;
   std::uint64_t tx_no_address = 0;    // the QP named an address vector we do not know
   std::uint64_t tx_no_neighbour = 0;  // the destination MAC could not be resolved in time
   std::uint64_t tx_backlog_drops = 0;
-  std::uint64_t sleeps = 0;  // times a worker went to sleep in io_uring
+  std::uint64_t tx_loopback = 0;        // frames for a GID of this daemon, handed over (loopback)
+  std::uint64_t tx_loopback_drops = 0;  // the receiving worker's loopback inbox was full
+  std::uint64_t sleeps = 0;             // times a worker went to sleep in io_uring
 
   DatapathCounters& operator+=(const DatapathCounters& o);
 };

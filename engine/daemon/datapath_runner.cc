@@ -10,33 +10,22 @@
 #include <fstream>
 #include <optional>
 
+#include "net/neighbour.h"
 #include "wire/udp_sport.h"
 
 namespace xroce::daemon {
 namespace {
 
-std::optional<std::uint8_t> read_sysctl_u8(const char* path) {
-  std::ifstream in(path);
-  unsigned value = 0;
-  if (!(in >> value) || value == 0 || value > 255) return std::nullopt;
-  return static_cast<std::uint8_t>(value);
-}
-
 constexpr std::uint32_t kEventCqErr = 0;  // IBV_EVENT_CQ_ERR
 constexpr std::uint32_t kEventSrqLimitReached = 15;
-constexpr std::uint8_t kDefaultHopLimit = 64;
-
-// The hop limit the route gives a packet: the namespace's default TTL (IPv4) or hop limit (IPv6),
-// 64 when it cannot be read. For RoCE v2 the kernel's verbs core replaces the address vector's
-// hop_limit with the route's (ib_resolve_unicast_gid_dmac), so rxe sends 64 whatever the
-// application asked for; ibv_rc_pingpong asks for 1, which would stop at the first router.
-std::uint8_t route_hop_limit(bool v4) {
-  static const std::uint8_t v4_limit = [] {
-    return read_sysctl_u8("/proc/sys/net/ipv4/ip_default_ttl").value_or(kDefaultHopLimit);
-  }();
-  static const std::uint8_t v6_limit = [] {
-    return read_sysctl_u8("/proc/sys/net/ipv6/conf/default/hop_limit").value_or(kDefaultHopLimit);
-  }();
+// The hop limit a path starts with: the namespace's default TTL (IPv4) or hop limit (IPv6),
+// read once. For RoCE v2 the kernel's verbs core replaces the address vector's hop_limit with
+// the route's (ib_resolve_unicast_gid_dmac), so rxe sends 64 whatever the application asked
+// for; ibv_rc_pingpong asks for 1, which would stop at the first router. Where the worker
+// resolves the MAC (AF_XDP) it also takes the route's own hop limit (RTAX_HOPLIMIT).
+std::uint8_t default_hop_limit(bool v4) {
+  static const std::uint8_t v4_limit = net::namespace_hop_limit(true);
+  static const std::uint8_t v6_limit = net::namespace_hop_limit(false);
   return v4 ? v4_limit : v6_limit;
 }
 
@@ -156,7 +145,7 @@ class RingBinding final : public QpBinding {
     std::memcpy(a.dst_ip.bytes.data(), dgid, 16);
     if (a.src_ip.is_v4() != a.dst_ip.is_v4()) return std::nullopt;
     a.traffic_class = attr.traffic_class;
-    a.hop_limit = route_hop_limit(a.src_ip.is_v4());  // as the kernel does for RoCE v2
+    a.hop_limit = default_hop_limit(a.src_ip.is_v4());
     a.flow_label = a.src_ip.is_v4() ? 0 : attr.flow_label;
     a.udp_src_port = rc ? wire::rdma_get_udp_sport(attr.flow_label, qp_.qpn, dest_qpn_)
                         : wire::udp_sport_at_create(qp_.qpn);
@@ -258,9 +247,8 @@ std::uint32_t rx_queue_count(const std::string& ifname) {
 
 }  // namespace
 
-wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device::Device& device,
-                                                                          DatapathPort port,
-                                                                          std::uint32_t queues) {
+wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
+    device::Device& device, DatapathPort port, std::uint32_t queues, LoopbackRegistry* loopback) {
   const device::NetdevState& netdev = device.netdev();
   DatapathConfig config;
   config.ifname = netdev.name;
@@ -275,6 +263,7 @@ wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device
   }
   config.queues = queues;
   config.local_ips = local_ips_of(device);
+  config.loopback = loopback;
   auto datapath = Datapath::open(config);
   if (!datapath) return wire::Err(datapath.error());
   return std::make_unique<DatapathRunner>(device, std::move(*datapath));

@@ -45,14 +45,15 @@ class DatapathRunner final : public device::QpRunner {
   std::map<const void*, Placement> shared_;
 };
 
-// Opens `device`'s data path (ports on its netdev, workers) and the runner over it. `queues` 0
-// means one per online CPU, capped by the netdev's receive queues (AF_XDP binds one socket
-// per queue); a UDP port always has one. The error says what failed.
-// The device's local addresses (its GIDs' IPs, each once): what the XDP steering map holds.
+// The device's local addresses (its GIDs' IPs, each once): what the XDP steering map holds and
+// what the device serves in the loopback registry.
 std::vector<wire::IpAddr> local_ips_of(const device::Device& device);
 
-wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(device::Device& device,
-                                                                          DatapathPort port,
-                                                                          std::uint32_t queues);
+// Opens `device`'s data path (ports on its netdev, workers) and the runner over it. `queues` 0
+// means one per online CPU, capped by the netdev's receive queues (AF_XDP binds one socket
+// per queue); a UDP port always has one. `loopback`: the daemon's registry (frames between its
+// devices never reach a port). The error says what failed.
+wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
+    device::Device& device, DatapathPort port, std::uint32_t queues, LoopbackRegistry* loopback);
 
 }  // namespace xroce::daemon

@@ -53,6 +53,12 @@ void SysfsTree::clear_stale() {
   fs::remove_all(root_, ec);
 }
 
+int SysfsTree::write_rdma_cm(const std::string& control_socket) {
+  const std::string dir = root_ + "/class/misc/rdma_cm";
+  if (int err = write_file(dir + "/abi_version", "4")) return err;
+  return write_file(dir + "/" + control::kControlPathFile, control_socket);
+}
+
 int SysfsTree::write_device(const device::Device& device, const std::string& uverbs_name,
                             const std::string& control_socket) {
   const std::string verbs = root_ + "/class/infiniband_verbs";

@@ -34,6 +34,10 @@ class SysfsTree {
   // Rewrites the files that follow the netdev: port state, MTU-derived rate, GIDs.
   int write_port(const device::Device& device);
   void remove_device(const std::string& ibdev, const std::string& uverbs_name);
+  // class/misc/rdma_cm: librdmacm's check_abi_version_sysfs reads abi_version there (4,
+  // RDMA_USER_CM_ABI_VERSION); libxroce-preload.so reads the control socket's path from
+  // xroce_control, and serves /dev/infiniband/rdma_cm only where that file exists. 0 or errno.
+  int write_rdma_cm(const std::string& control_socket);
 
  private:
   std::string ibdev_dir(const std::string& ibdev) const;

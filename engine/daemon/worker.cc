@@ -11,8 +11,9 @@
 #include <cassert>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
-#include "daemon/datapath_neighbour.h"
+#include "cm/mad.h"
 #include "device/counters_report.h"
 
 namespace xroce::daemon {
@@ -20,6 +21,7 @@ namespace {
 
 constexpr std::uint64_t kTagPort = 1;
 constexpr std::uint64_t kTagWake = 2;
+constexpr std::uint64_t kTagResolver = 4;
 constexpr std::uint64_t kTagDoorbell = 3ull << 32;  // | fd: a multishot poll on a doorbell
 constexpr std::uint64_t kTagMask = ~0ull << 32;
 constexpr unsigned kRingEntries = 8;
@@ -109,6 +111,15 @@ Worker::Worker(WorkerConfig config)
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   cpus_ = cpus > 0 ? static_cast<unsigned long>(cpus) : 1;
   ring_ok_ = io_uring_queue_init(kRingEntries, &ring_, 0) == 0;
+  if (resolve_macs_) {
+    int error = 0;
+    auto resolver = net::NeighbourResolver::open({}, error);
+    if (!resolver) {
+      std::fprintf(stderr, "xroce worker %u: no neighbour resolver (%s): frames cannot leave\n",
+                   index_, std::strerror(error));
+    }
+    neighbours_ = std::make_unique<WorkerNeighbours>(ifindex_, std::move(resolver));
+  }
 }
 
 Worker::~Worker() {
@@ -121,6 +132,9 @@ Worker::~Worker() {
     while (ring->pop(h))
       delete h;
   }
+  LoopbackFrame* f = nullptr;
+  while (loopback_inbox_.pop(f))
+    delete f;
   if (ring_ok_) io_uring_queue_exit(&ring_);
   if (wake_fd_ >= 0) close(wake_fd_);
   if (loadavg_fd_ >= 0) close(loadavg_fd_);
@@ -266,6 +280,11 @@ std::size_t Worker::qp_count_on_worker() const {
   return qps_.size();
 }
 
+void Worker::set_loopback_on_worker(std::shared_ptr<const LoopbackTable> table) {
+  assert(on_worker() || !running());
+  loopback_ = std::move(table);
+}
+
 void Worker::run() {
   thread_id_.store(std::this_thread::get_id());
   (void)set_thread_slice(slice_ns_);
@@ -277,11 +296,13 @@ void Worker::run() {
     // must be there when the send arrives (UD drops a message that finds no receive).
     busy |= pull_work_on_worker();
     busy |= drain_handovers_on_worker(now);
+    busy |= drain_loopback_on_worker(now);
     busy |= receive_on_worker(now);
     now = monotonic_now_ns();
     busy |= fire_timers_on_worker(now);
     busy |= drain_outputs_on_worker(now);
-    busy |= flush_on_worker(now);
+    busy |= service_neighbours_on_worker(now);
+    busy |= flush_on_worker();
     if (busy) {
       idle_since_ns = 0;
     } else if (idle_since_ns == 0) {
@@ -338,6 +359,20 @@ bool Worker::drain_handovers_on_worker(std::uint64_t now_ns) {
   return any;
 }
 
+// Frames another worker (of this device or another) looped back to us: taken in through the
+// same door as the port's.
+bool Worker::drain_loopback_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  LoopbackFrame* f = nullptr;
+  while (loopback_inbox_.pop(f)) {
+    std::unique_ptr<LoopbackFrame> owned(f);
+    ++counters_.rx_loopback;
+    route_on_worker(now_ns, owned->bytes);
+    any = true;
+  }
+  return any;
+}
+
 bool Worker::receive_on_worker(std::uint64_t now_ns) {
   std::array<net::RxFrame, kRxBatch> frames;
   const auto got = port_->receive(frames);
@@ -386,6 +421,13 @@ void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
 
 void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
                                const wire::DecodedFrame& f) {
+  if (gsi_sink_ && f.hdr.bth.dest_qp.value() == cm::kGsiQpn) {
+    ++counters_.rx_delivered;
+    device_counters_.add(device::Counter::kRcvdPkts);
+    device_counters_.add(device::Counter::kRxBytes, frame.size());
+    gsi_sink_(frame);
+    return;
+  }
   const auto it = qps_.find(f.hdr.bth.dest_qp.value());
   if (it == qps_.end()) {
     ++counters_.rx_no_qp;
@@ -518,13 +560,7 @@ void Worker::send_frame_on_worker(std::uint64_t now_ns, const transport::Transmi
     ++counters_.tx_no_address;
     return;
   }
-  const auto len = encode_transmit(tx, *addr, payload_buf_, tx_slot_on_worker());
-  if (!len) {
-    ++counters_.tx_encode_errors;
-    device_counters_.add(device::Counter::kSendErr);
-    return;
-  }
-  emit_on_worker(now_ns, *len, *addr);
+  emit_on_worker(now_ns, tx, *addr, payload_buf_);
 }
 
 // A CNP (PROTOCOL.md §5.3) to the QP's peer over the QP's own path: cnp_dscp, Not-ECT, and
@@ -542,37 +578,83 @@ void Worker::send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeade
     addr.vlan_tci = static_cast<std::uint16_t>((*addr.vlan_tci & ~kVlanPcpMask) |
                                                (cc_.params.cnp_802p_prio << kVlanPcpShift));
   }
-  const auto len = wire::encode_frame(addr, cnp, wire::Bytes{}, tx_slot_on_worker());
+  transport::Transmit tx;
+  tx.hdr = cnp;  // no payload; encode_transmit leaves it Not-ECT
+  device_counters_.add(device::Counter::kNpCnpSent);
+  emit_on_worker(now_ns, tx, addr, wire::Bytes{});
+}
+
+// Where a packet goes: to a device of this daemon (loopback), or to the port once its
+// destination MAC is known (waiting for it in neighbours_ meanwhile).
+void Worker::emit_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
+                            const wire::FrameAddress& a, wire::Bytes payload) {
+  if (loopback_) {
+    if (const LoopbackTarget* target = loopback_->find(a.dst_ip)) {
+      loop_back_on_worker(tx, a, payload, *target);
+      return;
+    }
+  }
+  if (neighbours_ == nullptr || !is_zero(a.dst_mac)) {
+    encode_to_port_on_worker(tx, a, payload);
+    return;
+  }
+  wire::FrameAddress addr = a;
+  switch (neighbours_->route(now_ns, addr)) {
+    case WorkerNeighbours::Route::kSend:
+      encode_to_port_on_worker(tx, addr, payload);
+      return;
+    case WorkerNeighbours::Route::kWait:
+      count_neighbour_failures_on_worker(neighbours_->wait(now_ns, addr, tx, payload));
+      return;
+    case WorkerNeighbours::Route::kUnreachable:
+      count_neighbour_failures_on_worker(1);
+      return;
+  }
+}
+
+// Encodes the packet as for the wire and hands it to the worker that owns the destination QP.
+void Worker::loop_back_on_worker(const transport::Transmit& tx, const wire::FrameAddress& a,
+                                 wire::Bytes payload, const LoopbackTarget& target) {
+  wire::FrameAddress addr = a;
+  addr.dst_mac = target.mac;
+  auto frame = std::make_unique<LoopbackFrame>();
+  frame->bytes.resize(wire::frame_bytes(addr, tx.hdr, tx.payload_len));
+  const auto len = encode_transmit(tx, addr, payload, frame->bytes);
   if (!len) {
     ++counters_.tx_encode_errors;
     device_counters_.add(device::Counter::kSendErr);
     return;
   }
-  device_counters_.add(device::Counter::kNpCnpSent);
-  emit_on_worker(now_ns, *len, addr);
+  frame->bytes.resize(*len);
+  Worker& to = target.worker_for(tx.hdr.bth.dest_qp);
+  if (!to.push_loopback(frame.get())) {
+    ++counters_.tx_loopback_drops;  // the receiver's inbox is full: lost, as on a wire
+    device_counters_.add(device::Counter::kSendErr);
+    return;
+  }
+  (void)frame.release();
+  ++counters_.tx_loopback;
+  device_counters_.add(device::Counter::kLoopbackPkts);
+  count_sent_on_worker(*len);
+  to.wake();
+}
+
+void Worker::encode_to_port_on_worker(const transport::Transmit& tx, const wire::FrameAddress& addr,
+                                      wire::Bytes payload) {
+  std::vector<std::uint8_t>& slot = tx_slot_on_worker();
+  const auto len = encode_transmit(tx, addr, payload, slot);
+  if (!len) {
+    ++counters_.tx_encode_errors;
+    device_counters_.add(device::Counter::kSendErr);
+    return;
+  }
+  tx_batch_[tx_batch_count_++] = net::TxFrame(slot.data(), *len);
 }
 
 // The next batch slot to encode a frame into (sends the batch first when it is full).
 std::vector<std::uint8_t>& Worker::tx_slot_on_worker() {
   if (tx_batch_count_ == kTxBatch) transmit_batch_on_worker();
   return tx_batch_bufs_[tx_batch_count_];
-}
-
-// Queues the `len` bytes encoded in the current batch slot, once the destination MAC is known.
-void Worker::emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& a) {
-  const wire::FrameAddress* addr = &a;
-  std::vector<std::uint8_t>& buf = tx_batch_bufs_[tx_batch_count_];
-  const auto known = resolve_macs_ && is_zero(addr->dst_mac) ? neighbours_.find(addr->dst_ip.bytes)
-                                                             : neighbours_.end();
-  if (!resolve_macs_ || !is_zero(addr->dst_mac) || known != neighbours_.end()) {
-    if (known != neighbours_.end())
-      std::copy(known->second.begin(), known->second.end(), buf.begin());
-    tx_batch_[tx_batch_count_++] = net::TxFrame(buf.data(), len);
-    return;
-  }
-  std::vector<std::uint8_t> frame(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(len));
-  if (awaiting_mac_.empty()) next_neighbour_retry_ns_ = now_ns;
-  awaiting_mac_.push_back({std::move(frame), addr->dst_ip, now_ns + kNeighbourWaitNs});
 }
 
 // Sends the batch in one port call; what the port refuses (back-pressure) goes to the backlog,
@@ -598,22 +680,19 @@ void Worker::transmit_batch_on_worker() {
   tx_batch_count_ = 0;
 }
 
-void Worker::transmit_on_worker(std::vector<std::uint8_t> frame) {
-  transmit_batch_on_worker();  // frames encoded before this one leave before it
-  if (tx_backlog_.empty()) {
-    const net::TxFrame one(frame);
-    const auto sent = port_->transmit(std::span<const net::TxFrame>(&one, 1));
-    if (sent && *sent == 1) {
-      count_sent_on_worker(frame.size());
-      return;
-    }
-  }
-  if (tx_backlog_.size() >= kMaxTxBacklog) {
-    ++counters_.tx_backlog_drops;
-    device_counters_.add(device::Counter::kSendErr);
-    return;
-  }
-  tx_backlog_.push_back(std::move(frame));
+void Worker::set_gsi_sink_on_worker(GsiSink sink) {
+  assert(on_worker());
+  gsi_sink_ = std::move(sink);
+}
+
+void Worker::send_packet_on_worker(const wire::FrameAddress& addr,
+                                   const wire::TransportHeaders& hdr, wire::Bytes payload) {
+  assert(on_worker());
+  transport::Transmit tx;
+  tx.hdr = hdr;
+  tx.payload_len = static_cast<std::uint32_t>(payload.size());
+  emit_on_worker(monotonic_now_ns(), tx, addr, payload);  // loopback and MACs as for QPs
+  transmit_batch_on_worker();
 }
 
 void Worker::count_sent_on_worker(std::size_t bytes) {
@@ -622,7 +701,7 @@ void Worker::count_sent_on_worker(std::size_t bytes) {
   device_counters_.add(device::Counter::kTxBytes, bytes);
 }
 
-bool Worker::flush_on_worker(std::uint64_t now_ns) {
+bool Worker::flush_on_worker() {
   bool any = false;
   while (!tx_backlog_.empty()) {
     const net::TxFrame one(tx_backlog_.front());
@@ -632,40 +711,30 @@ bool Worker::flush_on_worker(std::uint64_t now_ns) {
     tx_backlog_.pop_front();
     any = true;
   }
-  if (!awaiting_mac_.empty() && now_ns >= next_neighbour_retry_ns_)
-    retry_neighbours_on_worker(now_ns);
   (void)port_->flush();
   return any;
 }
 
-// Frames waiting for a destination MAC: look each address up once per retry, solicit the
-// kernel for those still unknown, and give up on frames older than kNeighbourWaitNs (RC
-// retransmits them; UD loses them, as on a real network).
-void Worker::retry_neighbours_on_worker(std::uint64_t now_ns) {
-  next_neighbour_retry_ns_ = now_ns + kNeighbourRetryNs;
-  std::map<std::array<std::uint8_t, 16>, bool> asked;
-  std::deque<AwaitingMac> still;
-  for (auto& w : awaiting_mac_) {
-    auto known = neighbours_.find(w.dst.bytes);
-    if (known == neighbours_.end() && !asked.contains(w.dst.bytes)) {
-      asked[w.dst.bytes] = true;
-      if (const auto mac = lookup_neighbour(ifindex_, w.dst)) {
-        known = neighbours_.emplace(w.dst.bytes, *mac).first;
-      } else {
-        solicit_neighbour(ifindex_, w.dst);
-      }
-    }
-    if (known != neighbours_.end()) {
-      std::copy(known->second.begin(), known->second.end(), w.frame.begin());
-      transmit_on_worker(std::move(w.frame));
-    } else if (now_ns >= w.give_up_ns) {
-      ++counters_.tx_no_neighbour;
-      device_counters_.add(device::Counter::kNeighbourFailures);
-    } else {
-      still.push_back(std::move(w));
-    }
-  }
-  awaiting_mac_.swap(still);
+// The resolver's socket and timers; frames whose MAC arrived leave in this turn's batch.
+bool Worker::service_neighbours_on_worker(std::uint64_t now_ns) {
+  if (neighbours_ == nullptr) return false;
+  bool sent = false;
+  const auto progress = neighbours_->service(now_ns, std::exchange(resolver_readable_, false),
+                                             [&](WorkerNeighbours::Waiting& w) {
+                                               encode_to_port_on_worker(w.tx, w.addr, w.payload);
+                                               sent = true;
+                                             });
+  transmit_batch_on_worker();
+  count_neighbour_failures_on_worker(progress.failed);
+  if (progress.mac_changes > 0)
+    device_counters_.add(device::Counter::kNeighbourChanges, progress.mac_changes);
+  return sent;
+}
+
+void Worker::count_neighbour_failures_on_worker(std::size_t frames) {
+  if (frames == 0) return;
+  counters_.tx_no_neighbour += frames;
+  device_counters_.add(device::Counter::kNeighbourFailures, frames);
 }
 
 void Worker::set_asleep_on_worker(bool asleep) {
@@ -674,7 +743,7 @@ void Worker::set_asleep_on_worker(bool asleep) {
 }
 
 bool Worker::work_pending_on_worker() {
-  if (!commands_.empty() || !tx_backlog_.empty()) return true;
+  if (!commands_.empty() || !tx_backlog_.empty() || !loopback_inbox_.empty()) return true;
   for (auto& ring : inbox_)
     if (!ring->empty()) return true;
   for (auto& [qpn, hosted] : qps_)
@@ -691,9 +760,9 @@ std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_n
     const auto c = hosted.cc->qp_cc.next_deadline();
     if (c && (!earliest || *c < *earliest)) earliest = c;
   }
-  if (!awaiting_mac_.empty()) {
-    const std::uint64_t retry = std::max(next_neighbour_retry_ns_, now_ns);
-    if (!earliest || retry < *earliest) earliest = retry;
+  if (neighbours_ != nullptr) {
+    const auto n = neighbours_->next_deadline();
+    if (n && (!earliest || *n < *earliest)) earliest = std::max(*n, now_ns);
   }
   return earliest;
 }
@@ -705,6 +774,7 @@ void Worker::arm_poll_on_worker(int fd, std::uint64_t tag) {
   io_uring_sqe_set_data64(sqe, tag);
   if (tag == kTagPort) port_poll_armed_ = true;
   if (tag == kTagWake) wake_poll_armed_ = true;
+  if (tag == kTagResolver) resolver_poll_armed_ = true;
 }
 
 // Sleeps in io_uring until the port has frames, someone rings the eventfd, or the earliest
@@ -721,6 +791,8 @@ void Worker::sleep_on_worker(std::uint64_t now_ns) {
   }
   if (!port_poll_armed_) arm_poll_on_worker(port_->wait_fd(), kTagPort);
   if (!wake_poll_armed_) arm_poll_on_worker(wake_fd_, kTagWake);
+  if (!resolver_poll_armed_ && neighbours_ != nullptr && neighbours_->fd() >= 0)
+    arm_poll_on_worker(neighbours_->fd(), kTagResolver);
   const auto deadline = next_deadline_on_worker(now_ns);
   const std::uint64_t wait_ns =
       deadline ? (*deadline > now_ns ? std::min(*deadline - now_ns, kMaxSleepNs) : 0) : kMaxSleepNs;
@@ -750,6 +822,10 @@ void Worker::sleep_on_worker(std::uint64_t now_ns) {
       }
     }
     if (tag == kTagPort) port_poll_armed_ = false;
+    if (tag == kTagResolver) {
+      resolver_poll_armed_ = false;
+      resolver_readable_ = true;
+    }
     if (tag == kTagWake) {
       wake_poll_armed_ = false;
       std::uint64_t count = 0;

@@ -9,16 +9,27 @@
 //    the worker runs between packets. No locks on the packet path.
 //  - Worker A hands a frame that arrived on its queue for a QP of worker B over through B's
 //    inbox ring for A (one Boost.Lockfree spsc_queue per ordered pair of workers).
+//  - A frame a worker sends to a GID this daemon serves (any device) never reaches its port:
+//    it goes to the owning worker's loopback inbox (loopback.h), a bounded lock-free queue any
+//    worker may push to (push_loopback), and is taken in there as if it had arrived.
 //  - wake() may be called from any thread (other workers, the control thread, a doorbell): it
 //    writes the worker's eventfd only when the worker said it sleeps (AF_XDP's need_wakeup
 //    idea), with sequentially consistent ordering between "I sleep" and "there is work".
 //
 // The loop, each turn: commands, new work from the QPs' rings (QpBinding::pull_work_on_worker),
-// handed-over frames, port receive, expired timers, then every QP's outputs (packets out
-// through the port, completions and events to the binding). An idle worker spins
-// for `spin_ns` without work (only while the host has a core for every runnable thread), then
-// sleeps in io_uring on the port's fd, its eventfd and the earliest QP deadline (retransmission,
-// RNR, pacer release, DCQCN rate increase).
+// handed-over and looped-back frames, port receive, expired timers, then every QP's outputs
+// (packets out through the port or to a local device, completions and events to the binding),
+// then the neighbour resolver (answers release the frames that waited for a MAC). An idle
+// worker spins for `spin_ns` without work (only while the host has a core for every runnable
+// thread), then sleeps in io_uring on the port's fd, its eventfd, its resolver's socket and the
+// earliest deadline (retransmission, RNR, pacer release, DCQCN rate increase, resolver retry,
+// a waiting frame's give-up).
+//
+// Egress, per packet: a destination GID in the daemon's LoopbackTable goes to that device's
+// owning worker (loopback.h); else, where the worker writes the Ethernet header (AF_XDP), the
+// destination MAC and hop limit come from the worker's route and neighbour resolver
+// (worker_neighbours.h), the frame waiting there while the MAC is being resolved; else it is
+// encoded straight into the port's transmit batch.
 //
 // Congestion control (ARCHITECTURE.md decision 9, engine/cc): each connected RC QP gets a
 // WorkerQpCongestion once its path is known. The transport asks it when the next request packet
@@ -38,6 +49,7 @@
 #include <liburing.h>
 
 #include <atomic>
+#include <boost/lockfree/queue.hpp>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstdint>
 #include <deque>
@@ -53,6 +65,8 @@
 
 #include "cc/qp_congestion.h"
 #include "daemon/datapath_frames.h"
+#include "daemon/loopback.h"
+#include "daemon/worker_neighbours.h"
 #include "device/counters.h"
 #include "net/port.h"
 #include "transport/qp.h"
@@ -135,7 +149,7 @@ struct WorkerConfig {
   std::uint32_t index = 0;
   const QpRoutes* routes = nullptr;  // the device's QPN -> worker table (outlives the worker)
   std::unique_ptr<net::Port> port;
-  int ifindex = 0;            // for neighbour resolution
+  int ifindex = 0;            // the netdev: frames leave through it (neighbour resolution)
   bool resolve_macs = false;  // AF_XDP: we write the Ethernet header; UDP: the kernel does
   // Idle time spent spinning before sleeping. Short: on a host with fewer cores than busy
   // threads (the applications poll their CQs), a spinning worker takes the core the
@@ -158,8 +172,7 @@ class Worker {
   static constexpr std::size_t kCommandSlots = 256;
   static constexpr std::size_t kRxBatch = 32;
   static constexpr std::size_t kMaxTxBacklog = 4096;
-  static constexpr std::uint64_t kNeighbourWaitNs = 1'000'000'000;  // then drop the frame
-  static constexpr std::uint64_t kNeighbourRetryNs = 1'000'000;
+  static constexpr std::size_t kLoopbackSlots = 4096;
 
   explicit Worker(WorkerConfig config);
   ~Worker();
@@ -188,6 +201,11 @@ class Worker {
   }
   // Any thread: makes a sleeping worker run a turn (a doorbell).
   void wake();
+  // Any thread (another worker): queues a looped-back frame for this worker, taking ownership
+  // on success; false when the inbox is full (the caller drops the frame). Then wake().
+  bool push_loopback(LoopbackFrame* frame) { return loopback_inbox_.push(frame); }
+  // Control thread only: whether start() ran and stop() has not.
+  bool running() const { return thread_.joinable(); }
   // Any thread may read it (counters.h threading contract); only the worker writes it.
   const device::CounterBlock& device_counters() const { return device_counters_; }
   // Any thread: how many times the worker has gone to sleep (without disturbing it, as a
@@ -207,15 +225,20 @@ class Worker {
   std::optional<QpCcStatus> qp_cc_on_worker(wire::Qpn qpn);
   net::PortStats port_stats_on_worker() const;
   std::size_t qp_count_on_worker() const;
+  // The GIDs this daemon serves and where their frames go (loopback.h).
+  void set_loopback_on_worker(std::shared_ptr<const LoopbackTable> table);
+
+  // QP1, the GSI QP, is the connection manager's (engine/daemon/cm_service.h), not a hosted
+  // QP: every frame for QPN 1 goes to `sink` on this thread (nullptr: counted as no QP). The
+  // CM's own MADs leave through send_packet_on_worker, MAC resolution included.
+  using GsiSink = std::function<void(wire::Bytes frame)>;
+  void set_gsi_sink_on_worker(GsiSink sink);
+  void send_packet_on_worker(const wire::FrameAddress& addr, const wire::TransportHeaders& hdr,
+                             wire::Bytes payload);
 
  private:
   struct Handover {
     std::vector<std::uint8_t> bytes;
-  };
-  struct AwaitingMac {
-    std::vector<std::uint8_t> frame;
-    wire::IpAddr dst;
-    std::uint64_t give_up_ns;
   };
   // A hosted QP with what the worker keeps beside it.
   struct Hosted {
@@ -233,6 +256,7 @@ class Worker {
   bool run_commands_on_worker();
   bool spin_allowed_on_worker(std::uint64_t now_ns);
   bool drain_handovers_on_worker(std::uint64_t now_ns);
+  bool drain_loopback_on_worker(std::uint64_t now_ns);
   bool receive_on_worker(std::uint64_t now_ns);
   void route_on_worker(std::uint64_t now_ns, wire::Bytes frame);
   void deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame, const wire::DecodedFrame& f);
@@ -245,13 +269,18 @@ class Worker {
   void send_frame_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
                             QpBinding& binding);
   void send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeaders& cnp, Hosted& hosted);
-  void emit_on_worker(std::uint64_t now_ns, std::size_t len, const wire::FrameAddress& addr);
-  void transmit_on_worker(std::vector<std::uint8_t> frame);
+  void emit_on_worker(std::uint64_t now_ns, const transport::Transmit& tx,
+                      const wire::FrameAddress& addr, wire::Bytes payload);
+  void loop_back_on_worker(const transport::Transmit& tx, const wire::FrameAddress& addr,
+                           wire::Bytes payload, const LoopbackTarget& target);
+  void encode_to_port_on_worker(const transport::Transmit& tx, const wire::FrameAddress& addr,
+                                wire::Bytes payload);
   std::vector<std::uint8_t>& tx_slot_on_worker();
   void transmit_batch_on_worker();
   void count_sent_on_worker(std::size_t bytes);
-  bool flush_on_worker(std::uint64_t now_ns);
-  void retry_neighbours_on_worker(std::uint64_t now_ns);
+  bool flush_on_worker();
+  bool service_neighbours_on_worker(std::uint64_t now_ns);
+  void count_neighbour_failures_on_worker(std::size_t frames);
   bool work_pending_on_worker();
   void sleep_on_worker(std::uint64_t now_ns);
   void arm_poll_on_worker(int fd, std::uint64_t tag);
@@ -286,6 +315,8 @@ class Worker {
   bool ring_ok_ = false;
   bool port_poll_armed_ = false;
   bool wake_poll_armed_ = false;
+  bool resolver_poll_armed_ = false;
+  bool resolver_readable_ = false;  // the sleep saw the resolver's socket readable
   std::thread thread_;
 
   // Worker-owned state.
@@ -293,9 +324,9 @@ class Worker {
   cc::CcDevice cc_;
   device::CounterBlock device_counters_;
   std::map<int, std::uint32_t> doorbell_users_;  // doorbell fd -> QPs that ring it (an SRQ's: many)
-  std::map<std::array<std::uint8_t, 16>, wire::MacAddr> neighbours_;
-  std::deque<AwaitingMac> awaiting_mac_;
-  std::uint64_t next_neighbour_retry_ns_ = 0;
+  std::unique_ptr<WorkerNeighbours> neighbours_;  // only where the worker writes the MACs
+  std::shared_ptr<const LoopbackTable> loopback_;
+  boost::lockfree::queue<LoopbackFrame*, boost::lockfree::capacity<kLoopbackSlots>> loopback_inbox_;
   std::deque<std::vector<std::uint8_t>> tx_backlog_;
   std::vector<std::uint8_t> payload_buf_;
   // Frames are encoded in place into the next batch slot (tx_slot_on_worker) and sent together
@@ -307,6 +338,7 @@ class Worker {
   std::size_t tx_batch_count_ = 0;
   wire::DecodedFrame decoded_;
   DatapathCounters counters_;
+  GsiSink gsi_sink_;
 };
 
 std::uint64_t monotonic_now_ns();

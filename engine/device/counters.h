@@ -53,7 +53,9 @@ enum class Counter : std::uint8_t {
   kRpCnpHandled,            // CNPs that drove a QP's reaction point
   kRpCnpIgnored,            // CNPs ignored: rp_enable off for the QP's priority, or no RP (UD)
   kDmaErrors,               // registered-memory accesses that failed (the process is gone)
-  kNeighbourFailures,       // destinations whose MAC could not be resolved
+  kNeighbourFailures,       // frames dropped: their destination's MAC could not be resolved
+  kNeighbourChanges,        // destinations in use whose next hop's MAC changed, and was followed
+  kLoopbackPkts,            // packets sent to a device of this daemon without a port (loopback)
   // Responder: requests refused for a remote access error (a bad rkey, bounds or rights), under
   // ConnectX's hw_counters name.
   kRespRemoteAccessErrors,
@@ -96,6 +98,8 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "rp_cnp_ignored",
     "dma_errors",
     "neighbour_failures",
+    "neighbour_changes",
+    "loopback_pkts",
     "resp_remote_access_errors",
     "rx_peer_mismatch",
 };

@@ -18,7 +18,9 @@
 //   cnp_rcvd, np_ecn_marked_roce_packets <- cnps_received, ecn_ce_received
 //   np_cnp_sent, rp_cnp_handled, rp_cnp_ignored: the worker, from the CNPs it sends and the
 //                          QPs' DCQCN counters (engine/daemon/worker.h)
-//   sent_pkts, rcvd_pkts, tx_bytes, rx_bytes, rx_*, send_err, neighbour_failures: the worker
+//   sent_pkts, rcvd_pkts, tx_bytes, rx_bytes, rx_*, send_err, neighbour_failures,
+//   neighbour_changes, loopback_pkts: the worker (a looped-back packet counts in the sender's
+//                          sent_pkts and tx_bytes and in the receiver's rcvd_pkts and rx_bytes)
 //   ack_deferred        <- responses received on one worker for a QP of another (handed over:
 //                          rxe counts responses its completer had to defer to a task)
 //   retry_exceeded_err, retry_rnr_exceeded_err <- completions with those statuses

@@ -9,88 +9,56 @@
 namespace xroce::net {
 namespace {
 
-constexpr std::uint16_t kEtherTypeIpv4 = 0x0800;
-constexpr std::uint16_t kEtherTypeIpv6 = 0x86DD;
-constexpr std::uint16_t kEtherTypeVlan = 0x8100;
-constexpr std::uint16_t kEtherTypeQinQ = 0x88A8;
-constexpr std::uint8_t kIpProtoUdp = 17;
-constexpr int kMaxVlanTags = 2;
+wire::FrameAddress address_of(const UdpEnvelope& env) {
+  wire::FrameAddress a;
+  a.dst_mac = env.dst_mac;
+  a.src_mac = env.src_mac;
+  a.vlan_tci = env.vlan_tci;
+  a.src_ip.bytes = env.src_ip;
+  a.dst_ip.bytes = env.dst_ip;
+  a.traffic_class = env.traffic_class;
+  a.hop_limit = env.hop_limit;
+  a.flow_label = env.flow_label;
+  a.udp_src_port = env.src_port;
+  a.ipv4_id = env.ipv4_id;
+  a.ipv4_dont_fragment = env.ipv4_dont_fragment;
+  return a;
+}
 
-using wire::load_be16;
-using wire::load_be32;
-using wire::store_be16;
-using wire::store_be32;
+UdpEnvelope envelope_of(const wire::FrameAddress& a) {
+  UdpEnvelope env;
+  env.dst_mac = a.dst_mac;
+  env.src_mac = a.src_mac;
+  env.vlan_tci = a.vlan_tci;
+  env.src_ip = a.src_ip.bytes;
+  env.dst_ip = a.dst_ip.bytes;
+  env.traffic_class = a.traffic_class;
+  env.hop_limit = a.hop_limit;
+  env.flow_label = a.flow_label;
+  env.src_port = a.udp_src_port;
+  env.ipv4_id = a.ipv4_id;
+  env.ipv4_dont_fragment = a.ipv4_dont_fragment;
+  return env;
+}
 
 }  // namespace
 
 bool is_v4_mapped(const Ip16& a) {
-  static constexpr std::uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::memcmp(a.data(), kPrefix, sizeof(kPrefix)) == 0;
+  return wire::IpAddr{a}.is_v4();
 }
 
 Ip16 v4_mapped(std::uint32_t host_order) {
-  Ip16 a{};
-  a[10] = 0xFF;
-  a[11] = 0xFF;
-  store_be32(a.data() + 12, host_order);
-  return a;
+  return wire::IpAddr::v4(host_order).bytes;
 }
 
 std::size_t envelope_bytes(const UdpEnvelope& env) {
-  return kEthHeaderBytes + (env.vlan_tci ? kVlanTagBytes : 0) +
-         (is_v4_mapped(env.dst_ip) ? kIpv4HeaderBytes : kIpv6HeaderBytes) + kUdpHeaderBytes;
-}
-
-std::uint16_t ipv4_header_checksum(const std::uint8_t* h) {
-  std::uint32_t sum = 0;
-  for (std::size_t i = 0; i < kIpv4HeaderBytes; i += 2) {
-    if (i != 10) sum += load_be16(h + i);  // the checksum field itself counts as zero
-  }
-  while (sum >> 16)
-    sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<std::uint16_t>(~sum);
+  return wire::envelope_bytes(address_of(env));
 }
 
 void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin) {
-  std::uint8_t* p = payload_begin - envelope_bytes(env);
-  std::memcpy(p, env.dst_mac.data(), 6);
-  std::memcpy(p + 6, env.src_mac.data(), 6);
-  p += 12;
-  if (env.vlan_tci) {
-    store_be16(p, kEtherTypeVlan);
-    store_be16(p + 2, *env.vlan_tci);
-    p += kVlanTagBytes;
-  }
-  const auto udp_len = static_cast<std::uint16_t>(kUdpHeaderBytes + payload_len);
-  if (is_v4_mapped(env.dst_ip)) {
-    store_be16(p, kEtherTypeIpv4);
-    p += 2;
-    p[0] = 0x45;  // version 4, 5 words, no options
-    p[1] = env.traffic_class;
-    store_be16(p + 2, static_cast<std::uint16_t>(kIpv4HeaderBytes + udp_len));
-    store_be16(p + 4, env.ipv4_id);
-    store_be16(p + 6, env.ipv4_dont_fragment ? 0x4000 : 0);
-    p[8] = env.hop_limit;
-    p[9] = kIpProtoUdp;
-    std::memcpy(p + 12, env.src_ip.data() + 12, 4);
-    std::memcpy(p + 16, env.dst_ip.data() + 12, 4);
-    store_be16(p + 10, ipv4_header_checksum(p));
-    p += kIpv4HeaderBytes;
-  } else {
-    store_be16(p, kEtherTypeIpv6);
-    p += 2;
-    store_be32(p, 6u << 28 | std::uint32_t{env.traffic_class} << 20 | (env.flow_label & 0xFFFFF));
-    store_be16(p + 4, udp_len);
-    p[6] = kIpProtoUdp;
-    p[7] = env.hop_limit;
-    std::memcpy(p + 8, env.src_ip.data(), 16);
-    std::memcpy(p + 24, env.dst_ip.data(), 16);
-    p += kIpv6HeaderBytes;
-  }
-  store_be16(p, env.src_port);
-  store_be16(p + 2, env.dst_port);
-  store_be16(p + 4, udp_len);
-  store_be16(p + 6, env.udp_checksum);
+  const wire::FrameAddress a = address_of(env);
+  wire::write_envelope(a, wire::UdpFields{env.dst_port, env.udp_checksum}, payload_len,
+                       payload_begin - wire::envelope_bytes(a));
 }
 
 bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin) {
@@ -102,64 +70,29 @@ bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8
   if (wire::icrc_compute(covered) == wire_icrc) return false;
   const std::optional<std::uint16_t> id = wire::icrc_solve_ipv4_id(covered, wire_icrc);
   if (!id) return false;
-  store_be16(ip + 4, *id);
-  store_be16(ip + 10, ipv4_header_checksum(ip));
+  wire::store_be16(ip + 4, *id);
+  wire::store_be16(ip + 10, ipv4_header_checksum(ip));
   return true;
 }
 
 std::optional<ParsedUdpFrame> parse_udp_frame(std::span<const std::uint8_t> f) {
-  ParsedUdpFrame out;
-  UdpEnvelope& env = out.env;
-  if (f.size() < kEthHeaderBytes) return std::nullopt;
-  std::memcpy(env.dst_mac.data(), f.data(), 6);
-  std::memcpy(env.src_mac.data(), f.data() + 6, 6);
-  std::size_t off = 12;
-  std::uint16_t type = load_be16(f.data() + off);
-  for (int i = 0; i < kMaxVlanTags && (type == kEtherTypeVlan || type == kEtherTypeQinQ); ++i) {
-    if (f.size() < off + 2 + kVlanTagBytes) return std::nullopt;
-    if (!env.vlan_tci) env.vlan_tci = load_be16(f.data() + off + 2);
-    off += kVlanTagBytes;
-    type = load_be16(f.data() + off);
-  }
-  off += 2;
-  std::size_t l4_limit = 0;  // end of the IP datagram
-  if (type == kEtherTypeIpv4) {
-    if (f.size() < off + kIpv4HeaderBytes) return std::nullopt;
-    const std::uint8_t* ip = f.data() + off;
-    if (ip[0] != 0x45 || ip[9] != kIpProtoUdp) return std::nullopt;
-    const std::uint16_t frag = load_be16(ip + 6);
-    if (frag & 0x3FFF) return std::nullopt;  // fragments are not RoCE
-    env.traffic_class = ip[1];
-    env.ipv4_id = load_be16(ip + 4);
-    env.ipv4_dont_fragment = (frag & 0x4000) != 0;
-    env.hop_limit = ip[8];
-    env.src_ip = v4_mapped(load_be32(ip + 12));
-    env.dst_ip = v4_mapped(load_be32(ip + 16));
-    l4_limit = off + load_be16(ip + 2);
-    off += kIpv4HeaderBytes;
-  } else if (type == kEtherTypeIpv6) {
-    if (f.size() < off + kIpv6HeaderBytes) return std::nullopt;
-    const std::uint8_t* ip = f.data() + off;
-    const std::uint32_t w0 = load_be32(ip);
-    if (w0 >> 28 != 6 || ip[6] != kIpProtoUdp) return std::nullopt;
-    env.traffic_class = static_cast<std::uint8_t>(w0 >> 20);
-    env.flow_label = w0 & 0xFFFFF;
-    env.hop_limit = ip[7];
-    std::memcpy(env.src_ip.data(), ip + 8, 16);
-    std::memcpy(env.dst_ip.data(), ip + 24, 16);
-    l4_limit = off + kIpv6HeaderBytes + load_be16(ip + 4);
-    off += kIpv6HeaderBytes;
-  } else {
+  const wire::FrameLayout l = wire::walk_frame(f);
+  if (!l.has_udp()) return std::nullopt;
+  // Not RoCE: IPv4 options and fragments.
+  if (l.ip_header_bytes != (l.ip == wire::IpVersion::kV4 ? kIpv4HeaderBytes : kIpv6HeaderBytes) ||
+      l.ipv4_fragment) {
     return std::nullopt;
   }
-  if (l4_limit > f.size() || l4_limit < off + kUdpHeaderBytes) return std::nullopt;
-  const std::uint8_t* udp = f.data() + off;
-  env.src_port = load_be16(udp);
-  env.dst_port = load_be16(udp + 2);
-  const std::uint16_t udp_len = load_be16(udp + 4);
-  env.udp_checksum = load_be16(udp + 6);
-  if (udp_len < kUdpHeaderBytes || off + udp_len > l4_limit) return std::nullopt;
-  out.payload = f.subspan(off + kUdpHeaderBytes, udp_len - kUdpHeaderBytes);
+  const std::size_t l4_limit = l.ip_offset + l.ip_datagram_bytes;  // end of the IP datagram
+  if (l4_limit > f.size() || l4_limit < l.udp_payload_offset()) return std::nullopt;
+  const std::uint8_t* udp = &f[l.udp_offset];
+  const std::uint16_t udp_len = wire::load_be16(udp + 4);
+  if (udp_len < kUdpHeaderBytes || l.udp_offset + udp_len > l4_limit) return std::nullopt;
+  ParsedUdpFrame out;
+  out.env = envelope_of(wire::address_of(f, l));
+  out.env.dst_port = wire::load_be16(udp + 2);
+  out.env.udp_checksum = wire::load_be16(udp + 6);
+  out.payload = f.subspan(l.udp_payload_offset(), udp_len - kUdpHeaderBytes);
   return out;
 }
 

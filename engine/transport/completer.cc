@@ -120,7 +120,9 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
     return CompleterState::kGetWqe;
   }
   if (r.psn.after(ctx_.comp_psn) && w.is_read_or_atomic()) {
-    return CompleterState::kDrop;  // a gap in READ responses: the timer recovers
+    // A gap in READ responses is an implied NAK: ask again from the first missing PSN now,
+    // once per gap, rather than wait for the ACK timeout (rxe_comp.c check_psn).
+    return CompleterState::kRetry;
   }
   return CompleterState::kCheckAck;
 }

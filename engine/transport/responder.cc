@@ -524,6 +524,12 @@ void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload
     ++ctx_.counters.dropped;
     return;
   }
+  // A UD message is one packet of at most the port's MTU: a longer one is malformed and
+  // dropped before it takes a receive (IBA 9.8; rxe_resp.c check_length).
+  if (payload.size() > ctx_.mtu()) {
+    ++ctx_.counters.dropped;
+    return;
+  }
   std::optional<RecvRequest> recv = take_recv();
   if (!recv) {
     ++ctx_.counters.ud_no_recv_drops;  // UD has no RNR: the datagram is lost

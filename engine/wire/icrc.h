@@ -10,12 +10,9 @@
 #include <optional>
 
 #include "wire/byteorder.h"
+#include "wire/frame_layout.h"
 
 namespace xroce::wire {
-
-inline constexpr std::size_t kIpv4HeaderBytes = 20;
-inline constexpr std::size_t kIpv6HeaderBytes = 40;
-inline constexpr std::size_t kUdpHeaderBytes = 8;
 
 // Computes the ICRC of one RoCEv2 datagram. `ip_datagram` runs from the first byte of the IP
 // header to the last byte before the ICRC (headers, payload and pad). The IP version is taken

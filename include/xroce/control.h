@@ -93,6 +93,12 @@ enum class Op : uint16_t {
   cc_set,      // CcSetRequest + text "NAME=VALUE\n..." -> TextReply: {"ok": true, "cc": <as
                // cc_show>} or {"ok": false, "error": "..."} and nothing changed; root only
   cc_profile,  // CcProfileRequest -> TextReply as cc_set (the enables are kept); root only
+  // rdma_cm (engine/daemon/cm_service.h): a connection opened with cm_open is one event
+  // channel of librdmacm; no hello.
+  cm_open,     // (+ fd: the channel's eventfd, readable while it has events) -> HandleReply
+               // (the channel's name for cm_command MIGRATE_ID)
+  cm_command,  // the ucma write() buffer -> the bytes for its response pointer (maybe none)
+  cm_show,     // NameRequest -> TextReply: {"device", "ids": [{"pid", "id", "state", ...}]}
   // The next page of the last TextReply that said `more` (any size of text travels in pages of
   // at most kMaxMessageBytes). ENOENT when nothing is pending.
   text_next,  // (empty) -> TextReply

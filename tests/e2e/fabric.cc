@@ -214,6 +214,24 @@ void sweep_dead_runs() {
 
 }  // namespace
 
+int gid_index(const std::string& netns, const std::string& dev, const std::string& gid) {
+  const RunResult r = run(
+      {"ip", "netns", "exec", netns, xroce_bin(), "exec", "--", "ibv_devinfo", "-v", "-d", dev});
+  // "\t\t\tGID[  1]:\t\t::ffff:198.18.1.1, RoCE v2"
+  const std::regex line("GID\\[ *([0-9]+)\\]:\\s*([0-9a-fA-F:.]+), RoCE v2");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+    if ((*it)[2].str() == gid) return std::stoi((*it)[1].str());
+  }
+  return -1;
+}
+
+long long stat_counter(const std::string& stat_output, const std::string& name) {
+  const std::string key = " " + name + " ";
+  const auto at = stat_output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stoll(stat_output.substr(at + key.size()));
+}
+
 Host::Host(const std::string& prefix, int subnet) : subnet_(subnet) {
   sweep_dead_runs();
   netns_ = prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(host_counter++);
@@ -272,9 +290,12 @@ RunResult Host::exec(std::vector<std::string> argv, std::chrono::milliseconds de
   return run(in_netns(std::move(argv)), deadline);
 }
 
-RunResult Host::add_device(const std::string& dev) {
+RunResult Host::add_device(const std::string& dev, const std::string& port,
+                           const std::string& netdev) {
   devices_.push_back(dev);
-  RunResult result = exec({xroce_bin(), "link", "add", dev, "netdev", "xr0a"});
+  std::vector<std::string> argv = {xroce_bin(), "link", "add", dev, "netdev", netdev};
+  if (!port.empty()) argv.insert(argv.end(), {"port", port});
+  RunResult result = exec(argv);
   if (daemon_pid_ <= 0) daemon_pid_ = daemon_pid();
   return result;
 }

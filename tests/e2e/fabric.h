@@ -65,8 +65,10 @@ class Host {
   RunResult exec(std::vector<std::string> argv,
                  std::chrono::milliseconds deadline = std::chrono::seconds(30)) const;
   std::vector<std::string> in_netns(std::vector<std::string> argv) const;
-  // `xroce link add <dev> netdev xr0a`; remembers the daemon so the destructor stops it.
-  RunResult add_device(const std::string& dev);
+  // `xroce link add <dev> netdev <netdev> [port <port>]`; remembers the daemon so the
+  // destructor stops it.
+  RunResult add_device(const std::string& dev, const std::string& port = "",
+                       const std::string& netdev = "xr0a");
   // The pid in the namespace's daemon lock file (the running daemon's, or a past one's).
   pid_t daemon_pid() const;
   // True once the process is gone (or a zombie nobody reaps), waiting up to the deadline.
@@ -85,5 +87,11 @@ std::string probe_bin();
 // Polls `probe` until it returns true or the deadline passes (no fixed sleeps: it re-checks
 // the condition, pausing briefly between attempts).
 bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline);
+
+// The index of the GID `gid` (as ibv_devinfo prints it: "::ffff:198.18.1.1", "2001:2::1") in
+// device `dev`'s table, read with `ibv_devinfo -v` inside namespace `netns`; -1 if absent.
+int gid_index(const std::string& netns, const std::string& dev, const std::string& gid);
+// The value of counter `name` in `xroce stat` output ("link DEV/1 name value ..."), or -1.
+long long stat_counter(const std::string& stat_output, const std::string& name);
 
 }  // namespace xroce::e2e

@@ -20,9 +20,8 @@ using xroce::fuzz::require;
 using namespace xroce::wire;
 
 Bytes ip_datagram(const std::uint8_t* data, const DecodedFrame& f) {
-  const std::size_t l2 = f.addr.vlan_tci ? 18 : 14;
   const std::size_t ip = f.addr.src_ip.is_v4() ? kIpv4HeaderBytes : kIpv6HeaderBytes;
-  return Bytes(data + l2, ip + f.udp_length - kIcrcBytes);
+  return Bytes(data + f.ip_offset, ip + f.udp_length - kIcrcBytes);
 }
 
 void check_reencode(const DecodedFrame& f) {

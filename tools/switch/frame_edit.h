@@ -1,6 +1,7 @@
-// Pure functions over Ethernet frames for the switch: where the IP and UDP headers are, the ECN
+// What the switch needs to know of a frame: where the IP and UDP headers are, the ECN
 // codepoint, CE marking (with the IPv4 header checksum fixed), whether a frame is RoCEv2 and
-// its BTH opcode.
+// its BTH opcode. The layout is wire/frame_layout.h's, the walker every port uses (so VLAN and
+// 802.1ad QinQ tags are taken as the XDP program takes them).
 // No I/O; every read is bounds-checked against the frame length.
 #pragma once
 
@@ -9,12 +10,14 @@
 #include <optional>
 #include <span>
 
+#include "wire/frame_layout.h"
+
 namespace xroce::sw {
 
 inline constexpr std::uint16_t kRoceV2Port = 4791;
 
-// ECN codepoints, the low two bits of the IPv4 TOS / IPv6 traffic class (RFC 3168).
-enum class Ecn : std::uint8_t { kNotEct = 0, kEct1 = 1, kEct0 = 2, kCe = 3 };
+using wire::Ecn;
+using wire::is_ect;
 
 struct FrameInfo {
   std::size_t l3_offset = 0;  // after the Ethernet header and any 802.1Q/802.1ad tags
@@ -26,21 +29,15 @@ struct FrameInfo {
   Ecn ecn = Ecn::kNotEct;
   bool roce = false;            // UDP destination port 4791 with room for a BTH opcode
   std::uint8_t bth_opcode = 0;  // valid when roce
+  wire::FrameLayout layout;     // what the fields above were read from
 };
 
 // Parses the headers of a frame; nullopt when it is shorter than an Ethernet header.
 std::optional<FrameInfo> classify(std::span<const std::uint8_t> frame);
 
-inline bool is_ect(Ecn e) {
-  return e == Ecn::kEct0 || e == Ecn::kEct1;
-}
-
 // Sets CE on an ECT(0)/ECT(1) IPv4 or IPv6 packet and, for IPv4, updates the header checksum
 // incrementally (RFC 1624). Returns false (and leaves the frame alone) for anything else. The
 // RoCE ICRC masks the TOS/traffic class, so it stays valid.
 bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info);
-
-// The IPv4 header checksum over `header` (its checksum field included): 0 when it verifies.
-std::uint16_t ipv4_header_checksum(std::span<const std::uint8_t> header);
 
 }  // namespace xroce::sw

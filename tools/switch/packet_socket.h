@@ -14,6 +14,8 @@
 #include <span>
 #include <string>
 
+#include "wire/frame_layout.h"
+
 namespace xroce::sw {
 
 inline constexpr std::size_t kVnetHeaderBytes = 10;  // struct virtio_net_hdr
@@ -22,7 +24,7 @@ struct ReceivedFrame {
   std::span<const std::uint8_t> vnet_header;  // kVnetHeaderBytes, just before data
   std::span<const std::uint8_t> data;         // in the ring, valid until release()
   std::optional<std::uint16_t> vlan_tci;      // a tag the NIC/veth stripped into metadata
-  std::uint16_t vlan_tpid = 0x8100;
+  std::uint16_t vlan_tpid = wire::kEtherTypeVlan;
   bool truncated = false;  // longer than a ring slot
 };
 

@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "net/afxdp_port.h"
+#include "net/neighbour.h"
 #include "net/udp_port.h"
 #include "net/xdp_steering.h"
 #include "wire/frame.h"
@@ -109,18 +110,16 @@ std::optional<net::Mac> parse_mac(const std::string& text) {
   return m;
 }
 
-// The kernel's neighbour entry for an IPv4 address on dev (/proc/net/arp).
-std::optional<net::Mac> arp_lookup(const std::string& ip, const std::string& dev) {
-  std::ifstream arp("/proc/net/arp");
-  std::string line;
-  std::getline(arp, line);  // header
-  while (std::getline(arp, line)) {
-    std::istringstream in(line);
-    std::string addr, hw_type, flags, mac, mask, ifname;
-    in >> addr >> hw_type >> flags >> mac >> mask >> ifname;
-    if (addr == ip && ifname == dev && mac != "00:00:00:00:00:00") return parse_mac(mac);
-  }
-  return std::nullopt;
+// The next hop's MAC for `dst` out of `dev`, from the route and neighbour resolver (it asks
+// the kernel, and triggers ARP / neighbour solicitation when needed, for up to 3 s).
+std::optional<net::Mac> resolve_mac(const wire::IpAddr& dst, const std::string& dev) {
+  const unsigned ifindex = if_nametoindex(dev.c_str());
+  int error = 0;
+  auto resolver = net::NeighbourResolver::open({}, error);
+  if (ifindex == 0 || !resolver) return std::nullopt;
+  const auto answer = resolver->resolve_blocking(static_cast<int>(ifindex), dst, 3'000'000'000);
+  if (answer.state != net::NeighbourState::kResolved) return std::nullopt;
+  return answer.mac;
 }
 
 struct OpenPort {
@@ -188,10 +187,15 @@ std::optional<std::vector<std::vector<std::uint8_t>>> build_frames(const BenchOp
   } else {
     return error = "--dst must be an IPv4 or IPv6 address", std::nullopt;
   }
-  std::optional<net::Mac> dst_mac =
-      o.dst_mac.empty() ? arp_lookup(o.dst, o.dev) : parse_mac(o.dst_mac);
+  std::optional<net::Mac> dst_mac;
+  if (!o.dst_mac.empty()) {
+    dst_mac = parse_mac(o.dst_mac);
+  } else if (o.port == "afxdp") {
+    dst_mac = resolve_mac(addr.dst_ip, o.dev);  // the UDP port leaves the MACs to the kernel
+  }
   if (!dst_mac && o.port == "afxdp") {
-    return error = "no neighbour entry for " + o.dst + "; give --dst-mac", std::nullopt;
+    return error = "no neighbour answers for " + o.dst + " on " + o.dev + "; give --dst-mac",
+           std::nullopt;
   }
   addr.src_mac = dev.mac;
   addr.dst_mac = dst_mac.value_or(net::Mac{});
@@ -361,7 +365,8 @@ void register_bench(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--frames", o->frames, "Frames to send, or to receive before stopping");
   cmd->add_option("--size", o->size, "Frame size in bytes, Ethernet header to ICRC");
   cmd->add_option("--dst", o->dst, "Destination IP address (tx)");
-  cmd->add_option("--dst-mac", o->dst_mac, "Destination MAC (tx; default: the ARP entry)");
+  cmd->add_option("--dst-mac", o->dst_mac,
+                  "Destination MAC (tx; default: the next hop's, resolved on DEV)");
   cmd->add_option("--queue", o->queue, "Receive/transmit queue (afxdp)");
   cmd->add_option("--xdp-mode", o->xdp_mode, "XDP attach mode")
       ->check(CLI::IsMember({"auto", "native", "skb"}));

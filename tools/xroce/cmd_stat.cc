@@ -30,6 +30,19 @@ void print_stat(const std::string& name, const nlohmann::ordered_json& stat) {
       fmt::print(" {} {}", it.key(), it.value().get<std::uint64_t>());
   }
   fmt::print("\n");
+  const auto cm = stat.find("cm");
+  if (cm != stat.end() && cm->is_object()) {
+    fmt::print("    cm");
+    for (auto it = cm->begin(); it != cm->end(); ++it) {
+      if (it.value().is_object()) {  // REJs by reason
+        for (auto r = it.value().begin(); r != it.value().end(); ++r)
+          fmt::print(" {}.{} {}", it.key(), r.key(), r.value().get<std::uint64_t>());
+      } else {
+        fmt::print(" {} {}", it.key(), it.value().get<std::uint64_t>());
+      }
+    }
+    fmt::print("\n");
+  }
   const auto mrs = stat.find("memory_regions");
   if (mrs == stat.end() || !mrs->is_array()) return;
   for (const auto& mr : *mrs) {

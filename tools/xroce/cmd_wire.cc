@@ -77,15 +77,19 @@ json aeth_json(const w::Aeth& a) {
   return j;
 }
 
+json vlan_json(const w::VlanTag& t) {
+  return {{"tpid", t.tpid},
+          {"tci", t.tci},
+          {"pcp", t.tci >> 13},
+          {"dei", (t.tci >> 12) & 1},
+          {"vid", t.tci & 0xFFF}};
+}
+
 json addr_json(const w::DecodedFrame& f) {
   const w::FrameAddress& a = f.addr;
   json eth = {{"src", mac_string(a.src_mac)}, {"dst", mac_string(a.dst_mac)}};
-  if (a.vlan_tci) {
-    eth["vlan"] = {{"tci", *a.vlan_tci},
-                   {"pcp", *a.vlan_tci >> 13},
-                   {"dei", (*a.vlan_tci >> 12) & 1},
-                   {"vid", *a.vlan_tci & 0xFFF}};
-  }
+  if (a.vlan_tci) eth["vlan"] = vlan_json(w::VlanTag{a.vlan_tpid, *a.vlan_tci});
+  if (a.outer_vlan) eth["outer_vlan"] = vlan_json(*a.outer_vlan);
   const bool v4 = a.src_ip.is_v4();
   json ip = {{"version", v4 ? 4 : 6},
              {"src", w::to_string(a.src_ip)},

@@ -12,8 +12,9 @@ struct ExitStatus {
   int code = 0;
 };
 
-void register_wire(CLI::App& app, ExitStatus& status);  // cmd_wire.cc
-void register_sim(CLI::App& app, ExitStatus& status);   // cmd_sim.cc
+void register_wire(CLI::App& app, ExitStatus& status);     // cmd_wire.cc
+void register_sim(CLI::App& app, ExitStatus& status);      // cmd_sim.cc
+void register_conform(CLI::App& app, ExitStatus& status);  // cmd_conform.cc
 // `xroce sim --incast N ...` (cmd_cc.cc): adds its options to the sim command; the second runs
 // the incast if --incast was given (reading --seed, --rate-gbps, --mtu, ... of `sim`).
 struct IncastFlags;
@@ -26,6 +27,7 @@ void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
 void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
 void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
 void register_cc(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: cc show|set|profile
+void register_cm(CLI::App& app, ExitStatus& status);    // cmd_cm.cc: cm show
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   register_version(app);
   xroce::cli::register_wire(app, status);
   xroce::cli::register_sim(app, status);
+  xroce::cli::register_conform(app, status);
 #ifdef XROCE_HAVE_DEVICE
   xroce::cli::register_link(app, status);
   xroce::cli::register_env(app, status);
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
   xroce::cli::register_cc(app, status);
+  xroce::cli::register_cm(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS
   xroce::cli::register_bench(app, status);

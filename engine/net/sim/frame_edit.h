@@ -1,6 +1,8 @@
 // In-place edits and lookups on Ethernet frame bytes that the simulated switch and wire need:
 // locating the IP and UDP headers, ECN codepoints and CE marking, the region the ICRC covers.
-// Every function bounds-checks and leaves a frame it cannot parse untouched.
+// The layout comes from wire/frame_layout.h, the one walker (so VLAN and QinQ tags are taken
+// as the ports take them). Every function bounds-checks and leaves a frame it cannot parse
+// untouched.
 #pragma once
 
 #include <cstddef>
@@ -8,11 +10,11 @@
 #include <optional>
 
 #include "wire/byteorder.h"
-#include "wire/frame.h"
+#include "wire/frame_layout.h"
 
 namespace xroce::net::sim {
 
-// Offsets of the headers inside one frame (Ethernet II, optional 802.1Q tag).
+// Offsets of the headers inside one frame (Ethernet II, up to two VLAN tags).
 struct FrameLayout {
   std::size_t ip_offset = 0;
   bool ipv6 = false;
@@ -30,13 +32,13 @@ std::optional<std::uint16_t> udp_source_port(wire::Bytes frame);
 
 // The ECN bits of the IP header, if the frame is IP.
 std::optional<wire::Ecn> ecn_of(wire::Bytes frame);
-// Sets ECN to CE (IPv4 TOS / IPv6 traffic class low bits = 11) and, for IPv4, rewrites the
-// header checksum. Both fields are masked out of the ICRC (PROTOCOL.md §1.9), so the frame
-// stays valid. Returns false if the frame is not IP.
+// Sets ECN to CE (IPv4 TOS / IPv6 traffic class low bits = 11) and, for IPv4, updates the
+// header checksum. Both fields are masked out of the ICRC (rxe_icrc.c rxe_icrc_hdr masks it), so
+// the frame stays valid. Returns false if the frame is not IP.
 bool mark_ce(wire::MutableBytes frame);
 
 // RFC 1071 checksum of an IPv4 header whose checksum field is taken as zero.
-std::uint16_t ipv4_header_checksum(wire::Bytes header);
+using wire::ipv4_header_checksum;
 
 // Byte range [begin, end) that corruption may flip so that the ICRC check catches it: from the
 // BTH to the end of the frame; the caller skips BTH byte 4 (FECN/BECN/Resv6a, masked out of

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "net/sim/rng.h"
-#include "wire/frame.h"
+#include "wire/frame_layout.h"
 
 namespace xroce::net::sim {
 

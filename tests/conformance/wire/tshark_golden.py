@@ -1,7 +1,9 @@
 """Conformance: tshark (Wireshark's dissector) reads every frame of the golden capture as RoCE
 and agrees with xroce's own decoder on every BTH and extended-header field, the IP/UDP/VLAN
-fields and the ICRC bytes; nothing is malformed and the IPv4 checksums verify. The real rxe
-captures, when present, are checked the same way (their RoCE frames only).
+fields and the ICRC bytes; nothing is malformed and the IPv4 checksums verify. The same holds
+for a copy of the golden capture with every frame behind an 802.1ad S-tag and an 802.1Q C-tag
+(QinQ, as the XDP program steers it). The real rxe captures, when present, are checked the same
+way (their RoCE frames only).
 
 tshark 4.0 quirks (PROTOCOL.md 1.10): the CNP (0x81) is "Unknown (129)" with its 16 reserved
 bytes and the ICRC shown as vendor data; pad bytes are part of "Data".
@@ -46,8 +48,10 @@ def allowed_expert(info, layers):
 
 
 def tshark_frames(path):
+    # --no-duplicate-keys: two VLAN layers come as a list instead of one hiding the other.
     out = subprocess.run(
-        ["tshark", "-o", "ip.check_checksum:TRUE", "-r", path, "-T", "json"],
+        ["tshark", "-o", "ip.check_checksum:TRUE", "-r", path, "-T", "json",
+         "--no-duplicate-keys"],
         check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
     return [p["_source"]["layers"] for p in json.loads(out)]
 
@@ -139,6 +143,61 @@ def check_trailer(n, layers, ib, x):
     expect(n, "data bytes (payload + pad)", data_len, x["payload_length"] + x["bth"]["pad_count"])
 
 
+def tshark_tags(layers):
+    """(id, priority, etype) of every VLAN tag tshark dissected, outermost first. tshark 4.0 names
+    an 802.1ad S-tag's layer ieee8021ad (its EtherType field ieee8021ah.etype) and an 802.1Q tag's
+    vlan; two of a kind come as a list (--no-duplicate-keys)."""
+    tags = []
+    for name, layer in layers.items():
+        if name not in ("ieee8021ad", "vlan"):
+            continue
+        for t in layer if isinstance(layer, list) else [layer]:
+            if name == "vlan":
+                tags.append((int(t["vlan.id"]), int(t["vlan.priority"]), int(t["vlan.etype"], 16)))
+            else:
+                etype = t.get("ieee8021ad.etype", t.get("ieee8021ah.etype", "-1"))
+                tags.append((int(t["ieee8021ad.id"]), int(t["ieee8021ad.priority"]),
+                             int(etype, 16)))
+    return tags
+
+
+def check_vlans(n, layers, x):
+    ours = [t for t in (x["eth"].get("outer_vlan"), x["eth"].get("vlan")) if t]
+    theirs = tshark_tags(layers)
+    expect(n, "VLAN tags", len(theirs), len(ours))
+    for i, (t, o) in enumerate(zip(theirs, ours)):
+        expect(n, "VLAN %d id" % i, t[0], o["vid"])
+        expect(n, "VLAN %d priority" % i, t[1], o["pcp"])
+    # Each tag's TPID is the EtherType field before it: Ethernet's, then the outer tag's.
+    types = [int(layers["eth"]["eth.type"], 16)] + [t[2] for t in theirs]
+    for i, o in enumerate(ours):
+        expect(n, "VLAN %d TPID" % i, types[i], o["tpid"])
+
+
+def qinq_copy(src, dst):
+    """Writes src (classic pcap, Ethernet) to dst with every frame behind an 802.1ad S-tag
+    (VID 100, PCP 5) and, where it had none, an 802.1Q C-tag (VID 7). The ICRC does not cover
+    L2, so every frame stays valid."""
+    s_tag = struct.pack(">HH", 0x88A8, 5 << 13 | 100)
+    c_tag = struct.pack(">HH", 0x8100, 7)
+    with open(src, "rb") as f:
+        data = f.read()
+    endian = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
+    out, at = [data[:24]], 24
+    while at + 16 <= len(data):
+        ts_sec, ts_frac, incl, orig = struct.unpack(endian + "IIII", data[at:at + 16])
+        frame = data[at + 16:at + 16 + incl]
+        at += 16 + incl
+        tagged = struct.unpack(">H", frame[12:14])[0] == 0x8100
+        tags = s_tag if tagged else s_tag + c_tag
+        frame = frame[:12] + tags + frame[12:]
+        out.append(struct.pack(endian + "IIII", ts_sec, ts_frac, len(frame),
+                               orig + len(tags)))
+        out.append(frame)
+    with open(dst, "wb") as f:
+        f.write(b"".join(out))
+
+
 def check_ip(n, layers, x):
     ip = x["ip"]
     if ip["version"] == 4:
@@ -155,11 +214,7 @@ def check_ip(n, layers, x):
         expect(n, "IPv6 flow label", int(l6.get("ipv6.flow", "-1"), 16), ip["flow_label"])
         expect(n, "IPv6 hop limit", int(l6.get("ipv6.hlim", -1)), ip["hop_limit"])
         expect(n, "IPv6 src", l6.get("ipv6.src"), ip["src"])
-    vlan = x["eth"].get("vlan")
-    expect(n, "VLAN present", "vlan" in layers, vlan is not None)
-    if vlan and "vlan" in layers:
-        expect(n, "VLAN id", int(layers["vlan"]["vlan.id"]), vlan["vid"])
-        expect(n, "VLAN priority", int(layers["vlan"]["vlan.priority"]), vlan["pcp"])
+    check_vlans(n, layers, x)
     udp = layers.get("udp", {})
     expect(n, "UDP source port", int(udp.get("udp.srcport", -1)), x["udp"]["src_port"])
     expect(n, "UDP length", int(udp.get("udp.length", -1)), x["udp"]["length"])
@@ -206,8 +261,13 @@ def main():
     golden = os.path.join(work, "golden.pcap")
     subprocess.run([xroce, "wire", "samples", "-w", golden], check=True,
                    stdout=subprocess.DEVNULL)
-    if check_capture(xroce, golden, must_be_all_roce=True) < 200:
+    golden_frames = check_capture(xroce, golden, must_be_all_roce=True)
+    if golden_frames < 200:
         fail("-", "the golden capture should hold over 200 RoCE frames")
+    qinq = os.path.join(work, "golden-qinq.pcap")
+    qinq_copy(golden, qinq)
+    if check_capture(xroce, qinq, must_be_all_roce=True) != golden_frames:
+        fail("-", "every QinQ frame should decode as its untagged original")
     if captures and os.path.isdir(captures):
         for name in sorted(os.listdir(captures)):
             if name.endswith(".pcap"):

@@ -321,6 +321,33 @@ TEST_F(RequesterTest, PartialReadRetryAsksOnlyForTheMissingTail) {
   EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
 }
 
+TEST_F(RequesterTest, GapInReadResponsesAsksForTheRestAtOnce) {
+  const std::uint64_t remote = local + 8192;
+  fill(remote, 600, 5);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 600)})), 0);
+  ASSERT_EQ(drain(0).size(), 1u);
+  auto src = bytes(remote, 600);
+  receive(read_response(Opcode::kRcReadResponseFirst, kSqPsn), src.subspan(0, 256), 10);
+  // MIDDLE is lost; LAST arrives: the READ is asked again from the MIDDLE's PSN, no timer.
+  receive(read_response(Opcode::kRcReadResponseLast, kSqPsn + 2), src.subspan(512, 88), 20);
+  const auto out = drain(20);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 1);
+  EXPECT_EQ(out[0].hdr().reth->va, 0x7000000u + 256);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, 600u - 256);
+  // A second gapped response before the replay starts asks nothing more.
+  receive(read_response(Opcode::kRcReadResponseLast, kSqPsn + 2), src.subspan(512, 88), 30);
+  EXPECT_TRUE(drain(30).empty());
+  receive(read_response(Opcode::kRcReadResponseMiddle, kSqPsn + 1), src.subspan(256, 256), 40);
+  receive(read_response(Opcode::kRcReadResponseLast, kSqPsn + 2), src.subspan(512, 88), 50);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  const auto dst = bytes(local, 600);
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
+}
+
 TEST_F(RequesterTest, ReadResponseWithTheWrongLengthIsABadResponse) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 100)})), 0);
   ASSERT_EQ(drain().size(), 1u);

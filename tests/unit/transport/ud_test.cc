@@ -90,6 +90,20 @@ TEST_F(UdTest, WrongQkeyOrNoReceiveWqeDropsSilently) {
   EXPECT_EQ(qp->state(), QpState::kRts);
 }
 
+TEST_F(UdTest, DatagramLongerThanThePortMtuIsDroppedWithoutTakingAReceive) {
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 8192)})), 0);
+  std::vector<std::uint8_t> too_long(4096 + 4, 1);  // the harness's port MTU is 4096
+  qp->handle_packet(0, datagram(0x1234), too_long);
+  EXPECT_TRUE(completions().empty());
+  EXPECT_EQ(qp->counters().dropped, 1u);
+  std::vector<std::uint8_t> fits(4096, 2);
+  qp->handle_packet(0, datagram(0x1234), fits);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 4u);
+  EXPECT_EQ(c[0].byte_len, 40u + 4096u);
+}
+
 TEST_F(UdTest, ReceiveBufferWithoutRoomForTheGrhIsALengthError) {
   ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 50)})), 0);
   std::vector<std::uint8_t> payload(11);

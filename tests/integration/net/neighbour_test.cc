@@ -1,6 +1,8 @@
-// Neighbour resolution against the kernel (engine/device/neighbour.h): two namespaces joined by
-// a veth pair with no static neighbour entries, so every answer comes from real ARP / ND that
-// the resolver triggered, plus an off-link destination routed through the peer.
+// Route and neighbour resolution against the kernel (engine/net/neighbour.h): two namespaces
+// joined by a veth pair with no static neighbour entries, so every answer comes from real ARP /
+// ND that the resolver triggered; off-link destinations routed through the peer; the
+// namespace's own addresses answered as local; and changes followed: a peer whose MAC changes
+// (announced, and unannounced with the kernel's probes), a route moved to another gateway.
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <gtest/gtest.h>
@@ -11,13 +13,14 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include "device/neighbour.h"
+#include "net/neighbour.h"
 
-namespace xroce::device {
+namespace xroce::net {
 namespace {
 
 int sh(const std::string& cmd, std::string* out = nullptr) {
@@ -89,6 +92,24 @@ class TwoHosts {
 
   bool ok() const { return ok_ && ifindex_ > 0; }
   std::string ns_a() const { return tag_ + "a"; }
+  std::string ns_b() const { return tag_ + "b"; }
+  std::string if_a() const { return tag_ + "a"; }
+  std::string if_b() const { return tag_ + "b"; }
+  // Runs `cmd` (a shell command), failing the test if it fails.
+  bool run(const std::string& cmd) {
+    std::string out;
+    const int rc = sh(cmd, &out);
+    if (rc != 0) ADD_FAILURE() << cmd << ": " << out;
+    return rc == 0;
+  }
+  // Gives b's end of the link a new MAC.
+  bool set_peer_mac(const wire::MacAddr& mac) {
+    peer_mac_ = mac;
+    return run(
+        fmt::format("ip -n {0}b link set dev {0}b address {1:02x}:{2:02x}:{3:02x}:{4:02x}:"
+                    "{5:02x}:{6:02x}",
+                    tag_, mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]));
+  }
   int ifindex_a() const { return ifindex_; }
   const wire::MacAddr& peer_mac() const { return peer_mac_; }
   std::string neighbours_a() const {
@@ -98,12 +119,6 @@ class TwoHosts {
   }
 
  private:
-  bool run(const std::string& cmd) {
-    std::string out;
-    const int rc = sh(cmd, &out);
-    if (rc != 0) ADD_FAILURE() << cmd << ": " << out;
-    return rc == 0;
-  }
   void cleanup() {
     sh(fmt::format("ip netns del {0}a", tag_));
     sh(fmt::format("ip netns del {0}b", tag_));
@@ -205,5 +220,126 @@ TEST_F(NeighbourIntegration, NoRouteIsUnreachable) {
   EXPECT_EQ(answer->state, NeighbourState::kUnreachable);
 }
 
+TEST_F(NeighbourIntegration, OwnAddressesAreLocalWithoutAskingTheNeighbourTable) {
+  for (const auto& own : {wire::IpAddr::v4(0xC612C801), v6(0xc8, 1)}) {  // 198.18.200.1, ::1
+    const auto answer = resolver_->resolve_blocking(hosts_->ifindex_a(), own, 2'000'000'000);
+    EXPECT_EQ(answer.state, NeighbourState::kLocal);
+    EXPECT_EQ(answer.ifindex, hosts_->ifindex_a());
+  }
+  // An address added to another interface (lo) after the resolver opened: notified, local.
+  ASSERT_TRUE(hosts_->run(fmt::format("ip -n {} addr add 198.18.201.1/32 dev lo", hosts_->ns_a())));
+  const auto added = wire::IpAddr::v4(0xC612C901);
+  bool local = false;
+  for (int i = 0; i < 100 && !local; ++i) {
+    wait_answer(*resolver_, added, std::chrono::milliseconds(20));
+    local =
+        resolver_->resolve(now_ns(), hosts_->ifindex_a(), added).state == NeighbourState::kLocal;
+  }
+  EXPECT_TRUE(local);
+  EXPECT_EQ(hosts_->neighbours_a().find("198.18.201.1"), std::string::npos);
+  EXPECT_EQ(hosts_->neighbours_a().find("198.18.200.1 "), std::string::npos);
+}
+
+TEST_F(NeighbourIntegration, RouteHopLimitAndPreferredSource) {
+  ASSERT_TRUE(hosts_->run(fmt::format(
+      "ip -n {} route add 198.19.78.0/24 via 198.18.200.2 hoplimit 9", hosts_->ns_a())));
+  const auto answer = resolver_->resolve_blocking(hosts_->ifindex_a(), wire::IpAddr::v4(0xC6134E05),
+                                                  5'000'000'000);  // 198.19.78.5
+  EXPECT_EQ(answer.state, NeighbourState::kResolved);
+  EXPECT_TRUE(answer.via_gateway);
+  EXPECT_EQ(answer.next_hop, wire::IpAddr::v4(0xC612C802));
+  EXPECT_EQ(answer.hop_limit, 9);
+  EXPECT_EQ(answer.source, wire::IpAddr::v4(0xC612C801));
+  EXPECT_EQ(answer.mac, hosts_->peer_mac());
+}
+
+// Keeps using (ifindex_a, dst) as a worker sending to it would, until `done` holds for the
+// answer or the deadline passes. Returns whether it held; counts the answers with a changed MAC
+// (for any destination) in *mac_changes.
+bool follow(NeighbourResolver& r, int ifindex, const wire::IpAddr& dst,
+            const std::function<bool(const NeighbourAnswer&)>& done,
+            std::chrono::milliseconds limit, int* mac_changes = nullptr) {
+  const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(limit.count()) * 1000000;
+  while (now_ns() < deadline) {
+    if (done(r.resolve(now_ns(), ifindex, dst))) return true;
+    pollfd p{r.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 20) > 0) r.on_readable(now_ns());
+    if (auto d = r.next_deadline(); d && *d <= now_ns()) r.on_timeout(now_ns());
+    while (auto a = r.poll_answer())
+      if (mac_changes != nullptr && a->mac_changed) ++*mac_changes;
+  }
+  return false;
+}
+
+TEST_F(NeighbourIntegration, AnnouncedMacChangeIsFollowedAtOnce) {
+  const auto peer = wire::IpAddr::v4(0xC612C802);
+  const auto peer6 = v6(0xc8, 2);
+  expect_resolves_to_peer(peer);
+  expect_resolves_to_peer(peer6);
+  // b announces its new MAC (gratuitous ARP, unsolicited neighbour advertisement), as a host
+  // or router does when its address moves.
+  ASSERT_TRUE(
+      hosts_->run(fmt::format("ip netns exec {0} sysctl -qw net.ipv4.conf.{1}.arp_notify=1 "
+                              "net.ipv6.conf.{1}.ndisc_notify=1",
+                              hosts_->ns_b(), hosts_->if_b())));
+  const wire::MacAddr moved = {0x02, 0x00, 0x5e, 0x00, 0x53, 0x11};
+  ASSERT_TRUE(hosts_->set_peer_mac(moved));
+  int changes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& dst : {peer, peer6}) {
+    EXPECT_TRUE(follow(
+        *resolver_, hosts_->ifindex_a(), dst,
+        [&](const NeighbourAnswer& a) { return a.mac == moved; }, std::chrono::seconds(3),
+        &changes))
+        << hosts_->neighbours_a();
+  }
+  // Far sooner than any probe could have found it: the announcement did.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(changes, 2);  // each destination's answer said its MAC changed, once
+}
+
+TEST_F(NeighbourIntegration, UnannouncedMacChangeIsFollowedThroughTheKernelsProbes) {
+  // The kernel's neighbour timers, shortened: reachable 0.5-1.5 s, first probe after 1 s, three
+  // unicast probes 100 ms apart. The resolver keeps "using" the entry (NTF_USE), so the kernel
+  // re-confirms it, finds the old MAC silent, and the resolver resolves it afresh.
+  ASSERT_TRUE(hosts_->run(
+      fmt::format("ip netns exec {0} sysctl -qw net.ipv4.neigh.{1}.base_reachable_time_ms=1000 "
+                  "net.ipv4.neigh.{1}.delay_first_probe_time=1",
+                  hosts_->ns_a(), hosts_->if_a())));
+  NeighbourOptions options;
+  options.confirm_interval_ns = 200'000'000;
+  resolver_ = open_in(hosts_->ns_a(), options);
+  ASSERT_NE(resolver_, nullptr);
+  const auto peer = wire::IpAddr::v4(0xC612C802);
+  expect_resolves_to_peer(peer);
+  const wire::MacAddr moved = {0x02, 0x00, 0x5e, 0x00, 0x53, 0x22};
+  ASSERT_TRUE(hosts_->set_peer_mac(moved));
+  int changes = 0;
+  EXPECT_TRUE(follow(
+      *resolver_, hosts_->ifindex_a(), peer,
+      [&](const NeighbourAnswer& a) {
+        return a.state == NeighbourState::kResolved && a.mac == moved;
+      },
+      std::chrono::seconds(10), &changes))
+      << hosts_->neighbours_a();
+  EXPECT_EQ(changes, 1);
+}
+
+TEST_F(NeighbourIntegration, MovedRouteIsFollowedToTheNewGateway) {
+  ASSERT_TRUE(hosts_->run(
+      fmt::format("ip -n {} addr add 198.18.200.3/24 dev {}", hosts_->ns_b(), hosts_->if_b())));
+  const auto far = wire::IpAddr::v4(0xC6134D05);  // 198.19.77.5, via 198.18.200.2
+  expect_resolves_to_peer(far);
+  ASSERT_TRUE(hosts_->run(
+      fmt::format("ip -n {} route replace 198.19.77.0/24 via 198.18.200.3", hosts_->ns_a())));
+  EXPECT_TRUE(follow(
+      *resolver_, hosts_->ifindex_a(), far,
+      [](const NeighbourAnswer& a) {
+        return a.state == NeighbourState::kResolved && a.next_hop == wire::IpAddr::v4(0xC612C803);
+      },
+      std::chrono::seconds(3)));
+  EXPECT_EQ(resolver_->resolve(now_ns(), hosts_->ifindex_a(), far).mac, hosts_->peer_mac());
+}
+
 }  // namespace
-}  // namespace xroce::device
+}  // namespace xroce::net

@@ -1,0 +1,280 @@
+// libxroce-preload.so, rdma_cm part: serves librdmacm's kernel interface (the rdma_cm
+// character device, drivers/infiniband/core/ucma.c's ABI) for the xroce daemon of this network
+// namespace, so unmodified librdmacm (rdma-core 44) works. The choice and its measurements are
+// in engine/daemon/README.md ("rdma_cm").
+//
+// librdmacm opens /dev/infiniband/rdma_cm (util/open_cdev.c: open(O_RDWR|O_CLOEXEC), then
+// fstat() must say "character device"), issues every command as a write() of struct
+// rdma_ucm_cmd_hdr + input whose results the kernel copies to the command's `response` pointer
+// before write() returns, blocks in the GET_EVENT write() unless the fd is O_NONBLOCK, and
+// lets applications poll()/epoll the fd for events. Here:
+//   open    -> an eventfd (the channel's fd) and a control connection to the daemon that holds
+//              the other reference to the eventfd (Op::cm_open); the daemon keeps the eventfd
+//              readable exactly while the channel has events, so poll and epoll work unchanged;
+//   fstat   -> as the eventfd, but a character device;
+//   write   -> Op::cm_command with the command bytes; the reply is copied to `response`.
+//              GET_EVENT on a blocking channel waits in poll() on the eventfd and asks again;
+//   close   -> closes the control connection: the daemon destroys the channel's ids as the
+//              kernel does when the file is released (DREQ, REJ), as it does when the process
+//              dies.
+// Only a path whose $SYSFS_PATH/class/misc/rdma_cm/xroce_control exists is taken over (the
+// tree `xroce env`/`exec` point at); anything else goes to libc unchanged, and so does every
+// other fd: the cost for them is one atomic load per write() and close().
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <rdma/rdma_user_cm.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "xroce/control.h"
+#include "xroce/control_client.h"
+
+namespace {
+
+constexpr const char* kRdmaCmPath = "/dev/infiniband/rdma_cm";
+constexpr int kMaxChannels = 256;
+constexpr int kControlTimeoutMs = 30'000;
+
+struct Channel {
+  std::atomic<int> fd{-1};
+  std::mutex lock;  // serialises this channel's commands on its control connection
+  xroce::control::ControlClient* control = nullptr;
+  std::uint32_t file = 0;  // the daemon's name for the channel (MIGRATE_ID)
+};
+
+// Constant-initialised: interposed functions may run before any constructor.
+Channel g_channels[kMaxChannels];
+std::atomic<int> g_open_channels{0};
+std::mutex g_table_lock;  // taking and releasing slots
+
+// libc's definition of an interposed function, looked up once per slot (dlsym costs
+// microseconds; this runs on every write() and close() of the process). Two threads racing on
+// the first call both find the same function.
+template <typename Fn>
+Fn next(std::atomic<void*>& slot, const char* name) {
+  void* fn = slot.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = dlsym(RTLD_NEXT, name);
+    slot.store(fn, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+std::atomic<void*> g_libc_open{nullptr}, g_libc_open64{nullptr}, g_libc_close{nullptr},
+    g_libc_write{nullptr}, g_libc_fstat{nullptr}, g_libc_fstat64{nullptr};
+
+using OpenFn = int (*)(const char*, int, ...);
+using CloseFn = int (*)(int);
+using WriteFn = ssize_t (*)(int, const void*, size_t);
+using FstatFn = int (*)(int, struct stat*);
+
+Channel* channel_of(int fd) {
+  if (fd < 0 || g_open_channels.load(std::memory_order_acquire) == 0) return nullptr;
+  for (auto& c : g_channels) {
+    if (c.fd.load(std::memory_order_acquire) == fd) return &c;
+  }
+  return nullptr;
+}
+
+// The daemon's control socket, if this environment's sysfs tree has an xroce rdma_cm.
+std::string control_socket_path() {
+  const char* sysfs = std::getenv("SYSFS_PATH");
+  std::ifstream in(std::string(sysfs != nullptr ? sysfs : "/sys") + "/class/misc/rdma_cm/" +
+                   xroce::control::kControlPathFile);
+  std::string path;
+  std::getline(in, path);
+  return path;
+}
+
+int open_channel(int flags) {
+  const std::string socket = control_socket_path();
+  auto* control = new xroce::control::ControlClient();
+  if (socket.empty() || control->connect(socket, kControlTimeoutMs) != 0) {
+    delete control;
+    errno = ENODEV;
+    return -1;
+  }
+  const int efd = eventfd(0, ((flags & O_CLOEXEC) != 0 ? EFD_CLOEXEC : 0) |
+                                 ((flags & O_NONBLOCK) != 0 ? EFD_NONBLOCK : 0));
+  if (efd < 0) {
+    delete control;
+    return -1;
+  }
+  xroce::control::HandleReply reply{};
+  if (int err = control->call(xroce::control::Op::cm_open, nullptr, 0, &reply, sizeof reply,
+                              std::span(&efd, 1))) {
+    delete control;
+    next<CloseFn>(g_libc_close, "close")(efd);
+    errno = err == EIO ? ENODEV : err;
+    return -1;
+  }
+  std::lock_guard<std::mutex> guard(g_table_lock);
+  for (auto& c : g_channels) {
+    if (c.fd.load() != -1) continue;
+    c.control = control;
+    c.file = reply.handle;
+    c.fd.store(efd, std::memory_order_release);
+    g_open_channels.fetch_add(1);
+    return efd;
+  }
+  delete control;
+  next<CloseFn>(g_libc_close, "close")(efd);
+  errno = EMFILE;
+  return -1;
+}
+
+void release_channel(Channel& c) {
+  std::lock_guard<std::mutex> guard(g_table_lock);
+  std::lock_guard<std::mutex> command(c.lock);
+  delete c.control;  // the daemon releases the channel's ids
+  c.control = nullptr;
+  c.fd.store(-1, std::memory_order_release);
+  g_open_channels.fetch_sub(1);
+}
+
+// The command's `response` pointer: the first field of every command that has one, except
+// CREATE_ID's (after the uid).
+void* response_pointer(std::uint32_t cmd, const std::vector<char>& body) {
+  const std::size_t at = cmd == RDMA_USER_CM_CMD_CREATE_ID
+                             ? offsetof(rdma_ucm_create_id, response)
+                             : offsetof(rdma_ucm_destroy_id, response);
+  std::uint64_t p = 0;
+  if (body.size() < sizeof(rdma_ucm_cmd_hdr) + at + sizeof p) return nullptr;
+  std::memcpy(&p, body.data() + sizeof(rdma_ucm_cmd_hdr) + at, sizeof p);
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
+}
+
+// One command: 0 or errno.
+int call(Channel& c, const std::vector<char>& body, std::vector<char>& reply) {
+  std::lock_guard<std::mutex> guard(c.lock);
+  if (c.control == nullptr) return EBADF;
+  std::fill(reply.begin(), reply.end(), 0);
+  const int err = c.control->call(xroce::control::Op::cm_command, body.data(), body.size(),
+                                  reply.data(), reply.size());
+  return err == EIO ? ENODEV : err;
+}
+
+ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
+  rdma_ucm_cmd_hdr hdr;
+  if (count < sizeof hdr) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::memcpy(&hdr, buf, sizeof hdr);
+  if (count < sizeof hdr + hdr.in) {
+    errno = EINVAL;
+    return -1;
+  }
+  const char* bytes = static_cast<const char*>(buf);
+  std::vector<char> body(bytes, bytes + sizeof hdr + hdr.in);
+  if (hdr.cmd == RDMA_USER_CM_CMD_SET_OPTION && hdr.in >= sizeof(rdma_ucm_set_option)) {
+    rdma_ucm_set_option opt;
+    std::memcpy(&opt, body.data() + sizeof hdr, sizeof opt);
+    const auto* value = reinterpret_cast<const char*>(static_cast<std::uintptr_t>(opt.optval));
+    if (opt.optlen > 0 && value == nullptr) {
+      errno = EFAULT;
+      return -1;
+    }
+    body.insert(body.end(), value, value + opt.optlen);
+  }
+  if (hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID && hdr.in >= sizeof(rdma_ucm_migrate_id)) {
+    rdma_ucm_migrate_id m;
+    std::memcpy(&m, body.data() + sizeof hdr, sizeof m);
+    const Channel* from = channel_of(static_cast<int>(m.fd));
+    if (from == nullptr) {
+      errno = EBADF;
+      return -1;
+    }
+    m.fd = from->file;
+    std::memcpy(body.data() + sizeof hdr, &m, sizeof m);
+  }
+  std::vector<char> reply(hdr.out);
+  int err;
+  for (;;) {
+    err = call(c, body, reply);
+    if (err != EAGAIN || hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT) break;
+    if ((fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+  }
+  if (err != 0) {
+    errno = err;
+    return -1;
+  }
+  if (hdr.out > 0) {
+    void* response = response_pointer(hdr.cmd, body);
+    if (response != nullptr) std::memcpy(response, reply.data(), reply.size());
+  }
+  return static_cast<ssize_t>(count);
+}
+
+int open_common(const char* path, int flags, mode_t mode, std::atomic<void*>& slot,
+                const char* real) {
+  if (path != nullptr && std::strcmp(path, kRdmaCmPath) == 0 && !control_socket_path().empty())
+    return open_channel(flags);
+  return next<OpenFn>(slot, real)(path, flags, mode);
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int open(const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if ((flags & (O_CREAT | O_TMPFILE)) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return open_common(path, flags, mode, g_libc_open, "open");
+}
+
+__attribute__((visibility("default"))) int open64(const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if ((flags & (O_CREAT | O_TMPFILE)) != 0) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return open_common(path, flags, mode, g_libc_open64, "open64");
+}
+
+__attribute__((visibility("default"))) int fstat(int fd, struct stat* st) {
+  const int r = next<FstatFn>(g_libc_fstat, "fstat")(fd, st);
+  if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
+  return r;
+}
+
+__attribute__((visibility("default"))) int fstat64(int fd, struct stat64* st) {
+  using Fstat64Fn = int (*)(int, struct stat64*);
+  const int r = next<Fstat64Fn>(g_libc_fstat64, "fstat64")(fd, st);
+  if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
+  return r;
+}
+
+__attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, size_t count) {
+  if (Channel* c = channel_of(fd)) return serve_write(fd, *c, buf, count);
+  return next<WriteFn>(g_libc_write, "write")(fd, buf, count);
+}
+
+__attribute__((visibility("default"))) int close(int fd) {
+  if (Channel* c = channel_of(fd)) release_channel(*c);
+  return next<CloseFn>(g_libc_close, "close")(fd);
+}
+
+}  // extern "C"

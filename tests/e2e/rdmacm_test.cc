@@ -1,0 +1,252 @@
+// Unmodified librdmacm programs (Debian's rdmacm-utils) between two namespaces, each with an
+// xroce device, over both port kinds: the CM in MADs on QP1 between the daemons, librdmacm's
+// kernel interface served by libxroce-preload.so. Needs root; skips otherwise.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+#include "pair.h"
+
+namespace xroce::e2e {
+namespace {
+
+class RdmacmTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, device nodes)";
+    if (!have("ip") || !have("rping")) GTEST_SKIP() << "needs iproute2 and rdmacm-utils";
+  }
+  static int next_subnet() {
+    static int subnet = 10 + static_cast<int>((getpid() + 37) % 90);
+    return subnet++ % 250 + 1;
+  }
+  std::string port() const { return GetParam(); }
+
+  // `xroce cm show` of side `i` as JSON (empty object on failure).
+  static nlohmann::json cm_show(const Pair& pair, int i) {
+    auto r = pair.exec(i, {xroce_bin(), "cm", "show", pair.dev(i), "--json"});
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  }
+  static nlohmann::json stat(const Pair& pair, int i) {
+    auto r = pair.exec(i, {xroce_bin(), "stat", pair.dev(i), "--json"});
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  }
+  static bool listening(const Pair& pair) {
+    for (const auto& id : cm_show(pair, 0).value("ids", nlohmann::json::array())) {
+      if (id.value("role", "") == "listener") return true;
+    }
+    return false;
+  }
+
+  // Server in namespace a (waits until its rdma_cm id listens), client in b; both outputs.
+  static std::pair<RunResult, RunResult> server_client(const Pair& pair,
+                                                       const std::vector<std::string>& server,
+                                                       const std::vector<std::string>& client,
+                                                       milliseconds deadline = seconds(120)) {
+    Child s(pair.app(0, server));
+    RunResult c;
+    if (eventually([&] { return listening(pair); }, seconds(20))) {
+      c = run(pair.app(1, client), deadline);
+    } else {
+      c.output = "the server never listened";
+      c.status = -1;
+    }
+    RunResult out;
+    for (std::string line = s.read_line(seconds(30)); !line.empty();
+         line = s.read_line(seconds(30)))
+      out.output += line + "\n";
+    out.status = s.wait(seconds(20));
+    return {out, c};
+  }
+};
+
+TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
+  Pair pair("xrcm-rping", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] =
+      server_client(pair, {"rping", "-s", "-V", "-C", "1000", "-a", pair.ip(0), "-p", "7174"},
+                    {"rping", "-c", "-V", "-v", "-C", "1000", "-a", pair.ip(0), "-p", "7174"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  // -v prints each ping the client got back (rping's CM thread may print into the middle of a
+  // line: count the ping texts); -V fails the run on a mismatch.
+  std::size_t pings = 0;
+  for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
+       at = client.output.find("rdma-ping-", at + 1))
+    ++pings;
+  EXPECT_NE(client.output.find("rdma-ping-999: "), std::string::npos);
+  EXPECT_EQ(pings, 1000u) << client.output.substr(0, 2000);
+  EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
+  // Both processes are gone: nothing of them stays in the daemons.
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
+  EXPECT_TRUE(cm_show(pair, 1).value("ids", nlohmann::json::array()).empty());
+  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+  EXPECT_GE(cm.value("mads_received", 0), 3);  // REQ, RTU, DREQ or DREP
+  EXPECT_EQ(cm.value("mads_dropped", 0), 0);
+}
+
+TEST_P(RdmacmTest, ConnectToAPortNobodyListensOnIsRejected) {
+  Pair pair("xrcm-rej", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto r =
+      run(pair.app(1, {"rping", "-c", "-C", "1", "-a", pair.ip(0), "-p", "7999"}), seconds(60));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("REJECTED"), std::string::npos) << r.output;
+  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+  EXPECT_EQ(cm.value("rej_sent", nlohmann::json::object()).value("invalid_service_id", 0), 1)
+      << cm.dump();
+  const auto client = stat(pair, 1).value("cm", nlohmann::json::object());
+  EXPECT_EQ(client.value("rej_received", nlohmann::json::object()).value("invalid_service_id", 0),
+            1)
+      << client.dump();
+}
+
+TEST_P(RdmacmTest, UcmatoseEightConnections) {
+  if (!have("ucmatose")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-ucma", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] = server_client(pair, {"ucmatose", "-c", "8", "-C", "10"},
+                                        {"ucmatose", "-s", pair.ip(0), "-c", "8", "-C", "10"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  EXPECT_NE(client.output.find("test complete"), std::string::npos) << client.output;
+}
+
+TEST_P(RdmacmTest, CmtimeHundredConnections) {
+  if (!have("cmtime")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-cmtime", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  // The cmtime server serves until it is killed; the client measures and checks.
+  auto [server, client] = server_client(pair, {"cmtime", "-c", "100"},
+                                        {"cmtime", "-s", pair.ip(0), "-c", "100"}, seconds(180));
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_NE(client.output.find("connect      :"), std::string::npos) << client.output;
+  EXPECT_NE(client.output.find("disconnect   :"), std::string::npos) << client.output;
+  EXPECT_EQ(server.output.find("fail"), std::string::npos) << server.output;
+  EXPECT_EQ(client.output.find("fail"), std::string::npos) << client.output;
+}
+
+TEST_P(RdmacmTest, UdaddyOverTheUdpPortSpace) {
+  if (!have("udaddy")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-udaddy", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] = server_client(pair, {"udaddy"}, {"udaddy", "-s", pair.ip(0)});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  EXPECT_NE(client.output.find("test complete"), std::string::npos) << client.output;
+  EXPECT_NE(server.output.find("test complete"), std::string::npos) << server.output;
+}
+
+// A process killed with its connection open: its daemon sends the DREQ for it, the peer's
+// rping sees DISCONNECTED, and neither daemon keeps anything of the dead process.
+TEST_P(RdmacmTest, KilledProcessDisconnectsItsPeer) {
+  Pair pair("xrcm-kill", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  Child server(pair.app(0, {"rping", "-s", "-C", "0", "-a", pair.ip(0), "-p", "7174"}));
+  ASSERT_TRUE(eventually([&] { return listening(pair); }, seconds(20)));
+  Child client(pair.app(1, {"rping", "-c", "-C", "0", "-a", pair.ip(0), "-p", "7174"}));
+  auto established = [&] {
+    for (const auto& id : cm_show(pair, 1).value("ids", nlohmann::json::array())) {
+      if (id.value("cm_state", "") == "established") return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(eventually(established, seconds(30)));
+  kill(client.pid(), SIGKILL);
+  client.wait(seconds(10));
+  // The peer learns it from the DREQ the dead process's daemon sends (DISCONNECTED), unless its
+  // next RDMA operation reaches the dead process's memory first: the daemon released it with
+  // the process, so that operation completes in error (as with the kernel, where the process's
+  // files close in no set order). Either way rping stops at once.
+  std::string out;
+  const bool noticed = eventually(
+      [&] {
+        out += server.read_line(milliseconds(200));
+        return out.find("DISCONNECT EVENT") != std::string::npos ||
+               out.find("cq completion failed") != std::string::npos;
+      },
+      seconds(30));
+  EXPECT_TRUE(noticed) << out;
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 1).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
+  server.wait(seconds(10));
+  EXPECT_TRUE(eventually(
+      [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
+}
+
+// One namespace with both ends of a veth, a device on each: rping on one device (the MADs
+// and the data loop back inside the daemon) and between the two devices of one host.
+struct OneHost {
+  std::string ns;
+  explicit OneHost(const std::string& port) : ns("xrcm-lo-" + std::to_string(getpid())) {
+    run({"ip", "netns", "add", ns});
+    run({"ip", "-n", ns, "link", "add", "lv0", "type", "veth", "peer", "name", "lv1"});
+    run({"ip", "-n", ns, "addr", "add", "198.18.250.1/24", "dev", "lv0"});
+    run({"ip", "-n", ns, "addr", "add", "198.18.250.2/24", "dev", "lv1"});
+    for (const char* dev : {"lo", "lv0", "lv1"})
+      run({"ip", "-n", ns, "link", "set", dev, "up"});
+    exec({xroce_bin(), "link", "add", "xlo0", "netdev", "lv0", "port", port, "queues", "1"});
+    exec({xroce_bin(), "link", "add", "xlo1", "netdev", "lv1", "port", port, "queues", "1"});
+  }
+  ~OneHost() {
+    exec({xroce_bin(), "link", "del", "xlo1"});
+    exec({xroce_bin(), "link", "del", "xlo0"});
+    run({"ip", "netns", "del", ns});
+  }
+  RunResult exec(std::vector<std::string> argv, milliseconds deadline = seconds(30)) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns});
+    return run(argv, deadline);
+  }
+  std::vector<std::string> app(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns, xroce_bin(), "exec", "--"});
+    return argv;
+  }
+  std::uint64_t mads_sent(const std::string& dev) const {
+    auto j =
+        nlohmann::json::parse(exec({xroce_bin(), "stat", dev, "--json"}).output, nullptr, false);
+    return j.is_object() ? j.value("cm", nlohmann::json::object()).value("mads_sent", 0) : 0;
+  }
+};
+
+TEST_P(RdmacmTest, RpingOnOneDeviceAndBetweenTwoDevicesOfOneHost) {
+  OneHost host(port());
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto r = host.exec({xroce_bin(), "link", "show"});
+        std::size_t active = 0;
+        for (auto at = r.output.find("state ACTIVE"); at != std::string::npos;
+             at = r.output.find("state ACTIVE", at + 1))
+          ++active;
+        return active == 2;
+      },
+      seconds(10)));
+  for (const char* source : {"198.18.250.1", "198.18.250.2"}) {
+    Child server(host.app({"rping", "-s", "-V", "-C", "100", "-a", "198.18.250.1", "-p", "7176"}));
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto r = host.exec({xroce_bin(), "cm", "show", "xlo0"});
+          return r.output.find("listener") != std::string::npos;
+        },
+        seconds(20)));
+    auto client = run(host.app({"rping", "-c", "-V", "-v", "-C", "100", "-I", source, "-a",
+                                "198.18.250.1", "-p", "7176"}),
+                      seconds(60));
+    EXPECT_EQ(client.status, 0) << source << ": " << client.output;
+    EXPECT_NE(client.output.find("rdma-ping-99: "), std::string::npos) << client.output;
+    EXPECT_EQ(server.wait(seconds(20)), 0) << source;
+  }
+  EXPECT_GE(host.mads_sent("xlo1"), 3u);  // the second client's REQ, RTU and DREQ or DREP
+}
+
+INSTANTIATE_TEST_SUITE_P(Ports, RdmacmTest, ::testing::Values("udp", "afxdp"));
+
+}  // namespace
+}  // namespace xroce::e2e

@@ -1,0 +1,331 @@
+#include "wire_side.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <ifaddrs.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "wire/frame_layout.h"
+#include "wire/types.h"
+
+namespace xroce::conform {
+namespace {
+
+[[noreturn]] void fail_errno(const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+int poll_ms_until(std::uint64_t deadline_ns) {
+  const std::uint64_t now = monotonic_ns();
+  if (now >= deadline_ns) return 0;
+  return static_cast<int>((deadline_ns - now + 999'999) / 1'000'000);
+}
+
+std::string hex_of(const std::uint8_t* p, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i)
+    s += fmt::format("{:02x}", p[i]);
+  return s;
+}
+
+// "key=value" from an agent reply.
+std::string field(const std::string& line, const std::string& key) {
+  const std::string pat = " " + key + "=";
+  const std::size_t at = (" " + line).find(pat);
+  if (at == std::string::npos) throw std::runtime_error("agent reply without " + key + ": " + line);
+  const std::size_t begin = at + pat.size() - 1;
+  const std::size_t end = line.find(' ', begin);
+  return line.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+std::uint64_t hex_field(const std::string& line, const std::string& key) {
+  return std::stoull(field(line, key), nullptr, 16);
+}
+
+}  // namespace
+
+PacketLink::PacketLink(const std::string& ifname, const Endpoints& ends) : ends_(ends) {
+  ifindex_ = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex_ == 0) fail_errno("interface " + ifname);
+  fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+  if (fd_ < 0) fail_errno("AF_PACKET socket (needs CAP_NET_RAW)");
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(ETH_P_ALL);
+  sll.sll_ifindex = ifindex_;
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
+    close(fd_);
+    fail_errno("bind AF_PACKET to " + ifname);
+  }
+}
+
+PacketLink::~PacketLink() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::uint64_t PacketLink::now_ns() {
+  return monotonic_ns();
+}
+
+void PacketLink::send(const Frame& frame) {
+  sockaddr_ll to{};
+  to.sll_family = AF_PACKET;
+  to.sll_ifindex = ifindex_;
+  to.sll_halen = 6;
+  std::memcpy(to.sll_addr, frame.data(), 6);
+  if (sendto(fd_, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
+      static_cast<ssize_t>(frame.size())) {
+    fail_errno("send on the link");
+  }
+}
+
+bool PacketLink::from_target(const Frame& f) const {
+  const wire::FrameLayout l = wire::walk_frame(f);
+  if (!l.has_udp() || wire::load_be16(&f[l.udp_offset + 2]) != wire::kRoceV2Port) return false;
+  const wire::FrameAddress a = wire::address_of(f, l);
+  return a.src_ip == ends_.target_ip && a.dst_ip == ends_.peer_ip;
+}
+
+std::optional<Frame> PacketLink::read_one(std::uint64_t deadline_ns) {
+  Frame buf(16384);
+  while (true) {
+    pollfd p{fd_, POLLIN, 0};
+    const int n = poll(&p, 1, poll_ms_until(deadline_ns));
+    if (n < 0 && errno != EINTR) fail_errno("poll on the link");
+    if (n <= 0) {
+      if (monotonic_ns() >= deadline_ns) return std::nullopt;
+      continue;
+    }
+    sockaddr_ll from{};
+    socklen_t from_len = sizeof from;
+    const ssize_t got = recvfrom(fd_, buf.data(), buf.size(), MSG_TRUNC,
+                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    if (got < 0) fail_errno("receive on the link");
+    if (from.sll_pkttype == PACKET_OUTGOING) continue;
+    Frame f(buf.begin(), buf.begin() + std::min<ssize_t>(got, static_cast<ssize_t>(buf.size())));
+    if (from_target(f)) return f;
+  }
+}
+
+std::optional<Frame> PacketLink::receive(std::uint64_t deadline_ns) {
+  if (!held_.empty()) {
+    Frame f = std::move(held_.front());
+    held_.pop_front();
+    return f;
+  }
+  return read_one(deadline_ns);
+}
+
+void PacketLink::idle_until(std::uint64_t deadline_ns) {
+  while (auto f = read_one(deadline_ns))
+    held_.push_back(std::move(*f));
+}
+
+AgentTarget::AgentTarget(const std::string& host, std::uint16_t port, const wire::IpAddr& peer_gid,
+                         int sgid_index, bool generates_cnp)
+    : peer_gid_hex_(hex_of(peer_gid.bytes.data(), peer_gid.bytes.size())), sgid_index_(sgid_index) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) {
+    throw std::runtime_error("cannot resolve the agent's address " + host);
+  }
+  fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int rc = fd_ < 0 ? -1 : connect(fd_, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc != 0) {
+    if (fd_ >= 0) close(fd_);
+    fail_errno(fmt::format("connect to xroce-conform-agent at {}:{}", host, port));
+  }
+  const std::string caps = request("caps");
+  caps_.name = field(caps, "name");
+  caps_.atomics = field(caps, "atomics") == "1";
+  caps_.ud = field(caps, "ud") == "1";
+  caps_.port_mtu_bytes = static_cast<std::uint32_t>(std::stoul(field(caps, "mtu")));
+  caps_.generates_cnp = generates_cnp;
+}
+
+AgentTarget::~AgentTarget() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::string AgentTarget::read_line() {
+  while (true) {
+    const std::size_t nl = buffered_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffered_.substr(0, nl);
+      buffered_.erase(0, nl + 1);
+      return line;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 30'000) <= 0) throw std::runtime_error("the agent did not answer in 30 s");
+    char buf[65536];
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) throw std::runtime_error("the agent closed the connection");
+    buffered_.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+std::string AgentTarget::request(const std::string& line) {
+  const std::string out = line + "\n";
+  if (write(fd_, out.data(), out.size()) != static_cast<ssize_t>(out.size())) {
+    fail_errno("write to the agent");
+  }
+  std::string reply = read_line();
+  if (reply.rfind("ok", 0) != 0)
+    throw std::runtime_error("agent: " + reply + " (for: " + line + ")");
+  return reply;
+}
+
+QpInfo AgentTarget::create_qp(const QpSpec& s) {
+  const std::string r = request(fmt::format(
+      "create_qp kind={} peer_gid={} peer_qpn={:x} sq_psn={:x} rq_psn={:x} mtu={} timeout={} "
+      "retry={} rnr_retry={} min_rnr_timer={} max_rd_atomic={} max_dest_rd_atomic={} access={:x} "
+      "qkey={:x}{}",
+      s.kind == QpKind::kUd ? "ud" : "rc", peer_gid_hex_, s.peer_qpn, s.sq_psn, s.rq_psn,
+      s.mtu_bytes, s.timeout, s.retry_cnt, s.rnr_retry, s.min_rnr_timer, s.max_rd_atomic,
+      s.max_dest_rd_atomic, s.access, s.qkey,
+      sgid_index_ < 0 ? std::string() : fmt::format(" sgid={}", sgid_index_)));
+  return QpInfo{static_cast<std::uint32_t>(std::stoul(field(r, "id"))),
+                static_cast<std::uint32_t>(hex_field(r, "qpn"))};
+}
+
+void AgentTarget::destroy_qp(const QpInfo& qp) {
+  request(fmt::format("destroy_qp id={}", qp.id));
+}
+
+MrInfo AgentTarget::register_mr(std::uint32_t length, std::uint32_t access) {
+  const std::string r = request(fmt::format("reg_mr length={} access={:x}", length, access));
+  return MrInfo{static_cast<std::uint32_t>(std::stoul(field(r, "id"))), hex_field(r, "addr"),
+                length, static_cast<std::uint32_t>(hex_field(r, "lkey")),
+                static_cast<std::uint32_t>(hex_field(r, "rkey"))};
+}
+
+void AgentTarget::write_mr(const MrInfo& mr, std::uint32_t offset,
+                           const std::vector<std::uint8_t>& data) {
+  request(fmt::format("write_mr id={} offset={} hex={}", mr.id, offset,
+                      hex_of(data.data(), data.size())));
+}
+
+std::vector<std::uint8_t> AgentTarget::read_mr(const MrInfo& mr, std::uint32_t offset,
+                                               std::uint32_t length) {
+  const std::string h = field(
+      request(fmt::format("read_mr id={} offset={} length={}", mr.id, offset, length)), "hex");
+  std::vector<std::uint8_t> out(h.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(std::stoul(h.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+void AgentTarget::post_recv(const QpInfo& qp, std::uint64_t wr_id, const MrInfo& mr,
+                            std::uint32_t offset, std::uint32_t length) {
+  request(fmt::format("post_recv qp={} wr_id={:x} mr={} offset={} length={}", qp.id, wr_id, mr.id,
+                      offset, length));
+}
+
+void AgentTarget::post_send(const QpInfo& qp, const SendSpec& w) {
+  request(fmt::format(
+      "post_send qp={} wr_id={:x} op={} mr={} offset={} length={} raddr={:x} rkey={:x} imm={:x} "
+      "cmp={:x} swap={:x} ud_qpn={:x} ud_qkey={:x}",
+      qp.id, w.wr_id, static_cast<int>(w.op), w.mr, w.offset, w.length, w.remote_addr, w.rkey,
+      w.imm, w.compare_add, w.swap, w.ud_remote_qpn, w.ud_remote_qkey));
+}
+
+std::vector<Cqe> AgentTarget::poll(const QpInfo& qp) {
+  const std::string r = request(fmt::format("poll qp={}", qp.id));
+  const int n = std::stoi(field(r, "n"));
+  std::vector<Cqe> out;
+  for (int i = 0; i < n; ++i) {
+    const std::string l = read_line();
+    Cqe c;
+    c.wr_id = hex_field(l, "wr_id");
+    c.status = static_cast<std::uint32_t>(std::stoul(field(l, "status")));
+    c.opcode = static_cast<std::uint32_t>(std::stoul(field(l, "opcode")));
+    c.byte_len = static_cast<std::uint32_t>(std::stoul(field(l, "byte_len")));
+    c.imm = static_cast<std::uint32_t>(hex_field(l, "imm"));
+    c.src_qp = static_cast<std::uint32_t>(hex_field(l, "src_qp"));
+    c.wc_flags = static_cast<std::uint32_t>(hex_field(l, "flags"));
+    out.push_back(c);
+  }
+  return out;
+}
+
+bool AgentTarget::in_error(const QpInfo& qp) {
+  constexpr int kIbvQpsErr = 6;
+  return std::stoi(field(request(fmt::format("query qp={}", qp.id)), "state")) == kIbvQpsErr;
+}
+
+wire::IpAddr interface_ipv4(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) fail_errno("getifaddrs");
+  std::optional<wire::IpAddr> ip;
+  for (ifaddrs* i = list; i && !ip; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && ifname == i->ifa_name) {
+      ip = wire::IpAddr::v4(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
+    }
+  }
+  freeifaddrs(list);
+  if (!ip) throw std::runtime_error(ifname + " has no IPv4 address");
+  return *ip;
+}
+
+Endpoints discover_endpoints(const std::string& ifname, const std::string& target_ip) {
+  Endpoints e;
+  in_addr target{};
+  if (inet_pton(AF_INET, target_ip.c_str(), &target) != 1) {
+    throw std::runtime_error("--peer must be an IPv4 address (IPv6 peers are not supported yet)");
+  }
+  e.target_ip = wire::IpAddr::v4(ntohl(target.s_addr));
+  e.peer_ip = interface_ipv4(ifname);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) fail_errno("getifaddrs");
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_PACKET && ifname == i->ifa_name) {
+      const auto* ll = reinterpret_cast<sockaddr_ll*>(i->ifa_addr);
+      std::memcpy(e.peer_mac.data(), ll->sll_addr, 6);
+    }
+  }
+  freeifaddrs(list);
+  std::ifstream arp("/proc/net/arp");
+  std::string line;
+  std::getline(arp, line);
+  while (std::getline(arp, line)) {
+    std::istringstream in(line);
+    std::string ip, hw_type, flags, mac, mask, dev;
+    in >> ip >> hw_type >> flags >> mac >> mask >> dev;
+    if (ip == target_ip && dev == ifname && flags != "0x0") {
+      unsigned b[6];
+      if (std::sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]) ==
+          6) {
+        for (int k = 0; k < 6; ++k)
+          e.target_mac[k] = static_cast<std::uint8_t>(b[k]);
+        return e;
+      }
+    }
+  }
+  throw std::runtime_error("no neighbour entry for " + target_ip + " on " + ifname +
+                           " (is the agent reachable on that link?)");
+}
+
+}  // namespace xroce::conform

@@ -1,0 +1,83 @@
+// `xroce conform` on a real link: the peer's frames go out of an AF_PACKET socket on IFNAME,
+// and the target device is driven by xroce-conform-agent over TCP.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "target.h"
+
+namespace xroce::conform {
+
+// An AF_PACKET socket on one interface, seeing only RoCEv2 frames from the target to the peer.
+// Needs CAP_NET_RAW. Owns the fd.
+class PacketLink final : public Link {
+ public:
+  PacketLink(const std::string& ifname, const Endpoints& ends);
+  ~PacketLink() override;
+  PacketLink(const PacketLink&) = delete;
+  PacketLink& operator=(const PacketLink&) = delete;
+
+  std::uint64_t now_ns() override;
+  void send(const Frame& frame) override;
+  std::optional<Frame> receive(std::uint64_t deadline_ns) override;
+  void idle_until(std::uint64_t deadline_ns) override;
+
+ private:
+  // Reads frames until one is the target's or the deadline passes.
+  std::optional<Frame> read_one(std::uint64_t deadline_ns);
+  bool from_target(const Frame& f) const;
+
+  int fd_ = -1;
+  int ifindex_ = 0;
+  Endpoints ends_;
+  std::deque<Frame> held_;  // taken while idling, handed out by receive
+};
+
+// The agent's requests, one line each way (tools/conform/agent/xroce_conform_agent.c). Owns
+// the TCP connection.
+class AgentTarget final : public Target {
+ public:
+  // `peer_gid` is the peer's address in GID form (the agent's QPs are connected to it).
+  // `sgid_index` is the target's GID index for its RoCE v2 address (-1: the agent finds it).
+  AgentTarget(const std::string& host, std::uint16_t port, const wire::IpAddr& peer_gid,
+              int sgid_index, bool generates_cnp);
+  ~AgentTarget() override;
+  AgentTarget(const AgentTarget&) = delete;
+  AgentTarget& operator=(const AgentTarget&) = delete;
+
+  Capabilities capabilities() override { return caps_; }
+  QpInfo create_qp(const QpSpec& spec) override;
+  void destroy_qp(const QpInfo& qp) override;
+  MrInfo register_mr(std::uint32_t length, std::uint32_t access) override;
+  void write_mr(const MrInfo& mr, std::uint32_t offset,
+                const std::vector<std::uint8_t>& data) override;
+  std::vector<std::uint8_t> read_mr(const MrInfo& mr, std::uint32_t offset,
+                                    std::uint32_t length) override;
+  void post_recv(const QpInfo& qp, std::uint64_t wr_id, const MrInfo& mr, std::uint32_t offset,
+                 std::uint32_t length) override;
+  void post_send(const QpInfo& qp, const SendSpec& wr) override;
+  std::vector<Cqe> poll(const QpInfo& qp) override;
+  bool in_error(const QpInfo& qp) override;
+
+ private:
+  // Sends one request and returns the "ok ..." reply; an "err" reply throws.
+  std::string request(const std::string& line);
+  std::string read_line();
+
+  int fd_ = -1;
+  std::string buffered_;
+  std::string peer_gid_hex_;
+  int sgid_index_ = -1;
+  Capabilities caps_;
+};
+
+// The first IPv4 address of IFNAME, in GID form.
+wire::IpAddr interface_ipv4(const std::string& ifname);
+
+// The addresses of the link: ours from IFNAME, the target's MAC from the neighbour table
+// (the agent's TCP connection has resolved it). IPv4 only.
+Endpoints discover_endpoints(const std::string& ifname, const std::string& target_ip);
+
+}  // namespace xroce::conform
