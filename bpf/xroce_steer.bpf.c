@@ -102,7 +102,8 @@ static __always_inline struct udphdr* parse_ipv6(void* l3, void* end, int* bad) 
     *bad = 1;
     return NULL;
   }
-  // RoCEv2 carries no extension headers (PROTOCOL.md §1.4): UDP must follow directly.
+  // RoCEv2 carries no extension headers (rxe_net.c prepare6; docs/protocol.md §1.2): UDP must
+  // follow directly.
   if (ip6->nexthdr != IPPROTO_UDP) return NULL;
   struct xroce_ipv6_key key;
   __builtin_memcpy(key.addr, &ip6->daddr, sizeof(key.addr));

@@ -253,7 +253,9 @@ ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
   Cq* cq = make_cq(ctx, attr->cqe, attr->channel, attr->comp_vector);
   if (cq == nullptr) return nullptr;
   set_poll_ops(cq->cq_ex, attr->wc_flags);
-  verbs_init_cq(ibv_cq_ex_to_cq(&cq->cq_ex), ctx, attr->channel, attr->cq_context);
+  // libibverbs' __lib_ibv_create_cq_ex calls verbs_init_cq on what we return, as
+  // ibv_create_cq does: that takes the channel's one reference (ibv_destroy_cq drops it), so
+  // calling it here too would leave the channel busy forever (ibv_destroy_comp_channel: EBUSY).
   return &cq->cq_ex;
 }
 

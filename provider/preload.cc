@@ -1,5 +1,5 @@
 // libxroce-preload.so: the libibverbs entry points that bypass the provider, for xroce devices
-// (ARCHITECTURE.md decision 3; measurements and the choice in engine/daemon/README.md).
+// (docs/ARCHITECTURE.md decision 3; measurements and the choice in engine/daemon/README.md).
 //
 // `xroce exec` and `xroce env` put this library in LD_PRELOAD. It defines
 // ibv_create_comp_channel, which the dynamic linker then binds ahead of libibverbs' own (an

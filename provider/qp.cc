@@ -15,7 +15,10 @@ namespace xroce::provider {
 namespace {
 
 // The ibv_qp_init_attr_ex comp_mask bits we accept, and the send opcodes of the ibv_wr_* API.
-constexpr uint32_t kQpInitMaskSupported = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+// IBV_QP_INIT_ATTR_CREATE_FLAGS is accepted with no flag set (create_flags 0 asks for nothing):
+// pyverbs' random_qp_init_attr_ex sets the bit at random with flags 0 for every non-mlx device.
+constexpr uint32_t kQpInitMaskSupported =
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 constexpr uint64_t kRcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -161,6 +164,11 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & ~kQpInitMaskSupported) != 0 ||
       (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // No creation flag is supported (rxe_create_qp refuses any with EOPNOTSUPP too).
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 && attr->create_flags != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }

@@ -59,6 +59,10 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   a.max_pkeys = dev.max_pkeys;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = dev.phys_port_cnt;
+  // The same count as phys_port_cnt (which saturates at 255): rdma-core's providers get both
+  // from the kernel through ibv_cmd_query_device_any, and pyverbs' test_phys_port_cnt_ex
+  // checks they agree.
+  ex.phys_port_cnt_ex = dev.phys_port_cnt;
   ex.max_dm_size = 0;
   // Copy no more than the caller's struct holds: ibv_query_device passes only orig_attr.
   std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));
@@ -114,7 +118,7 @@ int dealloc_pd(ibv_pd* ibpd) {
   return 0;
 }
 
-// Registered memory (ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
+// Registered memory (docs/ARCHITECTURE.md decision 5): the buffer is re-backed with a memfd that
 // goes to the daemon with the request, so the daemon maps the very pages (no system call per
 // access, true CPU atomics), whenever shared_mr.h can do that — whole pages of private anonymous
 // memory. Any other buffer (a part of a page, a file mapping, the stack, an already shared

@@ -1,8 +1,5 @@
 #include "provider/xroce.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -64,23 +61,6 @@ void uninit_device(verbs_device* vdev) {
   delete reinterpret_cast<Device*>(vdev);
 }
 
-// The command fd libibverbs opened is our c 1:3 node, on which a write "succeeds" without a
-// response: libibverbs' own ibv_create_comp_channel would then hand out an uninitialised fd.
-// Completion channels come from libxroce-preload.so (engine/daemon/README.md); for a program
-// run without it, put an fd there on which write() fails (EINVAL) and ioctl() fails with
-// ENOTTY, so libibverbs still falls back to sysfs for GIDs and pkeys, and a completion channel
-// fails cleanly instead.
-int disarm_command_fd(int cmd_fd) {
-  sigset_t none;
-  sigemptyset(&none);
-  const int guard = signalfd(-1, &none, SFD_CLOEXEC);
-  if (guard < 0) return errno;
-  const int rc = dup3(guard, cmd_fd, O_CLOEXEC);
-  const int err = errno;
-  close(guard);
-  return rc < 0 ? err : 0;
-}
-
 // A context is a connection to the daemon on which we say hello with the context's event
 // socket and our own /proc/self/mem and /proc/self/maps: the daemon reaches the memory we
 // register only through them, with our own rights, and only while this program image runs.
@@ -118,8 +98,11 @@ verbs_context* alloc_context(ibv_device* ibdev, int cmd_fd, void* private_data) 
   auto* ctx = static_cast<Context*>(
       abi::init_and_alloc_context(ibdev, cmd_fd, sizeof(Context), offsetof(Context, ibv_ctx)));
   if (ctx == nullptr) return nullptr;
-  int err = disarm_command_fd(cmd_fd);
-  if (err == 0) err = connect_context(ctx, reinterpret_cast<Device*>(ibdev));
+  // cmd_fd stays libibverbs': the daemon's c 1:7 node (/dev/full), on which the commands
+  // libibverbs sends by itself fail cleanly (engine/daemon/sysfs_tree.cc). Verbs go to the
+  // daemon over the control connection instead.
+  (void)cmd_fd;
+  const int err = connect_context(ctx, reinterpret_cast<Device*>(ibdev));
   if (err != 0) {
     delete ctx->state;
     verbs_uninit_context(&ctx->ibv_ctx);

@@ -1,8 +1,8 @@
 // DCQCN notification point: decides, for each CE-marked RoCEv2 data packet that arrives for a
-// QP, whether to send that QP's sender a CNP now (PROTOCOL.md §5.3, §5.6). One per QP: the
+// QP, whether to send that QP's sender a CNP now (docs/protocol.md §5.2, §5.3). One per QP: the
 // moderation is per QP as in the DCQCN model (whether ConnectX moderates per QP or per port is
-// an open point, PROTOCOL.md §9.3); a device that wants per-source moderation keeps one per
-// source instead. Sans-I/O: the caller builds and sends the CNP (opcode 0x81, BECN, cnp_dscp,
+// documented both ways, docs/protocol.md §5.2); a device that wants per-source moderation keeps one
+// per source instead. Sans-I/O: the caller builds and sends the CNP (opcode 0x81, BECN, cnp_dscp,
 // cnp_802p_prio) and never calls this for ACKs or CNPs themselves.
 #pragma once
 

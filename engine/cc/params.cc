@@ -169,7 +169,7 @@ DcqcnParams DcqcnParams::paper() {
   p.dce_tcp_g = 1020;                // g = 1/256 = 4/1024 [FM, NS3 config]
   p.dce_tcp_rtt = 55;                // K = 55 µs [C16, FM, NS3]
   p.rate_reduce_monitor_period = 0;  // every CNP cuts [C16, NS3]
-  p.clamp_tgt_rate = 1;              // Rt <- Rc on every CNP [PROTOCOL §5.4(a)2, NS3 config]
+  p.clamp_tgt_rate = 1;  // Rt <- Rc on every CNP [docs/protocol.md §5.4 paper rule 1, NS3 config]
   p.clamp_tgt_rate_ati = 0;
   p.min_time_between_cnps = 50;  // N = 50 µs [FM, NS3]
   p.alpha_update_on_cnp = 1;

@@ -1,6 +1,6 @@
 // DCQCN parameters, named, unit-ed and defaulted like ConnectX's ecn/roce_rp and ecn/roce_np
-// (PROTOCOL.md §5.5), two profiles, and one table that the CLI (`xroce cc show|set|profile`) and
-// any JSON output are derived from. Pure: no I/O.
+// (docs/protocol.md §5.5), two profiles, and one table that the CLI (`xroce cc show|set|profile`)
+// and any JSON output are derived from. Pure: no I/O.
 //
 // Every value is an integer in the unit the table gives, exactly as the firmware takes it; the
 // engine converts (µs -> ns, /1024 -> fraction) where it uses them. Changing a value at run time
@@ -54,9 +54,9 @@ struct DcqcnParams {
   bool rp_enabled(int priority) const { return (rp_enable_mask >> (priority & 7)) & 1; }
   bool np_enabled(int priority) const { return (np_enable_mask >> (priority & 7)) & 1; }
 
-  // NVIDIA ConnectX firmware defaults (PROTOCOL.md §5.5, a real `mlxconfig q` dump).
+  // NVIDIA ConnectX firmware defaults (docs/protocol.md §5.5, a real `mlxconfig q` dump).
   static DcqcnParams connectx();
-  // The DCQCN paper's values as DCQCN.md §2 gives them (best evidence), with the author
+  // The DCQCN paper's values as docs/protocol.md §5.5 gives them (best evidence), with the author
   // simulator's behaviour where the paper is silent. See engine/cc/README.md.
   static DcqcnParams paper();
 

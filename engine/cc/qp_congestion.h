@@ -31,7 +31,7 @@ struct CcDevice {
   DcqcnParams params = DcqcnParams::connectx();
   double line_rate_mbps = 100'000;
   bool enabled = true;         // congestion control on: ECT on data, reaction point, pacing
-  bool cnp_generation = true;  // CNPs towards peers (off for old rxe peers, PROTOCOL.md §6)
+  bool cnp_generation = true;  // CNPs towards peers (off for old rxe peers, docs/protocol.md §6)
   // Pace a QP that may send at the line rate too (the simulator's links need it to model the
   // NIC's serialisation). The daemon turns it off: its port already serialises, and spacing
   // every packet of such a QP would only add timer wake-ups. A QP below the line rate (DCQCN,
@@ -57,7 +57,7 @@ struct CcCounters {
 
 // IP TOS / traffic class of a data packet: the QP's traffic class with the ECN bits replaced by
 // ECT(0) when congestion control asks for it (rxe puts the AV traffic_class byte verbatim into
-// the TOS, PROTOCOL.md §1.3, so its DSCP is traffic_class >> 2).
+// the TOS, rxe_net.c prepare4, so its DSCP is traffic_class >> 2).
 std::uint8_t data_tos(std::uint8_t traffic_class, bool ect);
 // TOS of a CNP: cnp_dscp, ECN Not-ECT.
 std::uint8_t cnp_tos(const DcqcnParams& params);
@@ -66,7 +66,7 @@ int priority_of(std::uint8_t traffic_class);
 
 class QpCongestion final : public transport::CongestionHooks {
  public:
-  // `peer_qpn`: the QP at the other end (the CNP's DestQP, PROTOCOL.md §5.3). `overhead_bytes`
+  // `peer_qpn`: the QP at the other end (the CNP's DestQP, docs/protocol.md §5.3). `overhead_bytes`
   // is added to each packet's payload for pacing and the byte counter.
   QpCongestion(const CcDevice& device, wire::Qpn peer_qpn, std::uint8_t traffic_class,
                std::uint32_t overhead_bytes = kRoceV4DataOverheadBytes);

@@ -60,8 +60,8 @@ void ReactionPoint::on_cnp(TimeNs now) {
   }
   ++counters_.rp_cnp_handled;
   if (!seen_cnp_) {
-    // PROTOCOL §5.4(b): the first CNP sets alpha and the starting rate, then cuts as usual.
-    // Like HPCC's ns-3 model of ConnectX (rdma-hw.cc cnp_received_mlx), this CNP does not
+    // docs/protocol.md §5.4 (ConnectX): the first CNP sets alpha and the starting rate, then cuts
+    // as usual. Like HPCC's ns-3 model of ConnectX (rdma-hw.cc cnp_received_mlx), this CNP does not
     // also count towards the first alpha period.
     seen_cnp_ = true;
     alpha_ = params_->initial_alpha_value / 1024.0;
@@ -84,7 +84,7 @@ void ReactionPoint::on_cnp(TimeNs now) {
   } else {
     ++counters_.cnp_coalesced;
   }
-  // PROTOCOL §5.4(a) step 2 cuts with alpha as it was, then raises it.
+  // docs/protocol.md §5.4 paper rule 1 cuts with alpha as it was, then raises it.
   if (params_->alpha_update_on_cnp) {
     raise_alpha_now();
   } else {
@@ -155,7 +155,7 @@ void ReactionPoint::cut(TimeNs at) {
   ++counters_.rate_cuts;
 }
 
-// PROTOCOL §5.4(a) rule 5, the three settings of [NS3] rpr_cnm_received.
+// docs/protocol.md §5.4 paper rule 4, the three settings of [NS3] rpr_cnm_received.
 void ReactionPoint::clamp_target_on_cut() {
   bool clamp = false;
   if (params_->clamp_tgt_rate) {
@@ -197,8 +197,8 @@ void ReactionPoint::increase_event(Source source, TimeNs at) {
     byte_period_ = was_hyper && params_->hyper_halves_periods ? b / 2 : b;
   }
   const std::uint32_t f = params_->rpg_threshold;
-  // The stage follows from the counters (PROTOCOL §5.4(a) rule 4): the firing counter still
-  // below F is fast recovery; otherwise additive while the other is below F, else hyper.
+  // The stage follows from the counters (docs/protocol.md §5.4 paper rule 3): the firing counter
+  // still below F is fast recovery; otherwise additive while the other is below F, else hyper.
   double increase = 0;
   if (fired < f) {
     stage_ = RpStage::kFastRecovery;
@@ -217,13 +217,14 @@ void ReactionPoint::increase_event(Source source, TimeNs at) {
     rt_mbps_ += increase;
   }
   const double ceiling = max_rate_mbps();
-  rt_mbps_ = std::min(rt_mbps_, ceiling);  // PROTOCOL §5.4(a): Rt and Rc capped at the max rate
+  // docs/protocol.md §5.4 (paper): Rt and Rc capped at the max rate.
+  rt_mbps_ = std::min(rt_mbps_, ceiling);
   rc_mbps_ = std::min((rt_mbps_ + rc_mbps_) / 2, ceiling);
   if (rc_mbps_ >= ceiling - kReleaseSlackMbps && rt_mbps_ >= ceiling) release_limiter();
 }
 
-// PROTOCOL §5.4(a): "when Rc reaches it the limiter is released". alpha keeps its value and
-// keeps decaying; the next CNP cuts from the max rate with it.
+// docs/protocol.md §5.4 (paper): "when Rc reaches it the limiter is released". alpha keeps its
+// value and keeps decaying; the next CNP cuts from the max rate with it.
 void ReactionPoint::release_limiter() {
   rc_mbps_ = rt_mbps_ = max_rate_mbps();
   stage_ = RpStage::kUnlimited;

@@ -1,6 +1,6 @@
 // DCQCN reaction point: one QP's sending rate, driven by CNPs (decrease) and by its rate-increase
-// timer and byte counter (increase). PROTOCOL.md §5.4; where it is silent, the DCQCN authors'
-// ns-3 simulator (DCQCN.md §1.3). engine/cc/README.md lists every choice and its source.
+// timer and byte counter (increase). docs/protocol.md §5.4; where it is silent, the DCQCN authors'
+// ns-3 simulator (bobzhuyb/ns3-rdma). engine/cc/README.md lists every choice and its source.
 //
 // Sans-I/O. Time is an argument in nanoseconds and must not go backwards between calls. Calling
 // order: deliver each event with on_cnp / on_bytes_sent, and call on_timer(now) once now reaches

@@ -118,7 +118,7 @@ std::vector<DeviceEvent> Devices::refresh_netdevs() {
     if (state) {
       now = *state;
     } else {
-      now.up = now.running = false;  // the netdev is gone
+      now.up = now.carrier = false;  // the netdev is gone
     }
     const bool port_changed = dev.update_netdev(now);
     const bool gids_changed =

@@ -1,4 +1,4 @@
-// The devices one xroced serves (ARCHITECTURE.md decisions 1 and 2): each device's model, data
+// The devices one xroced serves (docs/ARCHITECTURE.md decisions 1 and 2): each device's model, data
 // path, congestion-control settings and client memory, its sysfs-shaped tree and device node,
 // and the events that keep the model in step with the netdevs; with them the namespace's
 // rdma_cm service (cm_service.h) and the loopback registry that joins their data paths.

@@ -193,8 +193,8 @@ Reply dealloc_pd(OpContext& ctx, const control::HandleRequest& request) {
   return Reply::error(ctx.device().dealloc_pd(ctx.session.id, request.handle));
 }
 
-// Registered memory (ARCHITECTURE.md decision 5). A real device pins the pages it registers and
-// fails with EFAULT when they are not mapped; xroce reaches them later through the caller's own
+// Registered memory (docs/ARCHITECTURE.md decision 5). A real device pins the pages it registers
+// and fails with EFAULT when they are not mapped; xroce reaches them later through the caller's own
 // /proc/self/mem, so it checks, in the caller's own maps, that [addr, addr+length) is memory the
 // caller can read (and write, where the access flags ask for writes). Only the caller itself
 // gets here (the session's opener, its image alive): a refusal tells it nothing it could not
@@ -306,6 +306,8 @@ Reply link_show(OpContext& ctx) {
                    {"physical_state", active ? "LINK_UP" : "DISABLED"},
                    {"netdev", netdev.name},
                    {"netdev_index", netdev.ifindex},
+                   {"netdev_up", netdev.up},
+                   {"netdev_carrier", netdev.carrier},
                    {"uverbs", served.uverbs},
                    {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
                    {"port_kind", port_kind_name(served.port)},

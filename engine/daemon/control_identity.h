@@ -1,5 +1,6 @@
-// Who is at the other end of a control connection (ARCHITECTURE.md decision 13: the daemon acts
-// for a process image, not a pid).
+// Who is at the other end of a control connection (the daemon acts for a process image, not
+// a pid).
+
 //
 // At accept the daemon binds the connection to the process that connected: SO_PEERCRED for its
 // pid and ids, SO_PEERPIDFD for a pidfd that pins that very process (pidfd_open of the pid where

@@ -1,5 +1,5 @@
 // The data path of one device: its port queues and the workers that own them
-// (ARCHITECTURE.md decisions 7 and 8). `xroce link add NAME netdev IF port afxdp|udp queues N`
+// (docs/ARCHITECTURE.md decisions 7 and 8). `xroce link add NAME netdev IF port afxdp|udp queues N`
 // makes one: AF_XDP opens the steering program on the netdev and one AF_XDP socket per queue
 // (queue i for worker i); UDP opens one socket port, so it has exactly one queue.
 //

@@ -1,7 +1,8 @@
 // The data path's frame steps, pure functions between the ports' bytes and the transport's
-// TransportHeaders + payload (ARCHITECTURE.md decision 6: the worker does the I/O, these do
-// the translation). Ingress is the one door of STYLE.md §6: a frame that passes classify() is
-// a well-formed RoCEv2 packet with a good ICRC, and everything after it may rely on that.
+// TransportHeaders + payload (docs/ARCHITECTURE.md decision 6: the worker does the I/O, these do
+// the translation). Ingress is the one door where packets are validated: a frame that passes
+// classify() is a well-formed RoCEv2 packet with a good ICRC, and everything after it may rely on
+// that.
 #pragma once
 
 #include <atomic>

@@ -78,6 +78,7 @@ class RingBinding final : public QpBinding {
     } else if (srq_ == nullptr && qp_.rq.valid()) {
       c.wr_id = device::retire_wqe(qp_.rq, qp_.rq_shadow, c.wr_id);
     }
+    if (c.is_recv()) release_recv_slot();
     device::CompletionQueue& cq = c.is_recv() ? recv_cq_ : send_cq_;
     switch (cq.push(device::encode_cqe(c))) {
       case device::CompletionQueue::Push::written:
@@ -176,6 +177,14 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
+  // Receive WQEs stay the application's until they are used, as on an RNIC: a WQE moved into
+  // the transport keeps its ring slot (rq_consumer and the SRQ's consumer are only our read
+  // positions), so ibv_post_recv / ibv_post_srq_recv take at most max_recv_wr / max_wr
+  // outstanding and then ENOMEM (pyverbs full_rq_bad_flow), and every WQE they accepted is one
+  // the responder can use. A QP's RQ slot is freed when the WQE's completion is written
+  // (complete_on_worker; a reset drops WQEs without completions, and Device::modify_qp frees
+  // theirs); an SRQ's when a QP takes the WQE from the SRQ (what the transport's Srq still
+  // holds is all that is outstanding).
   bool pull_recvs(transport::Qp& core) {
     bool any = false;
     const std::uint32_t bytes = qp_.layout.recv_slot_bytes;
@@ -186,8 +195,8 @@ class RingBinding final : public QpBinding {
       if (wqe) wqe->wr_id = index;
       const int err = wqe ? core.post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      if (err != 0) fail_wqe(transport::WcOpcode::kRecv, index);
-      qp_.rq.release(++qp_.rq_consumer);
+      ++qp_.rq_consumer;
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv, index);  // its completion frees the slot
       any = true;
     }
     return any;
@@ -199,15 +208,27 @@ class RingBinding final : public QpBinding {
     for (std::uint32_t ready = srq_->ring.ready(srq_->consumer); ready > 0; --ready) {
       std::memcpy(scratch_.data(), srq_->ring.slot(srq_->consumer), bytes);
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq_->attr.max_sge);
-      if (wqe && srq_->srq->post_recv(*wqe) == ENOMEM) break;
-      srq_->ring.release(++srq_->consumer);
+      const int err = wqe ? srq_->srq->post_recv(*wqe) : EINVAL;
+      if (err == ENOMEM) break;
+      ++srq_->consumer;  // a malformed WQE is dropped, and its slot freed below
       any = true;
+    }
+    const auto outstanding = static_cast<std::uint32_t>(srq_->srq->size());
+    if (srq_->ring.header().consumer.load(std::memory_order_relaxed) !=
+        srq_->consumer - outstanding) {
+      srq_->ring.release(srq_->consumer - outstanding);
     }
     if (srq_->srq->poll_limit_event()) {
       const control::AsyncEvent event{srq_->cookie, kEventSrqLimitReached};
       send_record(srq_->event_fd, &event, sizeof(event));
     }
     return any;
+  }
+
+  // A receive WQE of the QP's own RQ completed (or was flushed): its slot is free.
+  void release_recv_slot() {
+    if (!qp_.rq.valid()) return;  // an SRQ's slots follow what its Srq holds (pull_srq)
+    qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
   }
 
   // A WQE the provider should never have written (it validates at post time): complete it

@@ -1,12 +1,17 @@
-// xroced: the xroce NIC for one network namespace (ARCHITECTURE.md decision 1).
+// xroced: the xroce NIC for one network namespace (docs/ARCHITECTURE.md decision 1).
 //
 // Usage: xroced (no arguments). Serves the control socket of the namespace it runs in
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when
-// its last device is deleted, removing its sysfs tree and device nodes.
+// its last device is deleted, removing its sysfs tree and device nodes. Tells systemd when it
+// serves (NOTIFY_SOCKET), for a Type=notify unit.
 #include <fmt/core.h>
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,6 +34,35 @@ void tell_launcher(const std::string& line) {
   close(fd);
 }
 
+// Under systemd (Type=notify: the packaged xroced.service) NOTIFY_SOCKET names the datagram
+// socket that wants "READY=1" once the control socket serves (sd_notify(3)'s protocol).
+void tell_service_manager(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::size_t len = std::strlen(path);
+  if (len >= sizeof addr.sun_path) return;
+  std::memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)!sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+  close(fd);
+}
+
+// A daemon the CLI started writes its output to the run directory's log, opened only now that
+// it holds the directory's lock: an exiting predecessor unlinks everything in the directory
+// before it lets go of the lock, so this log is never one about to be unlinked.
+void log_to_run_dir(const xroce::control::RunPaths& paths) {
+  const int fd = open(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,8 +80,10 @@ int main(int argc, char** argv) {
     tell_launcher(fmt::format("error: {}", std::strerror(err)));
     return err == EEXIST ? 2 : 1;
   }
-  fmt::print("xroced: serving {}\n", paths.control_socket);
+  if (std::getenv("XROCE_READY_FD") != nullptr) log_to_run_dir(paths);
+  fmt::print("xroced: pid {} serving {}\n", getpid(), paths.control_socket);
   std::fflush(stdout);
   tell_launcher("ok");
+  tell_service_manager("READY=1");
   return server.run();
 }

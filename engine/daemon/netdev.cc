@@ -24,6 +24,18 @@ ifreq request_for(const std::string& name) {
   return req;
 }
 
+// Link detected, as ethtool prints it (ETHTOOL_GLINK: the driver's carrier; veth answers it).
+// SIOCGIFFLAGS cannot say: IFF_LOWER_UP does not fit its 16-bit flags. A driver without
+// get_link answers EOPNOTSUPP; then IFF_RUNNING is the best there is.
+bool read_carrier(int sock, const std::string& name, bool running) {
+  ethtool_value link{};
+  link.cmd = ETHTOOL_GLINK;
+  ifreq req = request_for(name);
+  req.ifr_data = reinterpret_cast<char*>(&link);
+  if (ioctl(sock, SIOCETHTOOL, &req) != 0) return running;
+  return link.data != 0;
+}
+
 // ETHTOOL_GSET is deprecated but answered by every driver that knows its speed (veth says
 // 10000); SPEED_UNKNOWN and errors count as unknown (0).
 uint32_t read_speed_mbps(int sock, const std::string& name) {
@@ -50,7 +62,7 @@ wire::Result<device::NetdevState, int> read_netdev(const std::string& name) {
   ifreq req = request_for(name);
   if (ioctl(sock.get(), SIOCGIFFLAGS, &req) != 0) return wire::Err{errno};
   state.up = (req.ifr_flags & IFF_UP) != 0;
-  state.running = (req.ifr_flags & IFF_RUNNING) != 0;
+  state.carrier = read_carrier(sock.get(), name, (req.ifr_flags & IFF_RUNNING) != 0);
   req = request_for(name);
   if (ioctl(sock.get(), SIOCGIFMTU, &req) != 0) return wire::Err{errno};
   state.mtu = static_cast<uint32_t>(req.ifr_mtu);

@@ -11,7 +11,7 @@
 
 namespace xroce::daemon {
 
-// The netdev's flags, MTU, MAC and speed; ENODEV if there is no such netdev.
+// The netdev's state (up, carrier), MTU, MAC and speed; ENODEV if there is no such netdev.
 wire::Result<device::NetdevState, int> read_netdev(const std::string& name);
 // Every IPv4 and IPv6 address on the netdev, in the order the kernel lists them.
 std::vector<device::IpAddress> read_addresses(const std::string& name);

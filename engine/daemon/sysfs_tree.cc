@@ -22,10 +22,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The character device behind every uverbs node we make: /dev/null's number, which libibverbs
-// accepts (it checks only that the node is a character device with this number).
+// The character device behind every uverbs node we make: /dev/full's number. libibverbs checks
+// only that the node is a character device with the number in `dev` (open_cdev), and then uses
+// the fd as its command fd, which the provider never uses: on /dev/full every write() fails
+// (ENOSPC) and every ioctl() fails with ENOTTY, so a command libibverbs sends by itself fails
+// cleanly (ibv_create_comp_channel without libxroce-preload.so returns NULL, never an
+// uninitialised fd), GID and pkey queries fall back to this tree, and ibv_import_device on
+// that fd finds the device and says EOPNOTSUPP (the provider has no import_context).
 constexpr unsigned kNodeMajor = 1;
-constexpr unsigned kNodeMinor = 3;
+constexpr unsigned kNodeMinor = 7;
 constexpr int kMaxNodes = 1024;
 
 int write_file(const fs::path& path, const std::string& text) {
@@ -40,6 +45,26 @@ int write_file(const fs::path& path, const std::string& text) {
   }
   fs::rename(tmp, path, ec);
   return ec ? ec.value() : 0;
+}
+
+// device/net/<ifname>: the netdev under the device, as the kernel shows an RDMA device's
+// netdev (/sys/class/infiniband/<dev>/device/net/<ifname>); tools find the interface there
+// (pyverbs' RDMATestCase.get_net_name lists the directory). A link to the netdev's own sysfs
+// directory, which resolves in the device's namespace (ip netns exec mounts that namespace's
+// /sys). The new entry is made before any other is removed, so a reader never finds none.
+int write_netdev_link(const std::string& ibdev, const std::string& ifname) {
+  const fs::path net = fs::path(ibdev) / "device" / "net";
+  std::error_code ec;
+  fs::create_directories(net, ec);
+  if (ec) return ec.value();
+  if (!fs::is_symlink(net / ifname, ec)) {
+    fs::create_directory_symlink(fs::path("/sys/class/net") / ifname, net / ifname, ec);
+    if (ec) return ec.value();
+  }
+  for (const auto& entry : fs::directory_iterator(net, ec)) {
+    if (entry.path().filename() != ifname) fs::remove(entry.path(), ec);  // a renamed netdev
+  }
+  return 0;
 }
 
 }  // namespace
@@ -111,6 +136,7 @@ int SysfsTree::write_port(const device::Device& device) {
   for (const auto& [path, text] : files) {
     if (int err = write_file(path, text)) return err;
   }
+  if (int err = write_netdev_link(ibdev_dir(device.name()), netdev.name)) return err;
   // Every slot has all three files: libibverbs' GID table fallback reads each of them for
   // every index below gid_tbl_len, empty slots included.
   const auto& gids = device.gids();

@@ -1,12 +1,12 @@
 // The sysfs-shaped tree and device node through which unmodified libibverbs finds a device
-// (ARCHITECTURE.md decision 2).
+// (docs/ARCHITECTURE.md decision 2).
 //
 // libibverbs (rdma-core 44, no RDMA netlink in the kernel) scans
 // $SYSFS_PATH/class/infiniband_verbs/*, reads ibdev/dev/abi_version there, reads node_type,
 // node_guid... under $SYSFS_PATH/class/infiniband/<ibdev>, and then stats and opens
 // /dev/infiniband/<uverbs name> (RDMA_CDEV_DIR is compiled in: the node cannot live elsewhere)
-// and checks it is a character device whose number equals `dev`. We give it a c 1:3 node
-// (/dev/null's number): the provider never uses that fd for commands.
+// and checks it is a character device whose number equals `dev`. We give it a c 1:7 node
+// (/dev/full's number, on which every command fails): the provider never uses that fd.
 //
 // Files are replaced atomically (write a temporary, rename) so a reader never sees half a value.
 #pragma once
@@ -45,13 +45,13 @@ class SysfsTree {
   std::string root_;
 };
 
-// Creates /dev/infiniband/uverbsN as c 1:3 for the lowest N not taken by a live daemon or a
+// Creates /dev/infiniband/uverbsN as c 1:7 for the lowest N not taken by a live daemon or a
 // real device, and records this process as its owner (<run root>/nodes/uverbsN); returns its
 // name, or empty with errno set.
 std::string create_device_node();
 // Removes a node this process owns; anything else is left alone.
 void remove_device_node(const std::string& uverbs_name);
-// Removes the c 1:3 nodes whose owning daemon is gone (killed before it could clean up).
+// Removes the c 1:7 nodes whose owning daemon is gone (killed before it could clean up).
 void reclaim_stale_device_nodes();
 
 }  // namespace xroce::daemon

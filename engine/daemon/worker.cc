@@ -61,7 +61,7 @@ bool is_zero(const wire::MacAddr& mac) {
   return std::all_of(mac.begin(), mac.end(), [](std::uint8_t b) { return b == 0; });
 }
 
-// PROTOCOL.md §5.6: a notification point answers CE marks on data, never on ACKs or CNPs.
+// A notification point answers CE marks on data, never on ACKs or CNPs (docs/protocol.md §5.2).
 bool cnp_worthy(wire::Operation op) {
   return op != wire::Operation::kAck && op != wire::Operation::kAtomicAck &&
          op != wire::Operation::kCnp;
@@ -383,8 +383,8 @@ bool Worker::receive_on_worker(std::uint64_t now_ns) {
   return true;
 }
 
-// The door (STYLE.md §6): count and drop what is not a good RoCEv2 packet, then route by the
-// destination QP to its owner.
+// The door, where packets are validated once: count and drop what is not a good RoCEv2 packet, then
+// route by the destination QP to its owner.
 void Worker::route_on_worker(std::uint64_t now_ns, wire::Bytes frame) {
   ++counters_.rx_frames;
   switch (classify(frame, decoded_)) {
@@ -432,7 +432,7 @@ void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
   if (it == qps_.end()) {
     ++counters_.rx_no_qp;
     device_counters_.add(device::Counter::kRxUnknownQp);
-    return;  // a CNP for a QP that does not exist is ignored too (PROTOCOL.md §5.6)
+    return;  // a CNP for a QP that does not exist is ignored too (docs/protocol.md §5.2)
   }
   Hosted& hosted = it->second;
   if (!hosted.binding->accepts_from_on_worker(f.addr)) {
@@ -563,7 +563,7 @@ void Worker::send_frame_on_worker(std::uint64_t now_ns, const transport::Transmi
   emit_on_worker(now_ns, tx, *addr, payload_buf_);
 }
 
-// A CNP (PROTOCOL.md §5.3) to the QP's peer over the QP's own path: cnp_dscp, Not-ECT, and
+// A CNP (docs/protocol.md §5.3) to the QP's peer over the QP's own path: cnp_dscp, Not-ECT, and
 // cnp_802p_prio on a VLAN.
 void Worker::send_cnp_on_worker(std::uint64_t now_ns, const wire::TransportHeaders& cnp,
                                 Hosted& hosted) {

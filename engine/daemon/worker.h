@@ -1,4 +1,4 @@
-// A data-path worker (ARCHITECTURE.md decision 7, STYLE.md §8): one thread that owns one port
+// A data-path worker (docs/ARCHITECTURE.md decision 7): one thread that owns one port
 // queue, the QPs placed on it and their timers, and runs them with the sans-I/O transport.
 //
 // Threading contract
@@ -31,7 +31,7 @@
 // (worker_neighbours.h), the frame waiting there while the MAC is being resolved; else it is
 // encoded straight into the port's transmit batch.
 //
-// Congestion control (ARCHITECTURE.md decision 9, engine/cc): each connected RC QP gets a
+// Congestion control (docs/ARCHITECTURE.md decision 9, engine/cc): each connected RC QP gets a
 // WorkerQpCongestion once its path is known. The transport asks it when the next request packet
 // may leave (a QP held by its pacer returns nothing from poll_transmit and the worker moves on
 // to the other QPs; its release time is one of the QP's deadlines) and whether to mark it
@@ -111,7 +111,7 @@ struct HostedQp {
 
 // The congestion-control hooks the worker attaches to a connected RC QP: engine/cc's
 // QpCongestion, except that CE marks reach its notification point from the worker, which sees
-// the opcode (no CNP for an ACK or a CNP, PROTOCOL.md §5.6), not from the transport.
+// the opcode (no CNP for an ACK or a CNP, docs/protocol.md §5.2), not from the transport.
 class WorkerQpCongestion final : public transport::CongestionHooks {
  public:
   WorkerQpCongestion(const cc::CcDevice& device, wire::Qpn peer, std::uint8_t traffic_class)
@@ -141,7 +141,7 @@ struct QpCcStatus {
 };
 
 // What xroced starts a device's workers with: ConnectX parameters, reaction point on, CNP
-// generation off (np_enable = 0 on every priority: older rxe peers mishandle CNPs, PROTOCOL.md
+// generation off (np_enable = 0 on every priority: older rxe peers mishandle CNPs, docs/protocol.md
 // §6), no pacing of unlimited QPs (the port serialises them).
 cc::CcDevice daemon_cc_defaults();
 

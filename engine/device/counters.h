@@ -26,7 +26,8 @@ enum class Counter : std::uint8_t {
   // rxe's hw_counters, in rxe's order (enum rxe_counters).
   kSentPkts,             // every packet the device transmitted
   kRcvdPkts,             // every packet accepted for a QP
-  kDuplicateRequest,     // responder: a request PSN already executed (PROTOCOL.md §3.6)
+  kDuplicateRequest,     // responder: a request PSN already executed (rxe_resp.c duplicate_request;
+                         // docs/protocol.md §3.6)
   kOutOfSeqRequest,      // responder: a request PSN ahead of the expected one (NAK-PSN sent)
   kRcvdRnrErr,           // requester: RNR NAKs received
   kSendRnrErr,           // responder: RNR NAKs sent
@@ -47,7 +48,7 @@ enum class Counter : std::uint8_t {
   kTxBytes,         // RoCEv2 frame bytes transmitted (Ethernet header to ICRC)
   kRxBytes,         // RoCEv2 frame bytes received
   kCnpRcvd,         // congestion notification packets received for a QP of ours
-  // DCQCN, under the names ConnectX's hw_counters give them (PROTOCOL.md §5.5).
+  // DCQCN, under the names ConnectX's hw_counters give them (docs/protocol.md §5.5).
   kNpEcnMarkedRocePackets,  // RoCEv2 packets received for a QP with IP ECN = CE
   kNpCnpSent,               // CNPs sent (notification point)
   kRpCnpHandled,            // CNPs that drove a QP's reaction point

@@ -124,6 +124,21 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;
   j["packets_received"] = c.packets_received;
+  // For per-QP rates and `xroce top` / `xroce exporter`: payload bytes both ways, the other
+  // transport counters, and the requester's round-trip estimate (transport/rtt.h).
+  j["payload_bytes_sent"] = c.payload_bytes_sent;
+  j["payload_bytes_received"] = c.payload_bytes_received;
+  j["naks_sent"] = c.naks_sent;
+  j["rnr_naks_sent"] = c.rnr_naks_sent;
+  j["duplicate_requests"] = c.duplicate_requests;
+  j["out_of_sequence"] = c.out_of_sequence;
+  j["cnps_received"] = c.cnps_received;
+  j["ecn_ce_received"] = c.ecn_ce_received;
+  const transport::RttEstimator& rtt = qp.rtt();
+  j["rtt_samples"] = rtt.samples();
+  j["rtt_us"] = static_cast<double>(rtt.smoothed_ns()) / 1000.0;
+  j["rtt_min_us"] = static_cast<double>(rtt.min_ns()) / 1000.0;
+  j["rtt_latest_us"] = static_cast<double>(rtt.latest_ns()) / 1000.0;
   return j;
 }
 

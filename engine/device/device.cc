@@ -85,12 +85,14 @@ int Device::dealloc_pd(ClientId owner, uint32_t pd) {
 Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   ProtectionDomain* pd = owned_pd(owner, request.pd);
   if (pd == nullptr) return Err{EINVAL};
-  if ((request.access & ~kAccessSupported) != 0) return Err{EINVAL};
+  // In ib_check_mr_access's order: a bad combination, then unknown bits, then a missing feature.
   // IBA 10.6.3.1 via rdma-core: remote write or atomic access requires local write.
   if ((request.access & (kAccessRemoteWrite | kAccessRemoteAtomic)) != 0 &&
       (request.access & kAccessLocalWrite) == 0) {
     return Err{EINVAL};
   }
+  if ((request.access & ~(kAccessSupported | kAccessNotSupported)) != 0) return Err{EINVAL};
+  if ((request.access & kAccessNotSupported) != 0) return Err{EOPNOTSUPP};
   if (request.length == 0 || request.length > limits_.max_mr_size) return Err{EINVAL};
   if (request.addr + request.length < request.addr) return Err{EINVAL};
   OwnedCounts& owned = counts(owner);

@@ -45,7 +45,7 @@ struct DeviceLimits {
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
   uint32_t max_inline_data = queues::kMaxInlineData;
-  uint32_t max_msg_bytes = 1u << 31;  // IBA limit, PROTOCOL.md 4.3
+  uint32_t max_msg_bytes = 1u << 31;  // IBA C9-94
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
 };
@@ -95,8 +95,9 @@ struct MemoryRegion {
 };
 
 // Reaches the memory of the client (a verbs context, and the process image behind it) that owns
-// a new protection domain (ARCHITECTURE.md decision 5); the daemon supplies engine/device/dma's
-// implementation. One is made per protection domain; nullptr means the client has none.
+// a new protection domain (docs/ARCHITECTURE.md decision 5); the daemon supplies
+// engine/device/dma's implementation. One is made per protection domain; nullptr means the client
+// has none.
 using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(ClientId owner)>;
 
 struct ProtectionDomain {
@@ -149,13 +150,25 @@ struct MrRequest {
   uint64_t byte_limit = 0;  // what the client may register in all; 0: no limit
 };
 
-// ibv_access_flags the device accepts in reg_mr; anything else is EINVAL.
+// ibv_access_flags in reg_mr: those the device honours, a hint it may ignore, and those it
+// knows but lacks the feature for (EOPNOTSUPP, as a device without memory windows, ODP or
+// FLUSH answers: ib_check_mr_access gives EOPNOTSUPP for ON_DEMAND without ODP). Any other
+// bit is EINVAL.
 inline constexpr uint32_t kAccessLocalWrite = 1;
 inline constexpr uint32_t kAccessRemoteWrite = 2;
 inline constexpr uint32_t kAccessRemoteRead = 4;
 inline constexpr uint32_t kAccessRemoteAtomic = 8;
-inline constexpr uint32_t kAccessSupported =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+inline constexpr uint32_t kAccessMwBind = 1u << 4;
+inline constexpr uint32_t kAccessZeroBased = 1u << 5;
+inline constexpr uint32_t kAccessOnDemand = 1u << 6;
+inline constexpr uint32_t kAccessHugetlb = 1u << 7;  // a hint: the buffer is in huge pages
+inline constexpr uint32_t kAccessFlushGlobal = 1u << 8;
+inline constexpr uint32_t kAccessFlushPersistent = 1u << 9;
+inline constexpr uint32_t kAccessSupported = kAccessLocalWrite | kAccessRemoteWrite |
+                                             kAccessRemoteRead | kAccessRemoteAtomic |
+                                             kAccessHugetlb;
+inline constexpr uint32_t kAccessNotSupported = kAccessMwBind | kAccessZeroBased | kAccessOnDemand |
+                                                kAccessFlushGlobal | kAccessFlushPersistent;
 
 class Device {
  public:

@@ -13,7 +13,6 @@ namespace {
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kQpnSpace = 1u << 24;
 constexpr uint32_t kQpTypeRc = 2;  // ibv_qp_type
-constexpr uint32_t kQpTypeUc = 3;
 constexpr uint32_t kQpTypeUd = 4;
 constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
 constexpr uint32_t kSrqLimit = 2;
@@ -73,6 +72,18 @@ control::QpAttr from_transport(const transport::QpAttr& t, transport::QpState st
   a.retry_cnt = t.retry_cnt;
   a.rnr_retry = t.rnr_retry;
   return a;
+}
+
+// ibv_query_qp reports the PSNs the QP is at, not those modify_qp started it from, as
+// rxe_qp_to_attr does (rq_psn = resp.psn, sq_psn = req.psn): the PSN the responder expects
+// next once it has been RTR, and the one the requester sends next once it has been RTS.
+void apply_current_psns(const transport::Qp& core, control::QpAttr& a) {
+  using transport::QpState;
+  const QpState s = core.state();
+  if (s != QpState::kReset && s != QpState::kInit) a.rq_psn = core.expected_psn().value();
+  if (s == QpState::kRts || s == QpState::kSqd || s == QpState::kSqe || s == QpState::kErr) {
+    a.sq_psn = core.next_send_psn().value();
+  }
 }
 
 }  // namespace
@@ -261,9 +272,9 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr || (r.srq != 0 && !shared)) {
     return Err{EINVAL};
   }
-  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUc && r.qp_type != kQpTypeUd) {
-    return Err{EINVAL};
-  }
+  // A QP type the transport does not run is refused at creation, as rxe_qp_chk_init refuses
+  // the types it lacks: UC (not in engine/transport yet), raw packet, XRC, driver-specific.
+  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUd) return Err{EOPNOTSUPP};
   const control::QpCap& c = r.cap;
   if (c.max_send_wr > limits_.max_qp_wr || c.max_send_sge > limits_.max_sge ||
       c.max_inline_data > limits_.max_inline_data ||
@@ -320,6 +331,9 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.max_recv_sge = qp->cap.max_recv_sge;
   config.max_inline_data = qp->cap.max_inline_data;
   config.max_msg_bytes = limits_.max_msg_bytes;
+  // The port's active MTU when the QP is made: it bounds UD datagrams and every RC packet
+  // (ibv_query_port reports the same value).
+  config.port_mtu = static_cast<transport::PathMtu>(active_ib_mtu(netdev_.mtu));
   config.sq_sig_all = r.sq_sig_all;
   config.limits.max_qp_rd_atom =
       static_cast<uint8_t>(std::min<uint32_t>(limits_.max_qp_rd_atom, 255));
@@ -354,7 +368,16 @@ int Device::modify_qp(ClientId owner, uint32_t handle, const control::QpAttr& at
     t.av_id = kQpAvTag | handle;
   }
   int err = 0;
-  with_core(*qp, [&](transport::Qp& core) { err = core.modify(t, mask); });
+  with_core(*qp, [&](transport::Qp& core) {
+    err = core.modify(t, mask);
+    // Receive WQEs keep their RQ slots until they complete (datapath_runner's RingBinding); a
+    // reset drops them without completions, so all those read from the ring are free again.
+    // This runs where the ring's consumer runs (the QP's worker).
+    if (err == 0 && core.state() == transport::QpState::kReset && qp->rq.valid()) {
+      qp->rq.release(qp->rq_consumer);
+      qp->rq.complete(qp->rq_consumer);  // nothing of theirs is left to flush either
+    }
+  });
   if (err != 0) return err;
   if ((mask & transport::qp_attr::kAv) != 0) qp->av = attr.ah_attr;
   return 0;
@@ -365,8 +388,10 @@ Result<control::QueryQpReply, int> Device::query_qp(ClientId owner, uint32_t han
   if (found == nullptr) return Err{EINVAL};
   const QueuePair& qp = *found;
   control::QueryQpReply reply{};
-  with_core(*found,
-            [&](transport::Qp& core) { reply.attr = from_transport(core.attr(), core.state()); });
+  with_core(*found, [&](transport::Qp& core) {
+    reply.attr = from_transport(core.attr(), core.state());
+    apply_current_psns(core, reply.attr);
+  });
   reply.attr.ah_attr = qp.av;
   reply.cap = qp.cap;
   reply.qp_type = static_cast<uint32_t>(qp.type);

@@ -1,4 +1,4 @@
-// Registered memory of a client process, reached from the daemon (ARCHITECTURE.md decision 5):
+// Registered memory of a client process, reached from the daemon (docs/ARCHITECTURE.md decision 5):
 // the "DMA engine" behind transport::MemoryAccess, with two implementations chosen per region.
 //
 //   CrossMemoryAccess  pread/pwrite on the client's own /proc/self/mem, which the client opened

@@ -123,6 +123,7 @@ queues::Cqe encode_cqe(const transport::Completion& c) {
                                                                  : htobe32(c.imm_data);
   e.qp_num = c.qp_num.value();
   e.src_qp = c.src_qp.value();
+  e.sl = c.sl;
   e.flags = c.solicited ? queues::kCqeSolicited : 0;
   return e;
 }

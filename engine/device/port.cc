@@ -64,11 +64,11 @@ std::string rate_sysfs_text(LinkRate rate) {
 }
 
 uint32_t port_state(const NetdevState& netdev) {
-  return netdev.up && netdev.running ? kPortActive : kPortDown;
+  return netdev.up && netdev.carrier ? kPortActive : kPortDown;
 }
 
 uint8_t phys_state(const NetdevState& netdev) {
-  return netdev.up && netdev.running ? kPhysLinkUp : kPhysDisabled;
+  return netdev.up && netdev.carrier ? kPhysLinkUp : kPhysDisabled;
 }
 
 std::string port_state_sysfs_text(uint32_t state) {

@@ -15,8 +15,11 @@ struct NetdevState {
   int ifindex = 0;
   MacAddress mac{};
   uint32_t mtu = 1500;
-  bool up = false;          // IFF_UP
-  bool running = false;     // IFF_RUNNING: carrier
+  bool up = false;  // IFF_UP
+  // Link detected (the driver's carrier, ethtool's "Link detected"). Not IFF_RUNNING: that is
+  // the operational state, which the kernel's linkwatch updates up to a second after the
+  // carrier comes on (it batches events of a veth whose peer has its own ifindex number).
+  bool carrier = false;
   uint32_t speed_mbps = 0;  // 0 when the driver does not say
 
   bool operator==(const NetdevState&) const = default;
@@ -25,7 +28,8 @@ struct NetdevState {
 // IB MTU enum (ibv_mtu): 1 = 256 ... 5 = 4096 bytes of payload per packet.
 inline constexpr uint32_t kIbMtu256 = 1;
 inline constexpr uint32_t kIbMtu4096 = 5;
-// Room rxe keeps for headers below the netdev MTU (RXE_MAX_HDR_LENGTH), PROTOCOL.md §4.1.
+// Room rxe keeps for headers below the netdev MTU (rxe_param.h RXE_MAX_HDR_LENGTH; docs/protocol.md
+// §3.10).
 inline constexpr uint32_t kMaxHeaderBytes = 80;
 
 uint32_t ib_mtu_bytes(uint32_t ib_mtu);
@@ -43,7 +47,8 @@ LinkRate link_rate_for(uint32_t speed_mbps);
 std::string rate_sysfs_text(LinkRate rate);
 
 // Port state as ibv_port_state and IB physical state: ACTIVE/LinkUp when the netdev is up with
-// carrier, DOWN/Disabled otherwise.
+// carrier, DOWN/Disabled otherwise, as rxe reports it (ib_get_curr_port_state: netif_running
+// and netif_carrier_ok).
 inline constexpr uint32_t kPortDown = 1;
 inline constexpr uint32_t kPortActive = 4;
 inline constexpr uint8_t kPhysDisabled = 3;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "net/bpf_log.h"
+
 namespace xroce::net {
 namespace {
 
@@ -108,6 +110,8 @@ Result<int, PortError> AfXdpPort::create_socket() {
     }
     last_err = r.error().errno_value;
   }
+  // libxdp's words on the binds it refused say no more than last_err (bpf_log.h).
+  (void)take_bpf_library_messages();
   if (!xsk_) {
     return Err{PortError{
         fmt::format("afxdp port: bind {} queue {}", config_.ifname, config_.queue_id), last_err}};

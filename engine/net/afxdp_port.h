@@ -1,6 +1,6 @@
 // AfXdpPort: the Port interface over one AF_XDP socket, bound to one queue of an interface
 // that XdpSteering has attached the steering program to (one socket per queue: a worker owns
-// one queue, ARCHITECTURE.md decision 7).
+// one queue, docs/ARCHITECTURE.md decision 7).
 //
 // UMEM layout: umem_frames chunks of kChunkBytes; the first half is the receive pool (it lives
 // in the fill ring, the rx ring and the caller's hands between receive() and release()), the

@@ -1,7 +1,7 @@
-// Ports move whole Ethernet frames (PROTOCOL.md §1) between the engine and a network: AF_XDP
+// Ports move whole Ethernet frames (docs/protocol.md §1) between the engine and a network: AF_XDP
 // (afxdp_port.h), a UDP socket on io_uring (udp_port.h), or the simulator (sim/). All present
 // the same frames, so the transport and the ICRC do not know which one carries them
-// (ARCHITECTURE.md decision 8). A port does not parse frames beyond what it must to deliver
+// (docs/ARCHITECTURE.md decision 8). A port does not parse frames beyond what it must to deliver
 // them; it never depends on the wire codec.
 //
 // Threading contract: a port belongs to one worker thread. Every member function must be

@@ -47,12 +47,12 @@ void set_int(int fd, int level, int name, int value) {
   (void)setsockopt(fd, level, name, &value, sizeof(value));
 }
 
-// RoCEv2 sends UDP checksum 0 (PROTOCOL.md §1.5) and so do we: the ICRC protects the data.
+// RoCEv2 sends UDP checksum 0 (docs/protocol.md §1.3) and so do we: the ICRC protects the data.
 // It also keeps frames exact on links that leave checksum completion to hardware (veth hands
 // the peer a partial checksum that only its kernel knows to trust).
 //
 // IPv4 also sets DF on every datagram: the ICRC covers the IPv4 identification and flags
-// (PROTOCOL.md §1.9), and Linux sends ID 0 for a DF datagram from an unconnected socket, which
+// (docs/protocol.md §1.7), and Linux sends ID 0 for a DF datagram from an unconnected socket, which
 // is what the transport's frame carries. Without DF the kernel picks an ID and the receiver's
 // ICRC check fails.
 void send_like_roce(int fd) {
@@ -110,7 +110,7 @@ Result<int, PortError> UdpPort::setup() {
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVPKTINFO, 1);
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVTCLASS, 1);
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
-  // RoCEv2 sends UDP checksum 0 (PROTOCOL.md §1.5); IPv6 drops that unless told not to.
+  // RoCEv2 sends UDP checksum 0 (docs/protocol.md §1.3); IPv6 drops that unless told not to.
   set_int(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1);
   send_like_roce(fd_);
   set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data

@@ -7,7 +7,7 @@
 // traffic class with the ECN bits (IP_RECVTOS/IPV6_RECVTCLASS) and TTL or hop limit. What a
 // socket cannot observe is filled with fixed values: MAC addresses from the config, IPv4
 // ID 0 with DF set, IPv6 flow label 0, UDP checksum 0, no VLAN tag. None of these is covered
-// by the ICRC (PROTOCOL.md §1.9), so the transport's checks are unchanged.
+// by the ICRC (docs/protocol.md §1.7), so the transport's checks are unchanged.
 //
 // On send the port strips the headers and sends the UDP payload to the frame's destination
 // address, with the frame's TOS/traffic class and TTL/hop limit as ancillary data, from the
@@ -18,10 +18,10 @@
 // default); others are refused (tx_rejected) rather than sent with an ICRC that fails.
 //
 // Receive is a non-blocking recvmmsg() of up to one batch into free slots, and wait_fd() is the
-// socket itself. (It used to keep rx_slots recvmsg requests armed in io_uring: every datagram
-// woke all of them, the losers re-armed, and after io_uring's poll retry limit each was punted
-// to an io-wq kernel thread, hundreds per daemon, every packet a thread wakeup: milliseconds of
-// latency on a loaded 2-core host.) Transmit stays batched on io_uring.
+// socket itself, not many recvmsg requests armed in io_uring: each datagram would wake all of
+// them, the losers re-arm, and past io_uring's poll retry limit each is punted to an io-wq kernel
+// thread, hundreds per daemon, a thread wakeup per packet (bench/README.md). Transmit is batched
+// on io_uring.
 //
 // Threading: as for every port, one owning thread; a port may be opened on one thread and
 // handed to another.

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "net/bpf_log.h"
 #include "xroce_steer.h"
 #include "xroce_steer.skel.h"
 
@@ -106,6 +107,8 @@ Result<int, PortError> XdpSteering::remove_stale(int ifindex) {
 
 Result<std::shared_ptr<XdpSteering>, PortError> XdpSteering::attach(const std::string& ifname,
                                                                     XdpAttachMode mode) {
+  route_bpf_library_output();
+  (void)take_bpf_library_messages();  // anything said before this attach is not about it
   std::shared_ptr<XdpSteering> s(new XdpSteering());
   s->ifname_ = ifname;
   s->ifindex_ = static_cast<int>(if_nametoindex(ifname.c_str()));
@@ -115,12 +118,14 @@ Result<std::shared_ptr<XdpSteering>, PortError> XdpSteering::attach(const std::s
   if (!stale) return Err{stale.error()};
   s->stale_removed_ = *stale;
   if (auto r = s->load_and_attach(mode); !r) return Err{r.error()};
+  log_line(s->attach_summary_);
   return s;
 }
 
 Result<int, PortError> XdpSteering::load_and_attach(XdpAttachMode mode) {
   const xdp_attach_mode tries[2] = {XDP_MODE_NATIVE, XDP_MODE_SKB};
   int last_err = 0;
+  std::string native_refused;  // why native XDP was not used, when it was tried
   for (xdp_attach_mode m : tries) {
     if ((m == XDP_MODE_NATIVE && mode == XdpAttachMode::kSkb) ||
         (m == XDP_MODE_SKB && mode == XdpAttachMode::kNative)) {
@@ -138,17 +143,43 @@ Result<int, PortError> XdpSteering::load_and_attach(XdpAttachMode mode) {
     // Frames larger than a page arrive in several buffers (multi-buffer XDP).
     xdp_program__set_xdp_frags_support(prog_, true);
     const int rc = xdp_program__attach(prog_, ifindex_, m, 0);
+    const std::string said = take_bpf_library_messages();
     if (rc == 0) {
       native_ = m == XDP_MODE_NATIVE;
+      attach_summary_ = summarize_attach(native_refused, said);
       return 0;
     }
     last_err = -rc;
+    if (m == XDP_MODE_NATIVE) native_refused = std::strerror(-rc);
     xdp_program__close(prog_);
     prog_ = nullptr;
     xroce_steer__destroy(skel_);
     skel_ = nullptr;
   }
   return xdp_error("libxdp: attach xroce_steer to " + ifname_, last_err);
+}
+
+// One line: the mode chosen (native or generic XDP; through libxdp's dispatcher or alone) and
+// why, from the refusals and the libraries' own messages of the attempt that worked.
+std::string XdpSteering::summarize_attach(const std::string& native_refused,
+                                          const std::string& said) const {
+  std::string line = fmt::format("xdp: {} on {}: {}", kProgramName, ifname_,
+                                 native_ ? "native (driver) mode" : "generic (SKB) mode");
+  if (!native_) {
+    line += native_refused.empty() ? " (asked for)"
+                                   : fmt::format(" (native attach refused: {})", native_refused);
+  }
+  bool legacy = false;
+  xdp_multiprog* mp = xdp_multiprog__get_from_ifindex(ifindex_);
+  if (!libxdp_get_error(mp) && mp) {
+    legacy = xdp_multiprog__is_legacy(mp);
+    xdp_multiprog__close(mp);
+  }
+  if (!legacy) return line + ", through libxdp's dispatcher";
+  // The first thing the libraries said is the cause; what follows is their advice about it.
+  const std::string cause = said.substr(0, said.find("; "));
+  return line + fmt::format(", alone: libxdp's dispatcher could not load{}",
+                            cause.empty() ? std::string() : " (" + cause + ")");
 }
 
 XdpSteering::~XdpSteering() {

@@ -6,7 +6,7 @@
 // Lifetime: the object owns the attachment; destroying it detaches the program and leaves
 // the interface as it was (other programs in the dispatcher stay). attach() first removes any
 // xroce_steer program a crashed process left on the interface (one xroced owns a netdev,
-// ARCHITECTURE.md decision 1, so such a program is stale by definition).
+// docs/ARCHITECTURE.md decision 1, so such a program is stale by definition).
 //
 // Threading: configure (add_local_ip, set_queue_socket) from one thread; the maps themselves
 // are safe to update while the program runs.
@@ -62,15 +62,19 @@ class XdpSteering {
   const std::string& ifname() const { return ifname_; }
   std::uint32_t program_id() const;
   int stale_programs_removed() const { return stale_removed_; }
+  // The mode chosen and why, in one line (also written to xroce's log when attached).
+  const std::string& attach_summary() const { return attach_summary_; }
 
  private:
   XdpSteering() = default;
   Result<int, PortError> load_and_attach(XdpAttachMode mode);
+  std::string summarize_attach(const std::string& native_refused, const std::string& said) const;
 
   std::string ifname_;
   int ifindex_ = 0;
   bool native_ = false;
   int stale_removed_ = 0;
+  std::string attach_summary_;
   xroce_steer* skel_ = nullptr;
   xdp_program* prog_ = nullptr;
 };

@@ -15,7 +15,7 @@ WcStatus nak_status(wire::NakCode code) {
     case wire::NakCode::kRemoteAccessError:
       return WcStatus::kRemAccessErr;
     default:
-      // Remote operational error, and every reserved code (PROTOCOL.md §3.8).
+      // Remote operational error, and every reserved code (rxe_comp.c check_ack).
       return WcStatus::kRemOpErr;
   }
 }
@@ -95,11 +95,12 @@ CompleterState Completer::rnr_retry(const Response& r) {
   ++ctx_.counters.rnr_naks_received;
   if (ctx_.rnr_deadline_ns != 0) return CompleterState::kDone;  // already waiting
   if (r.psn.after(ctx_.comp_psn)) advance_comp_psn(now_ns_, r.psn);
+  ctx_.rtt.on_retry();
   if (ctx_.rnr_retry_left == 0) {
     fail(WcStatus::kRnrRetryExcErr);
     return CompleterState::kDone;
   }
-  if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (PROTOCOL.md §3.10)
+  if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (docs/protocol.md §3.9)
   ctx_.rnr_deadline_ns = now_ns_ + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
   ctx_.retransmit_deadline_ns = 0;  // the RNR timer owns the restart
   return CompleterState::kDone;
@@ -113,7 +114,7 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.before(ctx_.comp_psn)) return CompleterState::kDrop;  // late duplicate
   if (r.psn.after(w.last_psn)) {
     // A response beyond this WQE acknowledges a SEND/WRITE implicitly (a coalesced ACK) but
-    // means a READ/ATOMIC's response was lost: implied NAK (PROTOCOL.md §3.8).
+    // means a READ/ATOMIC's response was lost: implied NAK (rxe_comp.c check_psn).
     if (w.is_read_or_atomic()) return CompleterState::kRetry;
     advance_comp_psn(now_ns_, w.last_psn + 1);
     complete_head(WcStatus::kSuccess);
@@ -153,7 +154,8 @@ CompleterState Completer::check_read_response(const Response& r, SendWqe& w) {
   if (r.hdr.aeth && !r.hdr.aeth->is_ack()) return CompleterState::kDrop;
   const bool last = r.psn == w.last_psn;
   const bool ends = r.info.ends_message();
-  // A replay after a partial-read retry may start with FIRST or MIDDLE (PROTOCOL.md §3.7).
+  // A replay after a partial-read retry may start with FIRST or MIDDLE (rxe_comp.c check_ack;
+  // docs/protocol.md §3.6).
   if (ends != last) return CompleterState::kDrop;
   const std::uint32_t mtu = ctx_.mtu();
   const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, mtu);
@@ -209,6 +211,7 @@ void Completer::complete_head(WcStatus status) {
 
 void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   if (psn.after(ctx_.comp_psn)) ctx_.comp_psn = psn;
+  ctx_.rtt.on_acknowledged(now_ns, ctx_.comp_psn);
   // Forward progress resets the retry budgets (rxe's reset_retry_counters).
   ctx_.retry_left = ctx_.attr.retry_cnt;
   ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
@@ -224,6 +227,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     return;
   }
   --ctx_.retry_left;
+  ctx_.rtt.on_retry();
   if (!from_timeout) {
     retry_started_ = true;
     retry_psn_ = ctx_.comp_psn;

@@ -1,7 +1,7 @@
 // The completer: matches responses (ACK, NAK, RNR NAK, READ responses, ATOMIC ACK) to the
 // oldest outstanding send WQEs, completes them in order, and decides retries: go-back-N on a
 // PSN-sequence NAK or an implied NAK, the local ACK timeout with retry_cnt, RNR waits with
-// rnr_retry (PROTOCOL.md §3.8-3.10). Modelled on rxe_comp.c.
+// rnr_retry (docs/protocol.md §3.7-3.9). Modelled on rxe_comp.c.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +65,7 @@ class Completer {
   Requester& req_;
   std::uint64_t now_ns_ = 0;  // of the response being handled
   WcStatus fatal_status_ = WcStatus::kSuccess;
-  // The comp_psn a NAK-triggered retry started from: one retry at a time (PROTOCOL.md §3.8).
+  // The comp_psn a NAK-triggered retry started from: one retry at a time (docs/protocol.md §3.7).
   bool retry_started_ = false;
   wire::Psn retry_psn_;
 };

@@ -1,7 +1,7 @@
 // Registered memory: the abstract "DMA" interface the transport reads and writes through, the
 // table of memory regions that guards it (lkey/rkey, bounds, access flags), and LocalMemory, a
 // plain-buffer implementation for tests and the simulator. The daemon adds process-memory
-// implementations of MemoryAccess (ARCHITECTURE.md decision 5).
+// implementations of MemoryAccess (docs/ARCHITECTURE.md decision 5).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// A queue pair: the sans-I/O transport core (ARCHITECTURE.md decision 6).
+// A queue pair: the sans-I/O transport core (docs/ARCHITECTURE.md decision 6).
 //
 // A Qp never reads a clock, never calls the OS and uses no randomness. The caller owns time
 // and I/O and drives it in this order:
@@ -64,6 +64,7 @@ class Qp {
   QpState state() const { return ctx_.state; }
   const QpAttr& attr() const { return ctx_.attr; }
   const QpCounters& counters() const { return ctx_.counters; }
+  const RttEstimator& rtt() const { return ctx_.rtt; }
   RequesterState requester_state(std::uint64_t now_ns) { return req_.state(now_ns); }
   wire::Psn expected_psn() const { return resp_.epsn(); }
   // For `xroce qp show` (read-only): the PSN the requester sends next, and the oldest PSN not

@@ -2,6 +2,7 @@
 // it for rxe_req.c, rxe_resp.c and rxe_comp.c. Internal to engine/transport.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "transport/memory.h"
 #include "transport/qp_state.h"
+#include "transport/rtt.h"
 #include "transport/srq.h"
 #include "transport/work.h"
 #include "wire/psn.h"
@@ -38,7 +40,7 @@ struct QpConfig {
   std::uint32_t max_recv_sge = 8;
   std::uint32_t max_inline_data = 256;
   PathMtu port_mtu = PathMtu::k4096;          // bounds UD messages
-  std::uint32_t max_msg_bytes = 1u << 31;     // IBA limit (PROTOCOL.md §4.3)
+  std::uint32_t max_msg_bytes = 1u << 31;     // IBA C9-94
   std::uint32_t max_unacked_psns = 128;       // rxe's RXE_MAX_UNACKED_PSNS
   std::uint32_t max_packets_per_ackreq = 64;  // rxe's RXE_MAX_PKT_PER_ACK
   bool sq_sig_all = false;                    // every send WQE completes signaled
@@ -90,7 +92,7 @@ struct QpContext {
 
   std::deque<RecvRequest> rq;
 
-  // Requester / completer PSN state (PROTOCOL.md §3.1, §3.9).
+  // Requester / completer PSN state (docs/protocol.md §3.1, §3.8).
   wire::Psn req_psn;   // next PSN the requester sends
   wire::Psn comp_psn;  // oldest PSN not yet acknowledged
   wire::Psn psn_high;  // one past the highest PSN ever sent
@@ -104,11 +106,16 @@ struct QpContext {
   std::deque<Completion> completions;
   std::deque<AsyncEvent> events;
   QpCounters counters;
+  RttEstimator rtt;            // the requester times, the completer measures
   bool fatal_pending = false;  // a role found a fatal error; the QP moves to ERR and flushes
   bool sq_drained_reported = false;
 
+  // The payload bytes per packet: the port's MTU for UD; for RC the path MTU, which can never
+  // exceed the port's (a larger path_mtu is accepted, as rxe and mlx5 accept it, but packets
+  // stay within what the link carries).
   std::uint32_t mtu() const {
-    return mtu_bytes(config.type == QpType::kUd ? config.port_mtu : attr.path_mtu);
+    if (config.type == QpType::kUd) return mtu_bytes(config.port_mtu);
+    return mtu_bytes(std::min(attr.path_mtu, config.port_mtu));
   }
   bool outstanding() const { return comp_psn != psn_high; }
   void push_send_completion(const SendWqe& w, WcStatus status);

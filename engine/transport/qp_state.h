@@ -24,7 +24,7 @@ struct QpAttr {
   std::uint8_t en_sqd_async_notify = 0;
   std::uint8_t max_rd_atomic = 0;
   std::uint8_t max_dest_rd_atomic = 0;
-  std::uint8_t min_rnr_timer = 0;  // RNR NAK timer code (PROTOCOL.md §3.4)
+  std::uint8_t min_rnr_timer = 0;  // RNR NAK timer code (IBA table 45; docs/protocol.md §3.4)
   std::uint8_t port_num = 1;
   std::uint8_t timeout = 0;    // local ACK timeout 4.096 us * 2^timeout, 0 = infinite
   std::uint8_t retry_cnt = 0;  // 0..7
@@ -46,7 +46,7 @@ struct DeviceLimits {
 int check_modify_qp(QpType type, QpState current, const QpAttr& attr, std::uint32_t mask,
                     const DeviceLimits& limits);
 
-// Local ACK timeout in nanoseconds; 0 means the timer is disabled (PROTOCOL.md §3.10).
+// Local ACK timeout in nanoseconds; 0 means the timer is disabled (docs/protocol.md §3.9).
 constexpr std::uint64_t ack_timeout_ns(std::uint8_t timeout) {
   return timeout == 0 ? 0 : std::uint64_t{4096} << timeout;
 }

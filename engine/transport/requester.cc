@@ -38,8 +38,6 @@ constexpr std::uint32_t kQkeyUseQpBit = 0x80000000;
 }  // namespace
 
 WcStatus Requester::local_check(const SendWqe& w) const {
-  const std::uint32_t mtu = ctx_.mtu();
-  if (ctx_.config.type == QpType::kUd && w.length > mtu) return WcStatus::kLocLenErr;
   if (w.length > ctx_.config.max_msg_bytes) return WcStatus::kLocLenErr;
   if (w.is_atomic() && w.length != 8) return WcStatus::kLocLenErr;
   if (w.is_inline) return WcStatus::kSuccess;
@@ -82,7 +80,14 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
 }
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
-  const RequesterState s = next_state(now_ns);
+  RequesterState s = next_state(now_ns);
+  // C10-93.1.1 (quoted in rxe_req.c rxe_requester): a UD message longer than the port's MTU
+  // emits no packet, and the CI generates no error for it: it completes successfully unsent.
+  while (s == RequesterState::kSend && ctx_.config.type == QpType::kUd &&
+         ctx_.wqe(ctx_.sq_next).length > ctx_.mtu()) {
+    complete_datagram(ctx_.wqe(ctx_.sq_next));
+    s = next_state(now_ns);
+  }
   if (s == RequesterState::kLocalError) {
     finish_local_error(ctx_.wqe(ctx_.sq_next), pending_local_error_);
     return std::nullopt;
@@ -94,7 +99,10 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   if (w.stage == WqeStage::kPosted) start_wqe(w);
   Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_rc(w, payload);
   ++ctx_.counters.packets_sent;
+  ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
+  if (ctx_.config.type == QpType::kRc)
+    ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
   if (ctx_.config.type == QpType::kRc && ctx_.retransmit_deadline_ns == 0) {
     const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);
@@ -138,7 +146,8 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   if (hs.has(wire::Header::kImmDt)) h.imm = w.wr.imm_data;
   if (hs.has(wire::Header::kIeth)) h.ieth = w.wr.invalidate_rkey;
   h.bth.solicited = last && (w.wr.send_flags & send_flags::kSolicited);
-  // AckReq on every message end, and periodically inside long messages (PROTOCOL.md §3.3).
+  // AckReq on every message end, and periodically inside long messages (rxe_req.c init_req_packet;
+  // docs/protocol.md §3.3).
   h.bth.ack_req = last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq;
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
@@ -155,7 +164,7 @@ Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
   h.bth.dest_qp = ctx_.attr.dest_qp_num;
   h.bth.psn = ctx_.req_psn;
   if (w.is_read()) {
-    // A retried READ asks only for what is missing (PROTOCOL.md §3.9).
+    // A retried READ asks only for what is missing (IBA 9.4.4; docs/protocol.md §3.8).
     const std::uint64_t offset =
         std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} *
         ctx_.mtu();
@@ -198,12 +207,16 @@ Transmit Requester::build_ud(SendWqe& w, wire::MutableBytes payload) {
   ++ctx_.req_psn;
   ctx_.psn_high = ctx_.req_psn;
   ctx_.comp_psn = ctx_.req_psn;
-  // UD is unreliable: the WQE completes once its packet is handed to the port.
+  complete_datagram(w);
+  return t;
+}
+
+// UD is unreliable: the WQE completes once its packet is handed to the port.
+void Requester::complete_datagram(SendWqe& w) {
   w.stage = WqeStage::kDone;
   ctx_.push_send_completion(w, WcStatus::kSuccess);
   ++ctx_.sq_next;
   ++ctx_.sq_head;
-  return t;
 }
 
 void Requester::finish_local_error(SendWqe& w, WcStatus status) {

@@ -1,6 +1,6 @@
 // The requester: turns send WQEs into request packets (segmentation, PSN assignment, AckReq,
 // fences, the rd/atomic limit, the PSN window) and restarts from the completer's PSN on retry
-// (go-back-N, PROTOCOL.md §3.9). Modelled on rxe_req.c.
+// (go-back-N, docs/protocol.md §3.8). Modelled on rxe_req.c.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,7 @@ class Requester {
   Transmit build_ud(SendWqe& w, wire::MutableBytes payload);
   void build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
   void finish_local_error(SendWqe& w, WcStatus status);
+  void complete_datagram(SendWqe& w);
   bool copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out);
 
   QpContext& ctx_;

@@ -10,7 +10,7 @@ namespace {
 using wire::Operation;
 using wire::Position;
 
-// IBA limit on a message (PROTOCOL.md §4.3): RETH DMA lengths above it are invalid requests.
+// IBA limit on a message (C9-94): RETH DMA lengths above it are invalid requests.
 constexpr std::uint64_t kMaxDmaLength = 1ull << 31;
 constexpr std::uint32_t kMsnMask = 0xFFFFFF;
 
@@ -20,6 +20,13 @@ bool is_send_or_write(Operation op) {
 
 std::uint32_t packets_for(std::uint32_t length, std::uint32_t mtu) {
   return std::max<std::uint32_t>(1, (length + mtu - 1) / mtu);
+}
+
+// The GRH area holds the IPv6 header, or the IPv4 header in its last 20 bytes (RxMeta): the
+// IP version nibble of the first byte says which.
+constexpr std::uint8_t kIpv6Version = 6;
+std::uint8_t roce_network_type(const std::array<std::uint8_t, 40>& grh) {
+  return (grh[0] >> 4) == kIpv6Version ? roce_sl::kUdpIpv6 : roce_sl::kUdpIpv4;
 }
 
 }  // namespace
@@ -87,7 +94,7 @@ ResponderState Responder::step(ResponderState s, const Request& r) {
 }
 
 ResponderState Responder::acknowledge(const Request& r) {
-  // ACK only what asked for it (PROTOCOL.md §3.3); queue_ack coalesces.
+  // ACK only what asked for it (docs/protocol.md §3.3); queue_ack coalesces.
   if (r.hdr.bth.ack_req && is_send_or_write(r.info.operation)) {
     queue_ack(r.psn, wire::Aeth::ack(msn_));
   }
@@ -96,7 +103,7 @@ ResponderState Responder::acknowledge(const Request& r) {
 
 ResponderState Responder::nak_psn_sequence() {
   ++ctx_.counters.out_of_sequence;
-  if (!nak_sent_) {  // one NAK per gap (PROTOCOL.md §3.5)
+  if (!nak_sent_) {  // one NAK per gap (rxe_resp.c check_psn)
     queue_nak(epsn_, wire::NakCode::kPsnSequenceError);
     nak_sent_ = true;
   }
@@ -104,7 +111,7 @@ ResponderState Responder::nak_psn_sequence() {
 }
 
 ResponderState Responder::rnr_nak(const Request& r) {
-  // The refused packet's PSN and our min_rnr_timer; the QP stays RTS (PROTOCOL.md §3.5).
+  // The refused packet's PSN and our min_rnr_timer; the QP stays RTS (docs/protocol.md §3.5).
   jobs_.push_back(
       Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}});
   ++ctx_.counters.naks_sent;
@@ -157,7 +164,8 @@ ResponderState Responder::check_op_valid(const Request& r) const {
     default:
       break;
   }
-  // The QP's own access flags gate remote operations (rxe check_op_valid; PROTOCOL.md §3.5 step 3).
+  // The QP's own access flags gate remote operations (rxe_resp.c check_op_valid; docs/protocol.md
+  // §3.5 step 3).
   if ((ctx_.attr.qp_access_flags & need) != need) return ResponderState::kErrInvalidRequest;
   return ResponderState::kCheckResource;
 }
@@ -221,7 +229,7 @@ ResponderState Responder::check_rkey(const Request& r) {
   const Operation op = r.info.operation;
   if (op == Operation::kWrite && r.hdr.reth) {
     const wire::Reth& reth = *r.hdr.reth;
-    // A zero-length WRITE needs no valid VA or R_Key (PROTOCOL.md §2.1).
+    // A zero-length WRITE needs no valid VA or R_Key (IBA C9-88).
     if (reth.dma_length > 0 &&
         !ctx_.mrs->check_remote(reth.rkey, reth.va, reth.dma_length, access::kRemoteWrite)) {
       return ResponderState::kErrRemoteAccess;
@@ -274,7 +282,7 @@ ResponderState Responder::execute(const Request& r) {
 ResponderState Responder::execute_read(const Request& r) {
   const wire::Reth& reth = *r.hdr.reth;
   const std::uint32_t n = packets_for(reth.dma_length, ctx_.mtu());
-  msn_ = (msn_ + 1) & kMsnMask;  // counted when the READ is accepted (PROTOCOL.md §3.4)
+  msn_ = (msn_ + 1) & kMsnMask;  // counted when the READ is accepted (docs/protocol.md §3.4)
   ResponderResource& res = new_resource();
   res = ResponderResource{ResponderResource::Kind::kRead,
                           r.psn,
@@ -339,7 +347,7 @@ ResponderState Responder::complete(const Request& r) {
 ResponderState Responder::duplicate(const Request& r) {
   const Operation op = r.info.operation;
   if (is_send_or_write(op)) {
-    // Re-ACK everything executed so far, not the duplicate's PSN (PROTOCOL.md §3.7).
+    // Re-ACK everything executed so far, not the duplicate's PSN (rxe_resp.c duplicate_request).
     queue_ack(ack_psn_ - 1, wire::Aeth::ack(msn_));
     return ResponderState::kDone;
   }
@@ -396,7 +404,7 @@ void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
 }
 
 ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
-  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (PROTOCOL.md §3.5), and the
+  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (docs/protocol.md §3.5), and the
   // consumer hears of it as an affiliated asynchronous error (IBA 11.6.3; mlx5 raises the same
   // from its WQ access / invalid request / catastrophic error events).
   final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
@@ -477,6 +485,7 @@ std::optional<Transmit> Responder::poll(wire::MutableBytes payload) {
     }
   }
   ++ctx_.counters.packets_sent;
+  ctx_.counters.payload_bytes_sent += t.payload_len;
   return t;
 }
 
@@ -494,7 +503,7 @@ Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool
   h.bth.dest_qp = ctx_.attr.dest_qp_num;
   h.bth.psn = j.psn;
   // Position comes from the PSN within the original READ: a replay from the middle starts
-  // with MIDDLE/LAST, as rxe does (PROTOCOL.md §3.7).
+  // with MIDDLE/LAST, as rxe does (rxe_resp.c duplicate_request; IBA 9.4.4).
   h.bth.opcode = first && last ? wire::Opcode::kRcReadResponseOnly
                  : first       ? wire::Opcode::kRcReadResponseFirst
                  : last        ? wire::Opcode::kRcReadResponseLast
@@ -519,7 +528,7 @@ Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool
 
 void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload,
                           const RxMeta& meta) {
-  // PROTOCOL.md §6 check 5: a UD packet whose Q_Key differs from the QP's is dropped silently.
+  // rxe_recv.c check_keys: a UD packet whose Q_Key differs from the QP's is dropped silently.
   if (hdr.deth->qkey != ctx_.attr.qkey) {
     ++ctx_.counters.dropped;
     return;
@@ -542,6 +551,7 @@ void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload
   c.src_qp = hdr.deth->src_qp;
   c.solicited = hdr.bth.solicited;
   c.wc_flags = wc_flags::kGrh;
+  c.sl = roce_network_type(meta.grh);
   if (hdr.imm) {
     c.wc_flags |= wc_flags::kWithImm;
     c.imm_data = *hdr.imm;

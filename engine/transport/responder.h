@@ -2,7 +2,7 @@
 // duplicates (re-ACK, READ replay from the responder resources, the atomic replay cache),
 // opcode sequencing, access, length and R_Key checks with their NAKs, RNR NAKs, receive WQEs
 // from the QP or its SRQ, ACK coalescing, immediate data and invalidation; and UD receive
-// (PROTOCOL.md §3.5-3.7). Modelled on rxe_resp.c.
+// (docs/protocol.md §3.5-3.6, §4). Modelled on rxe_resp.c.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,8 @@
 
 namespace xroce::transport {
 
-// One state per processing step (PROTOCOL.md §3.5 order) and one per IBA error class.
+// One state per processing step (rxe_resp.c's order, docs/protocol.md §3.5) and one per IBA error
+// class.
 enum class ResponderState : std::uint8_t {
   kCheckPsn,
   kCheckOpSeq,
@@ -109,7 +110,7 @@ class Responder {
 
   QpContext& ctx_;
   wire::Psn epsn_;
-  wire::Psn ack_psn_;  // PSN after the last SEND/WRITE/ATOMIC executed (PROTOCOL.md §3.7)
+  wire::Psn ack_psn_;  // PSN after the last SEND/WRITE/ATOMIC executed (docs/protocol.md §3.6)
   std::uint32_t msn_ = 0;
   bool nak_sent_ = false;  // a PSN-sequence NAK (or RNR NAK) is out; drop until in sequence
   InMessage in_message_ = InMessage::kNone;

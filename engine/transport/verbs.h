@@ -79,6 +79,18 @@ inline constexpr std::uint32_t kWithImm = 1u << 1;
 inline constexpr std::uint32_t kWithInv = 1u << 3;
 }  // namespace wc_flags
 
+// The ibv_wc.sl of a RoCE UD receive: the network header type in the layout of mlx5's CQE
+// (the roce packet type UCX's uct_ud_iface_check_grh documents from the PRM): bits 2:0 the L3
+// header (1 IPv6, 2 IPv4), bit 3 set when the frame carries a UDP header (RoCE v2). A17.4.5.1:
+// a RoCE v2 UD completion tells whether the datagram came over IPv4 or IPv6.
+namespace roce_sl {
+inline constexpr std::uint8_t kUdp = 1u << 3;
+inline constexpr std::uint8_t kL3Ipv6 = 1;
+inline constexpr std::uint8_t kL3Ipv4 = 2;
+inline constexpr std::uint8_t kUdpIpv6 = kUdp | kL3Ipv6;
+inline constexpr std::uint8_t kUdpIpv4 = kUdp | kL3Ipv4;
+}  // namespace roce_sl
+
 namespace send_flags {
 inline constexpr std::uint32_t kFence = 1u << 0;
 inline constexpr std::uint32_t kSignaled = 1u << 1;

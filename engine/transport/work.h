@@ -56,7 +56,10 @@ struct Completion {
   wire::Qpn qp_num;
   wire::Qpn src_qp;
   std::uint32_t wc_flags = 0;  // wc_flags::
-  bool solicited = false;      // the message carried SE (for solicited-only CQ notification)
+  // ibv_wc.sl. On RoCE a UD receive reports the frame's network header type here, as mlx5
+  // does (roce_sl::); UCX's UD transport reads it (uct_ud_iface_check_grh).
+  std::uint8_t sl = 0;
+  bool solicited = false;  // the message carried SE (for solicited-only CQ notification)
 
   // Receive completions go to the QP's receive CQ, the rest to its send CQ.
   bool is_recv() const { return (static_cast<unsigned>(opcode) & 0x80) != 0; }
@@ -88,8 +91,10 @@ struct AsyncEvent {
 // Counters a QP keeps; the simulator and `xroce stat` read them.
 struct QpCounters {
   std::uint64_t packets_sent = 0;
+  std::uint64_t payload_bytes_sent = 0;  // requests and responses, retransmissions included
   std::uint64_t retransmitted_packets = 0;
   std::uint64_t packets_received = 0;
+  std::uint64_t payload_bytes_received = 0;
   std::uint64_t naks_sent = 0;  // every NAK kind, RNR included
   std::uint64_t rnr_naks_sent = 0;
   std::uint64_t naks_received = 0;  // every NAK kind, RNR included

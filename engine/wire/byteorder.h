@@ -1,5 +1,5 @@
 // Big-endian loads and stores over byte spans. Every IBA and IP header field is big-endian
-// except the ICRC (PROTOCOL.md §1.9), which has its own helper in icrc.h.
+// except the ICRC (docs/protocol.md §1.7), which has its own helper in icrc.h.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// The RoCEv2 congestion notification packet (PROTOCOL.md §5.3): sent by a notification point
-// to the QP whose traffic arrived CE-marked.
+// The RoCEv2 congestion notification packet (docs/protocol.md §5.3; Annex A17): sent by a
+// notification point to the QP whose traffic arrived CE-marked.
 #pragma once
 
 #include "wire/headers.h"

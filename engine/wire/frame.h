@@ -40,7 +40,7 @@ struct DecodedFrame {
   TransportHeaders hdr;
   HeaderError header_error{};   // set when decode fails with kBadHeaders
   Bytes payload;                // without pad
-  std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (PROTOCOL.md §1.9)
+  std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (docs/protocol.md §1.7)
   bool icrc_ok = false;
   std::uint16_t ipv4_checksum = 0;  // as on the wire (verified); 0 for IPv6
   std::uint16_t udp_checksum = 0;   // as on the wire; 0 = not used, else verified

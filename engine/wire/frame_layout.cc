@@ -140,14 +140,19 @@ Ecn ecn_of(Bytes frame, const FrameLayout& layout) {
 }
 
 void set_ecn_ce(MutableBytes frame, const FrameLayout& layout) {
+  set_ecn(frame, layout, Ecn::kCe);
+}
+
+void set_ecn(MutableBytes frame, const FrameLayout& layout, Ecn ecn) {
   std::uint8_t* ip = &frame[layout.ip_offset];
+  const auto bits = static_cast<std::uint8_t>(ecn);
   if (layout.ip == IpVersion::kV6) {
-    ip[1] |= kIpv6EcnMaskByte1;
+    ip[1] = static_cast<std::uint8_t>((ip[1] & ~kIpv6EcnMaskByte1) | (bits << 4));
     return;
   }
   // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), m the 16-bit word holding the TOS byte.
   const std::uint16_t old_word = load_be16(ip);
-  ip[1] |= kEcnMask;
+  ip[1] = static_cast<std::uint8_t>((ip[1] & ~kEcnMask) | bits);
   const std::uint16_t new_word = load_be16(ip);
   const std::uint16_t old_sum = load_be16(ip + kIpv4ChecksumOffset);
   const std::uint32_t sum = static_cast<std::uint16_t>(~old_sum) +

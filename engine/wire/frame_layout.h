@@ -140,6 +140,8 @@ Ecn ecn_of(Bytes frame, const FrameLayout& layout);
 // header that verified still does. The ICRC masks the field (rxe_icrc.c rxe_icrc_hdr), so a RoCE
 // frame stays valid. Precondition: layout.has_ip().
 void set_ecn_ce(MutableBytes frame, const FrameLayout& layout);
+// Writes any codepoint the same way (xroce-switch --bleach-ecn writes Not-ECT).
+void set_ecn(MutableBytes frame, const FrameLayout& layout, Ecn ecn);
 
 // Bytes of Ethernet (+ tags), IP and UDP header in front of a UDP payload.
 std::size_t envelope_bytes(const FrameAddress& addr);

@@ -7,7 +7,8 @@
 namespace xroce::wire {
 namespace {
 
-// IBA table 45 (PROTOCOL.md §3.4), in microseconds; index 0 is the longest, 655.36 ms.
+// IBA table 45 (rxe_comp.c rnrnak_usec; docs/protocol.md §3.4), in microseconds; index 0 is the
+// longest, 655.36 ms.
 constexpr std::array<std::uint32_t, 32> kRnrTimerUs = {
     655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
     480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
@@ -100,7 +101,7 @@ std::optional<HeaderError> decode_transport_headers_into(Bytes bytes, TransportH
   h.bth = decode_bth(p);
   if (h.bth.tver != 0) return HeaderError::kBadTver;
   p += kBthBytes;
-  // Header order after the BTH (PROTOCOL.md §1.7): DETH, RETH|AtomicETH|AETH, ImmDt|IETH,
+  // Header order after the BTH (docs/protocol.md §1.5): DETH, RETH|AtomicETH|AETH, ImmDt|IETH,
   // AtomicAckETH after AETH.
   const HeaderSet hs = info->headers;
   if (hs.has(Header::kDeth)) {

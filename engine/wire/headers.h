@@ -1,5 +1,5 @@
-// IBA transport headers: the BTH and the extended headers that follow it (PROTOCOL.md §1.6-1.7).
-// Plain values; encode/decode with explicit byte order, no bitfields over wire memory.
+// IBA transport headers: the BTH and the extended headers that follow it (docs/protocol.md
+// §1.4-1.5). Plain values; encode/decode with explicit byte order, no bitfields over wire memory.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,8 @@ struct AtomicEth {
   bool operator==(const AtomicEth&) const = default;
 };
 
-// NAK codes carried in AETH bits 4:0 when the type is NAK (PROTOCOL.md §3.4).
+// NAK codes carried in AETH bits 4:0 when the type is NAK (rxe_hdr.h AETH_NAK_*; docs/protocol.md
+// §3.4).
 enum class NakCode : std::uint8_t {
   kPsnSequenceError = 0,
   kInvalidRequest = 1,
@@ -88,7 +89,7 @@ struct Aeth {
   bool operator==(const Aeth&) const = default;
 };
 
-// RNR NAK timer codes to microseconds (IBA table 45; PROTOCOL.md §3.4). Code 0 is 655.36 ms.
+// RNR NAK timer codes to microseconds (IBA table 45; docs/protocol.md §3.4). Code 0 is 655.36 ms.
 std::uint32_t rnr_timer_us(std::uint8_t code);
 // AETH credit codes to credit counts; nullopt for code 31 (invalid).
 std::optional<std::uint32_t> aeth_credits(std::uint8_t code);

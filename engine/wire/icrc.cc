@@ -71,8 +71,8 @@ constexpr std::size_t kMaxMaskedBytes = kIpv6HeaderBytes + kUdpHeaderBytes + kBt
 constexpr std::size_t kUdpChecksumOffset = 6;
 constexpr std::size_t kBthResv8aOffset = 4;  // FECN, BECN, Resv6a
 
-// Sets the variant fields of the IP, UDP and BTH headers to ones, in place (PROTOCOL.md §1.9).
-// Returns the length of the masked prefix.
+// Sets the variant fields of the IP, UDP and BTH headers to ones, in place (rxe_icrc.c
+// rxe_icrc_hdr; docs/protocol.md §1.7). Returns the length of the masked prefix.
 std::size_t mask_variant_fields(std::uint8_t* p, bool v6) {
   std::size_t ip_len;
   if (v6) {

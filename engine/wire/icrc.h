@@ -1,4 +1,4 @@
-// ICRC, the invariant CRC at the end of every RoCEv2 packet (PROTOCOL.md §1.9).
+// ICRC, the invariant CRC at the end of every RoCEv2 packet (Annex A17; docs/protocol.md §1.7).
 //
 // The ICRC is zlib's CRC-32 (IEEE 802.3, reflected, init and final XOR 0xFFFFFFFF) over
 // 8 bytes of 0xFF, the IP header and UDP header and BTH with their variant fields set to ones,

@@ -1,5 +1,5 @@
 // A plain, obviously-correct ICRC for tests and benchmarks only: it materialises the whole
-// masked string of PROTOCOL.md §1.9 and runs a bit-at-a-time CRC-32 over it. The engine uses
+// masked string of docs/protocol.md §1.7 and runs a bit-at-a-time CRC-32 over it. The engine uses
 // icrc_compute() (icrc.h); the two must always agree.
 #pragma once
 

@@ -1,5 +1,6 @@
-// The opcode table: every protocol fact about an opcode, declared once (PROTOCOL.md §2).
-// Header lengths and offsets are derived from it; nothing else in the engine lists opcodes.
+// The opcode table: every protocol fact about an opcode, declared once (docs/protocol.md §2;
+// rxe_opcode.c). Header lengths and offsets are derived from it; nothing else in the engine lists
+// opcodes.
 #pragma once
 
 #include <array>
@@ -51,7 +52,7 @@ enum class Opcode : std::uint8_t {
   // UD
   kUdSendOnly = 0x64,
   kUdSendOnlyImm = 0x65,
-  // RoCEv2 congestion notification packet (not IB-native 0x80; PROTOCOL.md §2.2).
+  // RoCEv2 congestion notification packet (not IB-native 0x80; docs/protocol.md §2.2).
   kCnp = 0x81,
 };
 
@@ -102,7 +103,7 @@ enum class Operation : std::uint8_t {
   kCnp,
 };
 
-// Sizes of the headers on the wire (PROTOCOL.md §1.6, §1.7).
+// Sizes of the headers on the wire (docs/protocol.md §1.4, §1.5).
 inline constexpr std::size_t kBthBytes = 12;
 inline constexpr std::size_t kDethBytes = 8;
 inline constexpr std::size_t kRethBytes = 16;
@@ -247,7 +248,7 @@ constexpr const OpcodeInfo& opcode_info(Opcode op) {
   return *find_opcode(static_cast<std::uint8_t>(op));
 }
 
-// Derived facts, checked at compile time against PROTOCOL.md §2.
+// Derived facts, checked at compile time against docs/protocol.md §2.
 static_assert(opcode_info(Opcode::kRcWriteOnlyImm).header_bytes() == 12 + 16 + 4);
 static_assert(opcode_info(Opcode::kRcAtomicAck).header_bytes() == 12 + 4 + 8);
 static_assert(opcode_info(Opcode::kRcCompareSwap).header_bytes() == 12 + 28);

@@ -1,4 +1,4 @@
-// Packet sequence numbers: 24 bits, compared on a circle (PROTOCOL.md §3.1, IBA 9.7.1).
+// Packet sequence numbers: 24 bits, compared on a circle (IBA 9.7.1; docs/protocol.md §3.1).
 #pragma once
 
 #include <compare>

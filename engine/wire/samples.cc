@@ -137,7 +137,7 @@ void add_acks(std::vector<Sample>& out) {
   }
 }
 
-// The self-generated reference frames of PROTOCOL.md §1.9, rebuilt from their fields.
+// The self-generated reference frames of docs/protocol.md §1.8, rebuilt from their fields.
 void add_protocol_references(std::vector<Sample>& out) {
   FrameAddress addr;
   addr.src_mac = {0x02, 0x00, 0x00, 0x00, 0x00, 0x01};

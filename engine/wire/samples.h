@@ -1,6 +1,6 @@
 // The golden samples: one valid frame of every opcode the project speaks, over IPv4 and IPv6,
 // with and without an 802.1Q tag; ACKs with every NAK code, RNR timer and credit code; a CNP;
-// and the reference frames of PROTOCOL.md §1.9. `xroce wire samples` writes them to a capture
+// and the reference frames of docs/protocol.md §1.8. `xroce wire samples` writes them to a capture
 // for dissectors and peers to check; the tests check them against scapy and tshark.
 #pragma once
 

@@ -35,7 +35,7 @@ using Rkey = Strong<RkeyTag, std::uint32_t>;
 using Lkey = Strong<LkeyTag, std::uint32_t>;
 using Qkey = Strong<QkeyTag, std::uint32_t>;
 
-// Q_Key used by the GSI (QP1), PROTOCOL.md §1.7.
+// Q_Key used by the GSI (QP1), docs/protocol.md §4.
 inline constexpr Qkey kGsiQkey{0x80010000};
 // Default partition, full member: what rxe always sends.
 inline constexpr std::uint16_t kDefaultPkey = 0xFFFF;

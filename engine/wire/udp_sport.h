@@ -1,5 +1,6 @@
-// UDP source port (flow entropy) as Linux derives it for RoCEv2 (PROTOCOL.md §4.6). The port
-// must stay constant for a QP so the network keeps its packets in order; receivers ignore it.
+// UDP source port (flow entropy) as Linux derives it for RoCEv2 (docs/protocol.md §1.3; ib_verbs.h
+// rdma_get_udp_sport). The port must stay constant for a QP so the network keeps its packets in
+// order; receivers ignore it.
 #pragma once
 
 #include <cstdint>

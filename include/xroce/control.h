@@ -191,10 +191,10 @@ struct RegMrReply {
   uint32_t dma;  // MrDma: how the daemon reaches the region
 };
 
-// How the daemon reaches a registered region (ARCHITECTURE.md decision 5). Op::reg_mr may carry
-// one file descriptor (SCM_RIGHTS): a memfd, sealed against shrinking, that now backs the whole
-// region in the caller (provider/shared_mr.h). The daemon maps it (kSharedMapping) or, when it
-// cannot, closes it and uses cross-memory attach (kCrossMemory); without a descriptor it always
+// How the daemon reaches a registered region (docs/ARCHITECTURE.md decision 5). Op::reg_mr may
+// carry one file descriptor (SCM_RIGHTS): a memfd, sealed against shrinking, that now backs the
+// whole region in the caller (provider/shared_mr.h). The daemon maps it (kSharedMapping) or, when
+// it cannot, closes it and uses cross-memory attach (kCrossMemory); without a descriptor it always
 // uses cross-memory attach.
 enum class MrDma : uint32_t { kCrossMemory = 0, kSharedMapping = 1 };
 

@@ -210,7 +210,7 @@ struct verbs_context_ops {
 
 // Placed by libxroce-rdmav34.so right after the verbs_device of each of its devices, for
 // libxroce-preload.so: the entry points libibverbs does not route through the provider
-// (ARCHITECTURE.md decision 3). The preload recognises an xroce device by ops->name == "xroce"
+// (docs/ARCHITECTURE.md decision 3). The preload recognises an xroce device by ops->name == "xroce"
 // and this magic.
 inline constexpr uint64_t kXroceDeviceExtensionMagic = 0x78726f6365657874;  // "xroceext"
 struct xroce_device_extension {

@@ -1,5 +1,5 @@
-// The data path shared by the provider and xroced (ARCHITECTURE.md decision 4): work queues and
-// completion queues in shared memory.
+// The data path shared by the provider and xroced (docs/ARCHITECTURE.md decision 4): work queues
+// and completion queues in shared memory.
 //
 // Memory. For each CQ, each QP (send and receive queue in one region) and each SRQ, the daemon
 // creates a memfd, sizes it, maps it, and passes it to the provider with SCM_RIGHTS in the reply

@@ -1,4 +1,4 @@
-// The provider's half of the shared-mapping DMA path (ARCHITECTURE.md decision 5; the daemon's
+// The provider's half of the shared-mapping DMA path (docs/ARCHITECTURE.md decision 5; the daemon's
 // half is engine/device/dma.h): re-back a registered buffer with a memfd so the daemon can map
 // the same pages. In the shared library because the DMA benchmark plays a client with it too.
 //

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "fabric.h"
+#include "pair.h"
 
 namespace xroce::e2e {
 namespace {
@@ -25,15 +25,13 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-constexpr auto kProgramDeadline = 120s;
-
 json cc_show(const Host& h, const std::string& dev) {
   const RunResult r = h.exec({xroce_bin(), "cc", "show", dev, "--json"});
   EXPECT_EQ(r.status, 0) << r.output;
   return json::parse(r.output, nullptr, false);
 }
 
-// PROTOCOL.md §5.5: the ConnectX firmware defaults, under their names.
+// docs/protocol.md §5.5: the ConnectX firmware defaults, under their names.
 const std::map<std::string, int> kConnectxDefaults = {
     {"rpg_time_reset", 300},
     {"rpg_byte_reset", 32767},
@@ -74,7 +72,7 @@ TEST_F(CcControl, ShowListsEveryParameterWithItsConnectxDefault) {
   EXPECT_EQ(cc["device"], kDev);
   EXPECT_EQ(cc["profile"], "connectx");
   EXPECT_EQ(cc["rp_enable"], json::array({1, 1, 1, 1, 1, 1, 1, 1}));
-  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 0, 0, 0, 0, 0}));  // PROTOCOL.md §6
+  EXPECT_EQ(cc["np_enable"], json::array({0, 0, 0, 0, 0, 0, 0, 0}));  // docs/protocol.md §6
   for (const auto& [name, value] : kConnectxDefaults)
     EXPECT_EQ(cc["params"][name], value) << name;
   for (int p = 0; p < 8; ++p) {
@@ -131,7 +129,7 @@ TEST_F(CcControl, ProfileSwitchKeepsTheEnables) {
   ASSERT_EQ(r.status, 0) << r.output;
   json cc = cc_show(*host_, kDev);
   EXPECT_EQ(cc["profile"], "paper");
-  // DCQCN.md §2 / engine/cc/README.md: the paper's values.
+  // docs/protocol.md §5.5 / engine/cc/README.md: the paper's values.
   EXPECT_EQ(cc["params"]["rpg_time_reset"], 55);
   EXPECT_EQ(cc["params"]["rpg_threshold"], 5);
   EXPECT_EQ(cc["params"]["rpg_ai_rate"], 40);
@@ -151,91 +149,6 @@ TEST_F(CcControl, ProfileSwitchKeepsTheEnables) {
 }
 
 // ---- ECT on the wire ---------------------------------------------------------------------
-
-int pair_counter = 0;
-
-// Two namespaces joined by veth ccw0 <-> ccw1 (198.18.172.1 and .2), an xroce device on each
-// (udp port: its frames pass the kernel's packet taps, where tcpdump sees them).
-class WirePair {
- public:
-  WirePair() {
-    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(pair_counter++);
-    ns_[0] = "xrccw-a-" + tag;
-    ns_[1] = "xrccw-b-" + tag;
-    for (const auto& ns : ns_)
-      run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", "ccw0", "netns", ns_[0], "type", "veth", "peer", "name", "ccw1",
-         "netns", ns_[1]});
-    for (int i = 0; i < 2; ++i) {
-      const std::string dev = "ccw" + std::to_string(i);
-      exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", dev});
-      exec(i, {"ip", "link", "set", dev, "up"});
-      exec(i, {"ip", "link", "set", "lo", "up"});
-      added_[i] = exec(i, {xroce_bin(), "link", "add", this->dev(i), "netdev", dev, "port", "udp",
-                           "queues", "1"});
-    }
-  }
-  ~WirePair() {
-    for (int i = 0; i < 2; ++i) {
-      // Read before the daemon exits: it removes its run directory, lock file included.
-      const std::string pid = exec(i, {"cat", lock_file(i)}).output;
-      exec(i, {xroce_bin(), "link", "del", dev(i)});  // the daemon exits with its last device
-      if (const pid_t p = std::atoi(pid.c_str()); p > 0) Host::wait_gone(p, 5s);
-    }
-    for (const auto& ns : ns_)
-      run({"ip", "netns", "del", ns});
-  }
-  WirePair(const WirePair&) = delete;
-  WirePair& operator=(const WirePair&) = delete;
-
-  bool ready() const {
-    if (added_[0].status != 0 || added_[1].status != 0) return false;
-    for (int i = 0; i < 2; ++i) {
-      if (!eventually(
-              [&] {
-                return verbs(i, {"ibv_devinfo", "-d", dev(i)}).output.find("PORT_ACTIVE") !=
-                       std::string::npos;
-              },
-              20s))
-        return false;
-    }
-    return true;
-  }
-  std::string why_not() const { return added_[0].output + added_[1].output; }
-  std::string ip(int i) const { return "198.18.172." + std::to_string(i + 1); }
-  std::string dev(int i) const { return "xrccw" + std::to_string(i); }
-  RunResult exec(int i, std::vector<std::string> argv,
-                 std::chrono::milliseconds deadline = 30s) const {
-    return run(in(i, std::move(argv)), deadline);
-  }
-  std::vector<std::string> in(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
-    return argv;
-  }
-  RunResult verbs(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
-    return exec(i, std::move(argv), kProgramDeadline);
-  }
-  bool listening(int i, int port) const {
-    return !exec(i, {"ss", "-Hltn", "sport", "=", ":" + std::to_string(port)}).output.empty();
-  }
-  // ports/1/hw_counters/<name> of device i in its daemon's sysfs-shaped tree, or -1.
-  long long hw_counter(int i, const std::string& name) const {
-    const std::string dir = lock_file(i).substr(0, lock_file(i).rfind('/'));
-    std::ifstream file(dir + "/sys/class/infiniband/" + dev(i) + "/ports/1/hw_counters/" + name);
-    long long v = -1;
-    file >> v;
-    return v;
-  }
-
- private:
-  std::string lock_file(int i) const {
-    const auto ino = exec(i, {"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
-    return "/run/xroce/ns-" + ino.substr(0, ino.find('\n')) + "/xroced.lock";
-  }
-  std::string ns_[2];
-  RunResult added_[2];
-};
 
 struct Packet {
   int ecn = -1;
@@ -266,7 +179,8 @@ class CcWire : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces)";
-    pair_ = std::make_unique<WirePair>();
+    // The udp port: its frames pass the kernel's packet taps, where tcpdump sees them.
+    pair_ = std::make_unique<Pair>("xrccw", 172, "udp");
     ASSERT_TRUE(pair_->ready()) << pair_->why_not();
     pcap_ = "/tmp/xroce-cc-ect-" + std::to_string(getpid()) + ".pcap";
   }
@@ -276,8 +190,8 @@ class CcWire : public ::testing::Test {
   // RDMA WRITE packets (opcodes 6..11) seen leaving b.
   std::vector<Packet> writes_on_the_wire(const std::vector<std::string>& extra = {}) {
     unlink(pcap_.c_str());
-    Child capture(pair_->in(1, {"tcpdump", "-i", "ccw1", "-U", "-n", "-w", pcap_, "udp", "and",
-                                "dst", "port", "4791"}));
+    Child capture(pair_->in(1, {"tcpdump", "-i", pair_->netdev(1), "-U", "-n", "-w", pcap_, "udp",
+                                "and", "dst", "port", "4791"}));
     bool listening = false;
     for (int i = 0; i < 5 && !listening; ++i)
       listening = capture.read_line(10s).find("listening on") != std::string::npos;
@@ -301,7 +215,7 @@ class CcWire : public ::testing::Test {
     return writes;
   }
 
-  std::unique_ptr<WirePair> pair_;
+  std::unique_ptr<Pair> pair_;
   std::string pcap_;
 };
 

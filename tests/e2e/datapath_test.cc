@@ -16,101 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "fabric.h"
+#include "pair.h"
 
 namespace xroce::e2e {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kProgramDeadline = 120s;
 int pair_counter = 0;
-
-// Two namespaces "<prefix>-a/b-<pid>-<n>" joined by veth g2d0 <-> g2d1, 198.18.<subnet>.1 and .2,
-// an xroce device in each on the given port kind. Removed by name in the destructor.
-class Pair {
- public:
-  Pair(const std::string& port_kind, int subnet) : subnet_(subnet) {
-    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(pair_counter++);
-    ns_[0] = "xrdp-a-" + tag;
-    ns_[1] = "xrdp-b-" + tag;
-    for (const auto& ns : ns_)
-      run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", "g2d0", "netns", ns_[0], "type", "veth", "peer", "name", "g2d1",
-         "netns", ns_[1]});
-    for (int i = 0; i < 2; ++i) {
-      const std::string dev = "g2d" + std::to_string(i);
-      exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", dev});
-      exec(i, {"ip", "link", "set", dev, "up"});
-      exec(i, {"ip", "link", "set", "lo", "up"});
-      dev_[i] = "xrdp" + std::to_string(i);
-      added_[i] = exec(i, {xroce_bin(), "link", "add", dev_[i], "netdev", dev, "port", port_kind,
-                           "queues", "1"});
-    }
-  }
-  ~Pair() {
-    for (int i = 0; i < 2; ++i) {
-      // The daemon exits with its last device, removing its run directory (the lock file too):
-      // its pid is read before.
-      const RunResult pid = exec(i, {"cat", lock_file(i)});
-      exec(i, {xroce_bin(), "link", "del", dev_[i]});
-      if (pid.status == 0 && !pid.output.empty()) Host::wait_gone(std::stoi(pid.output), 5s);
-    }
-    for (const auto& ns : ns_)
-      run({"ip", "netns", "del", ns});
-  }
-  Pair(const Pair&) = delete;
-  Pair& operator=(const Pair&) = delete;
-
-  // Both devices added and their ports ACTIVE (the veth carrier comes up asynchronously, and
-  // perftest refuses a port that is DOWN).
-  bool ready() const {
-    if (added_[0].status != 0 || added_[1].status != 0) return false;
-    for (int i = 0; i < 2; ++i) {
-      const bool active = eventually(
-          [&] {
-            return verbs(i, {"ibv_devinfo", "-d", dev_[i]}).output.find("PORT_ACTIVE") !=
-                   std::string::npos;
-          },
-          20s);
-      if (!active) return false;
-    }
-    return true;
-  }
-  std::string why_not() const { return added_[0].output + added_[1].output; }
-  std::string ip(int i) const {
-    return "198.18." + std::to_string(subnet_) + "." + std::to_string(i + 1);
-  }
-  const std::string& dev(int i) const { return dev_[i]; }
-
-  RunResult exec(int i, std::vector<std::string> argv,
-                 std::chrono::milliseconds deadline = 30s) const {
-    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
-    return run(argv, deadline);
-  }
-  std::vector<std::string> in(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
-    return argv;
-  }
-  RunResult verbs(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
-    return exec(i, std::move(argv), kProgramDeadline);
-  }
-  bool listening(int i, int port) const {
-    return !exec(i, {"ss", "-Hltn", "sport", "=", ":" + std::to_string(port)}).output.empty();
-  }
-
- private:
-  std::string lock_file(int i) const {
-    const auto ino = exec(i, {"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
-    return "/run/xroce/ns-" + ino.substr(0, ino.find('\n')) + "/xroced.lock";
-  }
-
-  int subnet_;
-  std::string ns_[2];
-  std::string dev_[2];
-  RunResult added_[2];
-};
 
 struct Outcome {
   RunResult server;
@@ -148,7 +61,7 @@ class DatapathE2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, XDP)";
-    pair_ = std::make_unique<Pair>(GetParam(), 60 + pair_counter % 100);
+    pair_ = std::make_unique<Pair>("xrdp", 60 + pair_counter++ % 100, GetParam());
     ASSERT_TRUE(pair_->ready()) << pair_->why_not();
   }
   // ibv_*_pingpong on both sides with the GID index of the IPv4 address (0, as ibv_devinfo

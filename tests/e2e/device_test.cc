@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -83,7 +84,7 @@ TEST_F(DeviceTest, IbvDevinfoShowsActivePortAndRoceV2Gids) {
   EXPECT_NE(r.output.find("state:\t\t\tPORT_ACTIVE (4)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("link_layer:\t\tEthernet"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("phys_state:\t\tLINK_UP (5)"), std::string::npos) << r.output;
-  // veth MTU 1500 leaves room for 1024-byte payloads (PROTOCOL.md 4.1).
+  // veth MTU 1500 leaves room for 1024-byte payloads (docs/protocol.md §3.10).
   EXPECT_NE(r.output.find("active_mtu:\t\t1024 (3)"), std::string::npos) << r.output;
   // veth says 10000 Mb/s: 1X FDR10, as the kernel's ib_get_eth_speed() maps it.
   EXPECT_NE(r.output.find("active_width:\t\t1X (1)"), std::string::npos) << r.output;
@@ -192,6 +193,74 @@ TEST_F(DeviceTest, LinkCommandsRejectBadRequests) {
   auto shown = link_show(host);
   ASSERT_TRUE(shown.is_array());
   EXPECT_EQ(shown.size(), 1u) << shown.dump();
+}
+
+// `link add` returns once the port is ACTIVE: a verbs program started right after finds it so.
+// When the port cannot come up, it says why within --wait-s and exits non-zero.
+TEST_F(DeviceTest, LinkAddReturnsOnceActiveOrSaysWhyNot) {
+  Host host("xre2e-active", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  const auto shown = link_show(host);  // at once, no waiting
+  ASSERT_TRUE(shown.is_array() && shown.size() == 1u) << shown.dump();
+  EXPECT_EQ(shown[0]["state"], "ACTIVE") << shown.dump();
+  EXPECT_EQ(host.exec({xroce_bin(), "link", "del", "xre0"}).status, 0);
+
+  // xr0a without carrier: its veth peer is down.
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0b", "down"}).status, 0);
+  auto r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "--wait-s", "1"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("port not ACTIVE after 1 s: netdev xr0a has no carrier"),
+            std::string::npos)
+      << r.output;
+  // The device stays, DOWN, and follows the netdev once the peer comes up.
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0b", "up"}).status, 0);
+  EXPECT_TRUE(eventually(
+      [&] {
+        const auto links = link_show(host);
+        return links.is_array() && links.size() == 1u && links[0]["state"] == "ACTIVE";
+      },
+      seconds(10)));
+
+  // An administratively down netdev says so.
+  ASSERT_EQ(host.exec({xroce_bin(), "link", "del", "xre0"}).status, 0);
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xr0a", "down"}).status, 0);
+  r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "--wait-s", "0.5"});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("netdev xr0a is down"), std::string::npos) << r.output;
+  EXPECT_EQ(host.exec({xroce_bin(), "link", "del", "xre0"}).status, 0);
+}
+
+// `link del` of the last device, then `link add` at once, five times: each time a new daemon
+// serves, with its output going to the run directory's log (not to a file an exiting daemon
+// unlinked), and the old daemon is gone.
+TEST_F(DeviceTest, LinkDelThenLinkAddRestartsCleanly) {
+  Host host("xre2e-restart", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  const std::string log = std::filesystem::path(host.lock_file()).parent_path() / "xroced.log";
+  pid_t previous = host.daemon_pid();
+  ASSERT_GT(previous, 0);
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    const auto del = host.exec({xroce_bin(), "link", "del", "xre0"});
+    ASSERT_EQ(del.status, 0) << del.output;
+    EXPECT_TRUE(Host::wait_gone(previous, seconds(0)))
+        << "link del returned before the daemon exited";
+    const auto add = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a"});
+    ASSERT_EQ(add.status, 0) << add.output;
+    const pid_t now = host.daemon_pid();
+    ASSERT_GT(now, 0);
+    EXPECT_NE(now, previous);
+    std::error_code ec;
+    const auto out = std::filesystem::read_symlink("/proc/" + std::to_string(now) + "/fd/2", ec);
+    EXPECT_EQ(out.string(), log) << "the daemon's stderr";
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("pid " + std::to_string(now) + " serving"), std::string::npos) << text;
+    const auto shown = link_show(host);
+    ASSERT_TRUE(shown.is_array() && shown.size() == 1u) << shown.dump();
+    EXPECT_EQ(shown[0]["state"], "ACTIVE");
+    previous = now;
+  }
 }
 
 TEST_F(DeviceTest, VerbsProgramAllocatesPdAndRegistersMemory) {

@@ -1,4 +1,4 @@
-// Registered memory through both DMA paths (ARCHITECTURE.md decision 5), end to end: the
+// Registered memory through both DMA paths (docs/ARCHITECTURE.md decision 5), end to end: the
 // provider re-backs whole pages of anonymous memory with a memfd the daemon maps ("shared"), any
 // other buffer is reached by cross-memory attach ("cma"); `xroce stat` says which; deregistration
 // and a killed client leave no mapping or descriptor in xroced. Also: an address added to the
@@ -243,7 +243,7 @@ TEST_F(DmaTest, AnAddressAddedWhileRunningIsSteered) {
   Pair pair("xrdma-gid", next_subnet(), "afxdp");
   ASSERT_TRUE(pair.ready());
   const std::string added = pair.ip(0).substr(0, pair.ip(0).rfind('.')) + ".11";
-  ASSERT_EQ(pair.exec(0, {"ip", "addr", "add", added + "/24", "dev", "g1a"}).status, 0);
+  ASSERT_EQ(pair.exec(0, {"ip", "addr", "add", added + "/24", "dev", pair.netdev(0)}).status, 0);
   int index = -1;
   ASSERT_TRUE(eventually(
       [&] {

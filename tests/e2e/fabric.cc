@@ -158,15 +158,6 @@ std::string probe_bin() {
   return XROCE_VERBS_PROBE;
 }
 
-bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline) {
-  const auto until = Clock::now() + deadline;
-  for (;;) {
-    if (probe()) return true;
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
 namespace {
 
 bool is_xroced(pid_t pid) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/eventually.h"
+
 namespace xroce::e2e {
 
 struct RunResult {
@@ -71,6 +73,7 @@ class Host {
                        const std::string& netdev = "xr0a");
   // The pid in the namespace's daemon lock file (the running daemon's, or a past one's).
   pid_t daemon_pid() const;
+  const std::string& lock_file() const { return lock_file_; }
   // True once the process is gone (or a zombie nobody reaps), waiting up to the deadline.
   static bool wait_gone(pid_t pid, std::chrono::milliseconds deadline);
 
@@ -84,9 +87,11 @@ class Host {
 
 std::string xroce_bin();
 std::string probe_bin();
-// Polls `probe` until it returns true or the deadline passes (no fixed sleeps: it re-checks
-// the condition, pausing briefly between attempts).
-bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline);
+// Polls `probe` until it returns true or the deadline passes (common/eventually.h), pausing
+// 20 ms between checks: a check here usually runs a program.
+inline bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline) {
+  return test::eventually(probe, deadline, std::chrono::milliseconds(20));
+}
 
 // The index of the GID `gid` (as ibv_devinfo prints it: "::ffff:198.18.1.1", "2001:2::1") in
 // device `dev`'s table, read with `ibv_devinfo -v` inside namespace `netns`; -1 if absent.

@@ -13,6 +13,8 @@
 //                            try another verb (the daemon is stopped meanwhile)
 //   verbs_probe DEV dma_regions|dma_hold|dma_loopback N  registered memory through both DMA
 //                            paths (verbs_probe_dma.cc)
+//   verbs_probe DEV refusals|recv_depth|loopback_semantics|channel_cq_ex  what rdma-core's pyverbs
+//                            suite checks of a provider (verbs_probe_semantics.cc)
 //
 // Exit status 0 when every check it makes itself passed.
 #include <fcntl.h>
@@ -40,6 +42,43 @@ int failures = 0;
 void check(bool ok, const char* what) {
   std::printf("check %s %s\n", what, ok ? "ok" : "FAILED");
   if (!ok) ++failures;
+}
+
+bool connect_rc(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, uint8_t sgid_index,
+                uint8_t rnr_retry, uint32_t psn) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                      IBV_ACCESS_REMOTE_ATOMIC;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    return false;
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = peer_qpn;
+  a.rq_psn = psn;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.hop_limit = 1;
+  a.ah_attr.grh.sgid_index = sgid_index;
+  a.ah_attr.grh.dgid = gid;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+    return false;
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = rnr_retry;
+  a.sq_psn = psn;
+  a.max_rd_atomic = 16;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
 }
 
 namespace {
@@ -195,7 +234,8 @@ int main_probe(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N|"
-                 "dma_regions|dma_hold|dma_loopback N\n");
+                 "dma_regions|dma_hold|dma_loopback N|refusals|recv_depth|loopback_semantics|"
+                 "channel_cq_ex\n");
     return 2;
   }
   ibv_context* ctx = open_named(argv[1]);
@@ -216,6 +256,10 @@ int main_probe(int argc, char** argv) {
   if (mode == "dma_regions") rc = dma_regions(ctx, false);
   if (mode == "dma_hold") rc = dma_regions(ctx, true);
   if (mode == "dma_loopback") rc = dma_loopback(ctx, argc > 3 ? std::atoi(argv[3]) : 1000);
+  if (mode == "refusals") rc = refusals(ctx);
+  if (mode == "recv_depth") rc = recv_depth(ctx);
+  if (mode == "loopback_semantics") rc = loopback_semantics(ctx);
+  if (mode == "channel_cq_ex") rc = channel_cq_ex(ctx);
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;

@@ -1,5 +1,5 @@
-// verbs_probe's registered-memory modes (ARCHITECTURE.md decision 5: the daemon reaches a region
-// through a shared mapping of a memfd, or through cross-memory attach):
+// verbs_probe's registered-memory modes (docs/ARCHITECTURE.md decision 5: the daemon reaches a
+// region through a shared mapping of a memfd, or through cross-memory attach):
 //
 //   verbs_probe DEV dma_regions  register a page-aligned anonymous buffer (shareable) and a part
 //                                of a page (not), print "mr shared|cma ADDR LENGTH" for each as
@@ -148,42 +148,6 @@ ibv_qp* make_rc(ibv_pd* pd, ibv_cq* cq) {
   return ibv_create_qp(pd, &init);
 }
 
-// RESET -> INIT -> RTR -> RTS, connected to `peer` through GID index 0 (our own address).
-bool connect(ibv_qp* qp, const ibv_qp* peer, const ibv_gid& gid) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = kAllAccess;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = peer->qp_num;
-  a.rq_psn = 1;
-  a.max_dest_rd_atomic = 16;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.hop_limit = 1;
-  a.ah_attr.grh.sgid_index = 0;
-  a.ah_attr.grh.dgid = gid;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 1;
-  a.max_rd_atomic = 16;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
-}
-
 // Posts one signaled work request and waits (busy-polling, 10 s at most) for its completion.
 bool run_one(const Loop& loop, ibv_send_wr& wr) {
   wr.send_flags = IBV_SEND_SIGNALED;
@@ -211,8 +175,9 @@ int dma_loopback(ibv_context* ctx, int atomics) {
     loop.qp[1] = make_rc(loop.pd, loop.cq);
   }
   const bool made = loop.qp[0] != nullptr && loop.qp[1] != nullptr &&
-                    ibv_query_gid(ctx, 1, 0, &gid) == 0 && connect(loop.qp[0], loop.qp[1], gid) &&
-                    connect(loop.qp[1], loop.qp[0], gid);
+                    ibv_query_gid(ctx, 1, 0, &gid) == 0 &&
+                    connect_rc(loop.qp[0], loop.qp[1]->qp_num, gid) &&
+                    connect_rc(loop.qp[1], loop.qp[0]->qp_num, gid);
   auto* target = static_cast<std::uint8_t*>(map_anonymous(kRegionBytes));
   auto* local = static_cast<std::uint8_t*>(map_anonymous(kRegionBytes));
   check(made && target != nullptr && local != nullptr, "setup");

@@ -77,17 +77,11 @@ class XroceHost:
 
     def add(self) -> None:
         started = time.monotonic()
+        # Returns once the port is ACTIVE (or fails within --wait-s, saying why).
         sh("ip", "netns", "exec", self.ns, self.xroce, "link", "add", self.device, "netdev",
-           self.ifname, "port", self.port, "queues", "1")
+           self.ifname, "port", self.port, "queues", "1", "--wait-s", "20")
         self.added = True
-        deadline = time.monotonic() + 20
-        while True:
-            show = self.xroce_cli("link", "show", self.device).stdout
-            if "state ACTIVE" in show:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.device} not ACTIVE within 20 s: {show}")
-            time.sleep(0.05)  # polling a condition with a deadline
+        show = self.xroce_cli("link", "show", self.device).stdout
         log(f"{self.name}: `xroce link add {self.device} netdev {self.ifname} port {self.port}` "
             f"ACTIVE in {time.monotonic() - started:.1f} s: {show.strip()}")
 
@@ -135,6 +129,47 @@ class XroceHost:
     def qps(self) -> list:
         p = self.xroce_cli("qp", "show", self.device, "--json")
         return json.loads(p.stdout) if p.returncode == 0 else []
+
+
+class XroceGuest:
+    """An xroce device inside a VM booted from an image with the xroce package (build-image
+    --with-deb) and without the kernel's RDMA modules (xroce.rxe=0): the guest's own xroced on
+    its virtio-net eth0, brought up with `xroce up`. Commands run under `xroce exec`, with the
+    image's profile (iproute2 over busybox's applets)."""
+
+    def __init__(self, vm, device: str = "xv0"):
+        self.vm = vm
+        self.name = f"xroce@{vm.name}"
+        self.ip4 = vm.ip4
+        self.ip6 = vm.ip6
+        self.device = device
+
+    def up(self, port: str = "afxdp") -> dict:
+        """`xroce up eth0` in the guest; returns the device's `xroce link show --json` entry."""
+        self.vm.check(f"xroce up eth0 --name {self.device} --port {port} --timeout 60", 90)
+        return json.loads(self.vm.check(f"xroce link show {self.device} --json"))[0]
+
+    def _wrapped(self, command: str) -> str:
+        quoted = command.replace("'", "'\\''")
+        return f"xroce exec -- sh -c '. /etc/xroce/profile; {quoted}'"
+
+    def start_command(self, command: str):
+        return self.vm.start_command(self._wrapped(command))
+
+    def run(self, command: str, timeout_s: float = 60) -> GuestResult:
+        return self.vm.run(self._wrapped(command), timeout_s)
+
+    def check(self, command: str, timeout_s: float = 60) -> str:
+        return self.vm.check(self._wrapped(command), timeout_s)
+
+    def wait_listening(self, tcp_port: int, timeout_s: float = 30) -> None:
+        self.vm.wait_listening(tcp_port, timeout_s)
+
+    def gid_index(self, address: str) -> int:
+        return _gid_index(self.check(f"ibv_devinfo -v -d {self.device}"), address, self.name)
+
+    def counters(self) -> dict:
+        return json.loads(self.vm.check(f"xroce stat {self.device} --json"))["counters"]
 
 
 class RxeGuest:

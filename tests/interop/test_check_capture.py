@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""check_capture.py itself: it passes the shared rxe captures, and it fails a copy in which one
-payload byte of one RoCEv2 frame is flipped (the ICRC no longer matches) — so a passing
-interop capture check means something.
+"""check_capture.py itself: it passes the repo's rxe captures (tests/data/captures),
+and it fails a copy in which one payload byte of one RoCEv2 frame is flipped (the ICRC no longer
+matches) — so a passing interop capture check means something.
 
 Usage: test_check_capture.py path/to/xroce captures-dir
 """
@@ -32,10 +32,10 @@ def first_roce_payload_offset(data: bytes) -> int:
 
 def main() -> int:
     xroce, captures = Path(sys.argv[1]), Path(sys.argv[2])
-    pcaps = sorted(captures.glob("rxe_*.pcap")) if captures.is_dir() else []
+    pcaps = sorted(captures.glob("rxe_*.pcap"))
     if not pcaps:
-        print(f"SKIP: no rxe_*.pcap in {captures}")
-        return 77
+        print(f"FAILED: no rxe_*.pcap in {captures} (the repo holds them in tests/data/captures)")
+        return 1
     for pcap in pcaps:
         summary = check_capture(xroce, pcap)
         print(f"{pcap.name}: {summary}")

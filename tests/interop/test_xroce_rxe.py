@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""interop (issue 8): xroce against the Linux kernel's Soft-RoCE, rxe in a VM.
+"""interop: xroce against the Linux kernel's Soft-RoCE, rxe in a VM.
 
 One VM boots (rxe0 on its eth0, netdev MTU 9000 so that path MTU 4096 is possible); an xroce
 device (`xroce link add`, AF_XDP port) runs in a host namespace whose eth0 is on the VM's
@@ -70,7 +70,7 @@ class Suite:
         self.xr = xr
         self.xri_verbs = xri_verbs
         self.port = FIRST_TCP_PORT
-        self.rxe_xri = None  # xri_verbs inside the guest, once copied there
+        self.guests_with_xri = set()  # the guests xri_verbs was copied into
         # The RoCE v2 GID of each side's IPv4 (or, with --ipv6, global IPv6) address; the TCP
         # side channel of the programs always uses IPv4.
         self.ip_version = ip_version
@@ -149,17 +149,18 @@ class Suite:
             f"decoded with ICRC ok; {summary['retransmitted']} retransmitted requests; "
             f"{summary['opcodes']}")
 
-    def install_xri_verbs(self) -> None:
+    def install_xri_verbs(self, guest) -> None:
         data = base64.b64encode(self.xri_verbs.read_bytes()).decode()
         lines = "\n".join(data[i:i + 76] for i in range(0, len(data), 76))
-        self.rxe.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
-                       f"chmod +x {VM_XRI_VERBS}")
-        self.rxe_xri = VM_XRI_VERBS
+        guest.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
+                    f"chmod +x {VM_XRI_VERBS}")
+        self.guests_with_xri.add(guest.name)
 
     def xri(self, peer, args: str) -> str:
-        if peer is self.rxe and self.rxe_xri is None:
-            self.install_xri_verbs()
-        program = self.rxe_xri if peer is self.rxe else str(self.xri_verbs)
+        in_guest = hasattr(peer, "vm")  # a peer inside a VM (rxe, or xroce in the guest)
+        if in_guest and peer.name not in self.guests_with_xri:
+            self.install_xri_verbs(peer)
+        program = VM_XRI_VERBS if in_guest else str(self.xri_verbs)
         return f"{program} --gid-index {self.gid[peer.name]} {args}"
 
     def xri_pair(self, server, client, server_args: str, client_args: str, between=None):
@@ -302,7 +303,7 @@ class Suite:
         """rxe sends ECT(0) RDMA WRITEs (perftest --tclass 2) through xroce-switch, which marks
         them CE behind a rate limit; xroce is the notification point. With the default
         np_enable = 0 xroce sends no CNP; with np_enable = 1 it sends CNPs that rxe, which has
-        no CNP support (PROTOCOL.md section 6), must drop harmlessly: the transfer completes and
+        no CNP support (docs/protocol.md section 6), must drop harmlessly: the transfer completes and
         rxe keeps working."""
         self.gid.setdefault(xr2.name, xr2.gid_index(xr2.ip4))
         rxe = self.rxe
@@ -372,6 +373,8 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
         rxe = RxeGuest(vm)
         xr = devices.enter_context(
             XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xri0", port_kind, hp.ip6))
+        if ip_version == 6:
+            vm.wait_ipv6_ready(hp.ip6)
         suite = Suite(lab, rxe, xr, xri_verbs, ip_version)
         xr2 = None
         for phase in phases:

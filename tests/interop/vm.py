@@ -84,7 +84,8 @@ def accelerator() -> str:
     """KVM only when /dev/kvm is a real VT-x/SVM hypervisor; otherwise qemu's TCG.
 
     XROCE_INTEROP_ACCEL=kvm|tcg overrides. A nested page-table hypervisor (kvm_pvm) exposes
-    /dev/kvm but cannot run a stock Debian kernel (see ../shared/INTEROP-VM.md)."""
+    /dev/kvm but cannot run a stock Debian kernel (-cpu host aborts on MSR 0x10a; with it masked
+    the guest dies on cmpxchg16b/xrstor emulation failures)."""
     forced = os.environ.get("XROCE_INTEROP_ACCEL")
     if forced:
         return forced
@@ -94,11 +95,13 @@ def accelerator() -> str:
     return "tcg"
 
 
-def build_image() -> dict:
-    """Runs build-image (cached), returns the image's manifest with its directory as 'dir'."""
+def build_image(deb=None) -> dict:
+    """Runs build-image (cached), returns the image's manifest with its directory as 'dir'.
+    With `deb` (an xroce package) the image carries xroce too (build-image --with-deb)."""
     started = time.monotonic()
-    p = subprocess.run([sys.executable, str(HERE / "build-image")], stdout=subprocess.PIPE,
-                       text=True)
+    extra = ["--with-deb", str(deb)] if deb is not None else []
+    p = subprocess.run([sys.executable, str(HERE / "build-image"), *extra],
+                       stdout=subprocess.PIPE, text=True)
     if p.returncode == SKIP_RETURN_CODE:
         raise Skip("build-image cannot run on this machine (see its message above)")
     if p.returncode != 0:
@@ -228,10 +231,11 @@ class GuestCommand:
 class Vm:
     """One qemu guest on tap<index> of the lab's bridge."""
 
-    def __init__(self, lab: "Lab", name: str, index: int):
+    def __init__(self, lab: "Lab", name: str, index: int, kernel_args: str = ""):
         self.lab = lab
         self.name = name
         self.index = index
+        self.kernel_args = kernel_args
         self.tap = f"tap{index}"
         self.ip4 = str(lab.net4.network_address + 10 + index)
         self.ip6 = str(lab.net6.network_address + 0x10 + index)
@@ -248,8 +252,13 @@ class Vm:
     def start(self) -> None:
         image = self.lab.image["dir"]
         accel = self.lab.accel
-        append = (f"console=ttyS0 quiet panic=-1 xroce.ip4={self.ip4}/{self.lab.net4.prefixlen} "
-                  f"xroce.ip6={self.ip6}/{self.lab.net6.prefixlen} xroce.mtu={self.lab.mtu}")
+        # no_timer_check: under software emulation on a loaded host the kernel's check that the
+        # 8254 timer reaches the IO-APIC can miss its window and panic the boot ("IO-APIC +
+        # timer doesn't work!"); qemu's timer is known to work.
+        append = (f"console=ttyS0 quiet panic=-1 no_timer_check "
+                  f"xroce.ip4={self.ip4}/{self.lab.net4.prefixlen} "
+                  f"xroce.ip6={self.ip6}/{self.lab.net6.prefixlen} xroce.mtu={self.lab.mtu} "
+                  f"{self.kernel_args}").strip()
         cmd = ["ip", "netns", "exec", self.lab.ns, "qemu-system-x86_64",
                "-name", f"xroce-interop-{self.name}", "-accel", accel,
                "-cpu", "host" if accel == "kvm" else "qemu64",
@@ -316,6 +325,15 @@ class Vm:
     def wait_listening(self, tcp_port: int, timeout_s: float = 30) -> None:
         self.wait_in_guest(f"netstat -ltn | grep -q ':{tcp_port} '", timeout_s,
                            f"a listener on TCP {tcp_port}")
+
+    def wait_ipv6_ready(self, peer_ip6: str, timeout_s: float = 30) -> None:
+        """Waits until IPv6 toward `peer_ip6` works from the guest: no address of eth0 still
+        tentative (duplicate address detection done, link-local included) and the peer answers
+        a ping, so its neighbour entry is resolved. rxe resolves the peer's MAC when a QP goes
+        to RTR and fails the modify if that does not complete at once."""
+        self.wait_in_guest(f"! ip -6 addr show dev eth0 | grep -q tentative && "
+                           f"ping -6 -c 1 -W 1 {peer_ip6} >/dev/null 2>&1", timeout_s,
+                           f"IPv6 to {peer_ip6} (DAD done, neighbour resolved)")
 
     def add_rxe(self, timeout_s: float = 30) -> None:
         """rdma link add rxe0 type rxe netdev eth0, then waits for port 1 to be ACTIVE."""
@@ -421,8 +439,9 @@ class HostPort:
 class Lab:
     """A namespace with a bridge, the VMs on it, and everything torn down on exit."""
 
-    def __init__(self, tag: str, memory_mib: int = 192, mtu: int = 1500):
+    def __init__(self, tag: str, memory_mib: int = 192, mtu: int = 1500, deb=None):
         check_host()
+        self.deb = deb
         self.ns = f"{NS_PREFIX}{os.getpid()}-{tag}"
         self.subnet = 100 + os.getpid() % 150
         self.net4 = ipaddress.ip_network(f"198.18.{self.subnet}.0/24")
@@ -439,7 +458,7 @@ class Lab:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         remove_stale_namespaces()
-        self.image = build_image()
+        self.image = build_image(self.deb)
         try:
             self._make_namespace()
         except BaseException:
@@ -473,8 +492,9 @@ class Lab:
         _kill_namespace_pids(self.ns)  # nothing we started may outlive the namespace
         sh("ip", "netns", "del", self.ns, check=False)
 
-    def add_vm(self, name: str) -> Vm:
-        vm = Vm(self, name, len(self.vms))
+    def add_vm(self, name: str, kernel_args: str = "") -> Vm:
+        """A VM on the bridge; `kernel_args` go to its /init (e.g. xroce.rxe=0)."""
+        vm = Vm(self, name, len(self.vms), kernel_args)
         ipn = ("ip", "-n", self.ns)
         sh(*ipn, "tuntap", "add", "dev", vm.tap, "mode", "tap")
         sh(*ipn, "link", "set", vm.tap, "master", "br0", "mtu", self.mtu, "up")

@@ -2,6 +2,9 @@
 // right, late, twice, wrongly or not at all.
 #include <fmt/format.h>
 
+#include <optional>
+#include <stdexcept>
+
 #include "rc_session.h"
 
 namespace xroce::conform {
@@ -96,6 +99,36 @@ void add_format_cases(std::vector<Case>& out) {
           data.insert(data.end(), r.payload().begin(), r.payload().end());
         }
         check(data == pattern(len, 3), "the message's bytes in order", hex(data));
+      });
+  add(out, "rc.req.path_mtu_within_port", kReqChapter,
+      "IBA 9.4 no packet's payload exceeds the path MTU, and a RoCE path carries no more than "
+      "the port's active MTU: given path_mtu 4096 on a smaller port, a QP either refuses it "
+      "(modify_qp) or still sends packets the port carries",
+      "path MTU 4096, a 2.5-port-MTU SEND: every packet at most the port's MTU, the bytes in order",
+      [](CaseContext& ctx) {
+        const std::uint32_t port_mtu = ctx.caps.port_mtu_bytes;
+        if (port_mtu >= 4096) throw NotApplicable{"the port's MTU is 4096: no path MTU exceeds it"};
+        QpSpec q = requester_spec();
+        q.mtu_bytes = 4096;
+        std::optional<Session> s;
+        try {
+          s.emplace(ctx, q);
+        } catch (const std::runtime_error& e) {
+          if (std::string(e.what()).find("modify_qp") != std::string::npos) return;  // refused
+          throw;
+        }
+        const std::uint32_t len = 2 * port_mtu + port_mtu / 2;
+        s->fill(0, len, 5);
+        post(*s, WrOp::kSend, 1, len);
+        Bytes data;
+        for (std::uint32_t i = 0; data.size() < len && i < len / 256 + 1; ++i) {
+          const Reply r = s->expect("a SEND packet");
+          check(r.psn() == kS + i && r.payload().size() <= port_mtu,
+                fmt::format("SEND packet at PSN {:#x} of at most {} bytes", kS + i, port_mtu),
+                describe(r.bytes));
+          data.insert(data.end(), r.payload().begin(), r.payload().end());
+        }
+        check(data == pattern(len, 5), "the message's bytes in order", hex(data));
       });
   add(out, "rc.req.write_reth", kReqChapter,
       "IBA 9.4 RDMA WRITE carries the remote VA, R_Key and the whole DMA length in its RETH",

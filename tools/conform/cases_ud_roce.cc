@@ -104,6 +104,37 @@ void add_ud_list(std::vector<Case>& out) {
         check(c.byte_len == kGrhBytes + mtu, fmt::format("byte_len {}", kGrhBytes + mtu),
               fmt::format("byte_len {}", c.byte_len));
       });
+  add(out, "ud.target_over_mtu_not_sent", kUdChapter,
+      "C10-93.1.1 (quoted in rxe_req.c rxe_requester) a UD message longer than the port's MTU "
+      "emits no packet, and the CI generates no error for it",
+      "the target's UD SENDs of the port MTU + 4 bytes, then of 32: only the second is sent, "
+      "both complete successfully",
+      [](CaseContext& ctx) {
+        require_ud(ctx);
+        Session s(ctx, ud_spec());
+        const std::uint32_t mtu = ctx.caps.port_mtu_bytes;
+        s.fill(0, mtu + 4, 6);
+        SendSpec w;
+        w.op = WrOp::kSend;
+        w.mr = s.mr.id;
+        w.ud_remote_qpn = ctx.peer_qpn;
+        w.ud_remote_qkey = kQkey;
+        w.wr_id = 1;
+        w.length = mtu + 4;
+        ctx.target.post_send(s.qp, w);
+        w.wr_id = 2;
+        w.length = 32;
+        ctx.target.post_send(s.qp, w);
+        const Reply r = s.expect("the 32-byte UD SEND");
+        check(r.opcode() == Opcode::kUdSendOnly && r.payload().size() == 32,
+              "UD SEND_ONLY of 32 bytes (none of the port MTU + 4)", describe(r.bytes));
+        const std::vector<Cqe> c = s.expect_cqes(2, "both UD SENDs");
+        check(c[0].wr_id == 1 && c[0].status == wc::kSuccess && c[1].wr_id == 2 &&
+                  c[1].status == wc::kSuccess,
+              "wr_id 1 SUCCESS, wr_id 2 SUCCESS",
+              fmt::format("wr_id {} {}, wr_id {} {}", c[0].wr_id, wc::status_name(c[0].status),
+                          c[1].wr_id, wc::status_name(c[1].status)));
+      });
   add(out, "ud.no_receive_dropped", kUdChapter,
       "IBA 9.8 a UD packet with no receive posted is dropped, never NAKed",
       "UD SEND with no receive, then one with: one completion", [](CaseContext& ctx) {

@@ -10,6 +10,8 @@ namespace xroce::conform {
 namespace {
 
 constexpr std::uint32_t kPeerAvId = 1;  // the one address vector: the peer
+// The port's active MTU, as on a 1500-byte Ethernet link (what the device gives its QPs there).
+constexpr transport::PathMtu kPortMtu = transport::PathMtu::k1024;
 
 transport::PathMtu path_mtu(std::uint32_t bytes) {
   switch (bytes) {
@@ -94,7 +96,7 @@ Capabilities InProcessDevice::capabilities() {
   c.atomics = true;
   c.generates_cnp = false;  // the notification point lives in the daemon's data path
   c.ud = true;
-  c.port_mtu_bytes = 4096;  // transport::QpConfig's port_mtu
+  c.port_mtu_bytes = transport::mtu_bytes(kPortMtu);
   return c;
 }
 
@@ -102,6 +104,7 @@ QpInfo InProcessDevice::create_qp(const QpSpec& spec) {
   transport::QpConfig cfg;
   cfg.type = spec.kind == QpKind::kUd ? transport::QpType::kUd : transport::QpType::kRc;
   cfg.qpn = wire::Qpn(next_qpn_++);
+  cfg.port_mtu = kPortMtu;
   auto qp = std::make_unique<transport::Qp>(cfg, mrs_);
   bring_up(*qp, spec);
   const std::uint32_t qpn = cfg.qpn.value();

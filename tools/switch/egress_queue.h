@@ -2,7 +2,7 @@
 // the instantaneous queue depth, a rate limit, and queue-depth statistics. Pure: time comes in
 // as a parameter (nanoseconds on any monotonic clock) and randomness from a seeded PRNG.
 //
-// Marking (PROTOCOL.md §5.2), decided when a packet is queued, on the bytes already queued q:
+// Marking (docs/protocol.md §5.1), decided when a packet is queued, on the bytes already queued q:
 //   q <= kmin: never; kmin < q <= kmax: with probability pmax * (q - kmin) / (kmax - kmin);
 //   q > kmax: always.
 // Rate limit: a virtual-time (GCRA) bucket. Each frame occupies the link for

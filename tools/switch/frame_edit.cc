@@ -32,4 +32,10 @@ bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info) {
   return true;
 }
 
+bool bleach_ecn(std::span<std::uint8_t> frame, const FrameInfo& info) {
+  if (info.ecn == Ecn::kNotEct || !(info.ipv4 || info.ipv6)) return false;
+  wire::set_ecn(frame, info.layout, Ecn::kNotEct);
+  return true;
+}
+
 }  // namespace xroce::sw

@@ -39,5 +39,8 @@ std::optional<FrameInfo> classify(std::span<const std::uint8_t> frame);
 // incrementally (RFC 1624). Returns false (and leaves the frame alone) for anything else. The
 // RoCE ICRC masks the TOS/traffic class, so it stays valid.
 bool mark_ce(std::span<std::uint8_t> frame, const FrameInfo& info);
+// Clears the ECN field (to Not-ECT) of an IPv4 or IPv6 packet that has one set, as a
+// misconfigured hop that rewrites the TOS byte does; false (frame untouched) otherwise.
+bool bleach_ecn(std::span<std::uint8_t> frame, const FrameInfo& info);
 
 }  // namespace xroce::sw

@@ -39,6 +39,7 @@ struct Cli {
   std::string from;
   double loss = 0;
   std::string stats_json;
+  bool bleach_ecn = false;
 };
 
 int run(const Cli& cli) {
@@ -48,6 +49,7 @@ int run(const Cli& cli) {
   config.egress.rate_mbit = cli.rate_mbit;
   config.seed = cli.seed;
   config.stats_path = cli.stats_json;
+  config.bleach_ecn = cli.bleach_ecn;
   if (!cli.ecn.empty()) {
     xroce::sw::EcnThresholds t;
     if (auto err = parse_ecn(cli.ecn, t); !err.empty()) {
@@ -109,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--from", cli->from, "Impair only RoCE frames received on this port");
   app.add_option("--loss", cli->loss, "Drop matching RoCE frames with this probability")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--bleach-ecn", cli->bleach_ecn,
+               "Clear the ECN field of every IP packet (a hop that rewrites the TOS byte)");
   app.add_option("--stats-json", cli->stats_json,
                  "Write per-port statistics here on SIGUSR1 and at exit");
   CLI11_PARSE(app, argc, argv);

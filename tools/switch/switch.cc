@@ -122,13 +122,17 @@ void Switch::handle_frame(std::size_t ingress, const ReceivedFrame& f) {
     ++in.counters.rx_truncated;
     return;
   }
-  const std::vector<std::uint8_t> buffer = rebuild(f);
+  std::vector<std::uint8_t> buffer = rebuild(f);
   const auto frame = std::span(buffer).subspan(kVnetHeaderBytes);
-  const auto info = classify(frame);
+  auto info = classify(frame);
   if (!info) return;
   if (impaired(ingress, info->roce, info->bth_opcode)) {
     ++in.counters.dropped_impair;
     return;
+  }
+  if (config_.bleach_ecn && bleach_ecn(frame, *info)) {
+    info->ecn = Ecn::kNotEct;
+    ++in.counters.bleached;
   }
   const std::uint64_t dst = mac_at(frame, 0);
   const std::uint64_t src = mac_at(frame, 6);
@@ -232,6 +236,7 @@ bool Switch::write_stats() {
                      {"dropped_full", e.dropped_full},
                      {"dropped_impair", p.counters.dropped_impair},
                      {"rx_truncated", p.counters.rx_truncated},
+                     {"bleached", p.counters.bleached},
                      {"rx_ring_drops", p.socket->ring_drops()},
                      {"tx_errors", p.counters.tx_errors},
                      {"queue_bytes", p.queue->depth_bytes()},

@@ -31,7 +31,8 @@ struct SwitchConfig {
   EgressConfig egress;  // the same for every port (each port's PRNG is seeded apart)
   ImpairConfig impair;
   std::uint64_t seed = 1;
-  std::string stats_path;  // empty: no statistics file
+  std::string stats_path;   // empty: no statistics file
+  bool bleach_ecn = false;  // clear the ECN field of every IP packet at ingress
 };
 
 struct IngressCounters {
@@ -39,6 +40,7 @@ struct IngressCounters {
   std::uint64_t rx_bytes = 0;
   std::uint64_t dropped_impair = 0;
   std::uint64_t rx_truncated = 0;
+  std::uint64_t bleached = 0;   // packets whose ECN field --bleach-ecn cleared
   std::uint64_t tx_errors = 0;  // frames the egress device refused (counted at egress)
 };
 

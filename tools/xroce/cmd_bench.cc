@@ -263,7 +263,7 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
       const auto idle = now - last.value_or(start);
       const int limit_ms = last ? o.idle_ms : o.start_timeout_ms;
       if (idle > std::chrono::milliseconds(limit_ms)) break;
-      // Spin a little before sleeping, as an engine worker does (ARCHITECTURE.md decision 7).
+      // Spin a little before sleeping, as an engine worker does (docs/ARCHITECTURE.md decision 7).
       if (++empty_polls < kSpinsBeforeSleep) continue;
       empty_polls = 0;
       pollfd p{port.wait_fd(), POLLIN, 0};

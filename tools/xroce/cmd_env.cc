@@ -1,5 +1,5 @@
 // `xroce env` and `xroce exec -- CMD`: the environment an unmodified verbs program needs to
-// see this namespace's xroce devices (ARCHITECTURE.md decision 2).
+// see this namespace's xroce devices (docs/ARCHITECTURE.md decision 2).
 //
 //   SYSFS_PATH     the daemon's sysfs-shaped tree (libibverbs reads devices from there when
 //                  the kernel has no RDMA netlink)
@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "app_env.h"
 #include "commands.h"
 #include "daemon_launch.h"
 #include "xroce/run_dir.h"
@@ -31,8 +32,22 @@ namespace {
 constexpr const char* kProviderSuffix = "-rdmav34.so";
 constexpr const char* kPreload = "libxroce-preload.so";
 
-std::vector<std::pair<std::string, std::string>> app_environment() {
-  std::vector<std::pair<std::string, std::string>> env;
+// The preload library: bin/../lib in a build tree, bin/../<libdir> in an installed prefix
+// (/usr/bin -> /usr/lib/x86_64-linux-gnu on Debian). Empty if neither has it.
+std::string find_preload() {
+  for (const std::string& dir : {std::string("lib"), std::string(XROCE_INSTALL_LIBDIR)}) {
+    std::error_code ec;
+    const auto path =
+        std::filesystem::weakly_canonical(self_dir() + "/../" + dir + "/" + kPreload, ec);
+    if (!ec && std::filesystem::exists(path, ec)) return path.string();
+  }
+  return {};
+}
+
+}  // namespace
+
+Environment app_environment() {
+  Environment env;
   const auto paths = control::run_paths_for_current_netns();
   env.emplace_back("SYSFS_PATH", paths.sysfs_root);
   // A provider beside this executable (a build tree: bin/ and lib/) wins over an installed
@@ -42,10 +57,7 @@ std::vector<std::pair<std::string, std::string>> app_environment() {
   if (!ec && std::filesystem::exists(lib.string() + kProviderSuffix)) {
     env.emplace_back("RDMAV_DRIVERS", lib.string());
   }
-  // bin/../lib in a build tree and in an installed prefix alike.
-  const auto preload = std::filesystem::weakly_canonical(self_dir() + "/../lib/" + kPreload, ec);
-  if (!ec && std::filesystem::exists(preload)) {
-    std::string value = preload.string();
+  if (std::string value = find_preload(); !value.empty()) {
     const char* current = std::getenv("LD_PRELOAD");
     if (current != nullptr && current[0] != '\0') {
       if (std::string(current).find(value) != std::string::npos) {
@@ -66,7 +78,10 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-}  // namespace
+void apply_environment(const Environment& env) {
+  for (const auto& [key, value] : env)
+    setenv(key.c_str(), value.c_str(), 1);
+}
 
 void register_env(CLI::App& app, ExitStatus& status) {
   (void)status;
@@ -83,8 +98,7 @@ void register_exec(CLI::App& app, ExitStatus& status) {
   auto argv = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *argv, "The command and its arguments")->required();
   cmd->callback([argv, &status] {
-    for (const auto& [key, value] : app_environment())
-      setenv(key.c_str(), value.c_str(), 1);
+    apply_environment(app_environment());
     std::vector<char*> args;
     for (auto& a : *argv)
       args.push_back(a.data());

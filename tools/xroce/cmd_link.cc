@@ -1,13 +1,21 @@
 // `xroce link ...`, modelled on iproute2's `rdma link`:
-//   xroce link add NAME netdev IFNAME [port afxdp|udp] [queues N]
+//   xroce link add NAME netdev IFNAME [port afxdp|udp] [queues N] [--wait-s S]
 //   xroce link del NAME
 //   xroce link show [NAME] [--json]
+// `link add` returns once the port is ACTIVE, as the verbs programs started after it need it
+// (perftest refuses a port in any other state), or says within --wait-s why it is not.
+// `link del` of a daemon's last device returns once that daemon has exited, so that a `link
+// add` right after it starts a new one on a clean run directory.
 #include <fmt/core.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -21,6 +29,7 @@ namespace {
 struct LinkAddArgs {
   std::string name;
   std::vector<std::string> words;  // netdev IFNAME [port KIND] [queues N]
+  double wait_s = 10;
 };
 
 // Parses the iproute2-style keyword/value words; returns an error text or empty.
@@ -63,11 +72,70 @@ int fail(const std::string& what, int err) {
   return 1;
 }
 
+constexpr auto kPollInterval = std::chrono::milliseconds(10);
+constexpr int kDaemonExitDeadlineMs = 10000;
+
+// The devices the daemon serves (link_show), or nullopt if it cannot say.
+std::optional<nlohmann::json> links_of(control::ControlClient& client) {
+  std::string text;
+  if (client.call_text(control::Op::link_show, nullptr, 0, text) != 0) return std::nullopt;
+  auto links = nlohmann::json::parse(text, nullptr, false);
+  if (!links.is_array()) return std::nullopt;
+  return links;
+}
+
+std::string port_state_of(const nlohmann::json& links, const std::string& name) {
+  for (const auto& l : links) {
+    if (l.value("ifname", "") == name) return l.value("state", "");
+  }
+  return "";
+}
+
+// Why a device's port is not ACTIVE, from its netdev's state as xroced last read it.
+std::string why_not_active(const nlohmann::json& links, const std::string& name) {
+  for (const auto& l : links) {
+    if (l.value("ifname", "") != name) continue;
+    const std::string netdev = l.value("netdev", "");
+    if (!l.value("netdev_up", false)) {
+      return fmt::format("netdev {} is down (ip link set {} up)", netdev, netdev);
+    }
+    if (!l.value("netdev_carrier", false)) {
+      return fmt::format("netdev {} has no carrier (a veth's peer must be up too)", netdev);
+    }
+    return fmt::format("port state {}", l.value("state", "?"));
+  }
+  return "xroced no longer lists it";
+}
+
+// Polls the daemon until `name`'s port is ACTIVE; false (with `why`) at the deadline.
+bool wait_active(control::ControlClient& client, const std::string& name, double wait_s,
+                 std::string& why) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(wait_s));
+  for (;;) {
+    const auto links = links_of(client);
+    if (!links) {
+      why = "xroced did not answer link show";
+      return false;
+    }
+    if (port_state_of(*links, name) == "ACTIVE") return true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      why = why_not_active(*links, name);
+      return false;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
 void register_add(CLI::App& link, ExitStatus& status) {
   auto* cmd = link.add_subcommand("add", "Add a device on a netdev (starts xroced if needed)");
   auto args = std::make_shared<LinkAddArgs>();
   cmd->add_option("name", args->name, "Device name, e.g. xroce0")->required();
   cmd->add_option("args", args->words, "netdev IFNAME [port afxdp|udp] [queues N]")->required();
+  cmd->add_option("--wait-s", args->wait_s,
+                  "Seconds to wait for the port to be ACTIVE (default 10; 0: do not wait)")
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->callback([args, &status] {
     control::LinkAddRequest request{};
     if (const std::string error = parse_link_add(*args, request); !error.empty()) {
@@ -84,6 +152,16 @@ void register_add(CLI::App& link, ExitStatus& status) {
     }
     if (int err = client.call(control::Op::link_add, &request, sizeof(request), nullptr, 0)) {
       status.code = fail(fmt::format("add {} on {}", args->name, request.netdev), err);
+      return;
+    }
+    if (args->wait_s <= 0) return;
+    std::string why;
+    if (!wait_active(client, args->name, args->wait_s, why)) {
+      fmt::print(stderr,
+                 "xroce link add: {}: port not ACTIVE after {} s: {}; the device stays added "
+                 "(xroce link del {} removes it)\n",
+                 args->name, args->wait_s, why, args->name);
+      status.code = 1;
     }
   });
 }
@@ -102,8 +180,20 @@ void register_del(CLI::App& link, ExitStatus& status) {
       status.code = 1;
       return;
     }
+    const auto paths = control::run_paths_for_current_netns();
+    const pid_t pid = daemon_pid(paths);
     if (int err = client.call(control::Op::link_del, &request, sizeof(request), nullptr, 0)) {
       status.code = fail(fmt::format("del {}", *name), err);
+      return;
+    }
+    // The daemon exits with its last device (it may already have closed this connection): wait
+    // for it, so that a `link add` right after this finds no daemon half way out.
+    const auto links = links_of(client);
+    const bool last = !links || links->empty();
+    if (last && !wait_process_gone(pid, kDaemonExitDeadlineMs)) {
+      fmt::print(stderr, "xroce link del: {}: xroced (pid {}) did not exit within {} s\n", *name,
+                 pid, kDaemonExitDeadlineMs / 1000);
+      status.code = 1;
     }
   });
 }

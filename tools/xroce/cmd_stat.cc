@@ -1,7 +1,7 @@
 // `xroce stat NAME [--json]`, modelled on iproute2's `rdma statistic show link NAME/1`: the
 // device's counters (named as rxe's hw_counters where they mean the same; see
 // engine/device/counters.h) and its memory regions with the DMA path each one uses
-// (ARCHITECTURE.md decision 5: "shared" mapping or "cma", cross-memory attach).
+// (docs/ARCHITECTURE.md decision 5: "shared" mapping or "cma", cross-memory attach).
 #include <fmt/core.h>
 
 #include <cstring>

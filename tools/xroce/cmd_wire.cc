@@ -1,5 +1,5 @@
 // `xroce wire samples` and `xroce wire decode`: the golden capture, and a RoCEv2 dissector for
-// captures (PROTOCOL.md §1). Text output is one line per frame; --json gives every field.
+// captures (docs/protocol.md §1). Text output is one line per frame; --json gives every field.
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

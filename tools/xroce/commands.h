@@ -3,8 +3,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
-
 namespace xroce::cli {
 
 // Exit status a subcommand asks main() to return, set from its callback.
@@ -13,21 +11,21 @@ struct ExitStatus {
 };
 
 void register_wire(CLI::App& app, ExitStatus& status);     // cmd_wire.cc
-void register_sim(CLI::App& app, ExitStatus& status);      // cmd_sim.cc
+void register_sim(CLI::App& app, ExitStatus& status);      // cmd_sim.cc: sim, sim --incast
 void register_conform(CLI::App& app, ExitStatus& status);  // cmd_conform.cc
-// `xroce sim --incast N ...` (cmd_cc.cc): adds its options to the sim command; the second runs
-// the incast if --incast was given (reading --seed, --rate-gbps, --mtu, ... of `sim`).
-struct IncastFlags;
-std::shared_ptr<IncastFlags> add_incast_options(CLI::App* sim);
-bool run_incast_if_asked(const CLI::App& sim, const IncastFlags& flags, ExitStatus& status);
 #ifdef XROCE_HAVE_DEVICE
-void register_link(CLI::App& app, ExitStatus& status);  // cmd_link.cc
-void register_env(CLI::App& app, ExitStatus& status);   // cmd_env.cc
-void register_exec(CLI::App& app, ExitStatus& status);  // cmd_env.cc
-void register_stat(CLI::App& app, ExitStatus& status);  // cmd_stat.cc
-void register_qp(CLI::App& app, ExitStatus& status);    // cmd_qp.cc
-void register_cc(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: cc show|set|profile
-void register_cm(CLI::App& app, ExitStatus& status);    // cmd_cm.cc: cm show
+void register_link(CLI::App& app, ExitStatus& status);      // cmd_link.cc
+void register_env(CLI::App& app, ExitStatus& status);       // cmd_env.cc
+void register_exec(CLI::App& app, ExitStatus& status);      // cmd_env.cc
+void register_stat(CLI::App& app, ExitStatus& status);      // cmd_stat.cc
+void register_qp(CLI::App& app, ExitStatus& status);        // cmd_qp.cc
+void register_cc(CLI::App& app, ExitStatus& status);        // cmd_cc.cc: cc show|set|profile
+void register_up(CLI::App& app, ExitStatus& status);        // cmd_up.cc
+void register_down(CLI::App& app, ExitStatus& status);      // cmd_up.cc
+void register_top(CLI::App& app, ExitStatus& status);       // cmd_top.cc
+void register_exporter(CLI::App& app, ExitStatus& status);  // cmd_exporter.cc
+void register_validate(CLI::App& app, ExitStatus& status);  // cmd_validate.cc
+void register_cm(CLI::App& app, ExitStatus& status);        // cmd_cm.cc: cm show
 #endif
 #ifdef XROCE_HAVE_PORTS
 void register_bench(CLI::App& app, ExitStatus& status);  // cmd_bench.cc

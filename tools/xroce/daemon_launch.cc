@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@ namespace {
 
 constexpr int kControlTimeoutMs = 10000;
 constexpr int kStartDeadlineMs = 10000;
+constexpr int kExitDeadlineMs = 10000;  // for a daemon that is removing its run directory
 
 std::string find_xroced() {
   const std::string dir = self_dir();
@@ -39,8 +42,20 @@ std::string log_tail(const std::string& path) {
   return s.size() > 2000 ? s.substr(s.size() - 2000) : s;
 }
 
-// Starts xroced detached (own session, output to its log) and waits for the line it writes to
-// XROCE_READY_FD once it serves, or for it to exit.
+// What became of a daemon that did not say "ok": its exit status, if it exited.
+std::string exit_text(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, WNOHANG) != pid) return "it did not answer in time";
+  if (WIFEXITED(status)) return fmt::format("it exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("it was killed by signal {}", WTERMSIG(status));
+  return "it stopped";
+}
+
+// Starts xroced detached (own session) and waits for the line it writes to XROCE_READY_FD once
+// it serves, or for it to exit. The daemon opens its log (paths.log_file) itself once it holds
+// the run directory's lock: a log opened here could be the one an exiting daemon is about to
+// unlink. Until then its output goes nowhere; a failure comes back on the ready pipe.
+// EEXIST: another daemon still holds the run directory.
 int start_daemon(const control::RunPaths& paths, std::string& error) {
   std::error_code ec;
   std::filesystem::create_directories(paths.dir, ec);
@@ -51,12 +66,11 @@ int start_daemon(const control::RunPaths& paths, std::string& error) {
   if (pid < 0) return errno;
   if (pid == 0) {
     setsid();
-    const int null_fd = open("/dev/null", O_RDONLY);
-    const int log_fd = open(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    if (log_fd >= 0) {
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
+    const int null_fd = open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      dup2(null_fd, 0);
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
     }
     const int ready_fd = dup(ready[1]);  // without O_CLOEXEC: the daemon inherits it
     setenv("XROCE_READY_FD", std::to_string(ready_fd).c_str(), 1);
@@ -67,7 +81,7 @@ int start_daemon(const control::RunPaths& paths, std::string& error) {
   std::string said;
   pollfd p{ready[0], POLLIN, 0};
   while (poll(&p, 1, kStartDeadlineMs) > 0) {
-    char buf[64];
+    char buf[128];
     const ssize_t n = read(ready[0], buf, sizeof(buf));
     if (n <= 0) break;
     said.append(buf, static_cast<std::size_t>(n));
@@ -75,12 +89,37 @@ int start_daemon(const control::RunPaths& paths, std::string& error) {
   }
   close(ready[0]);
   if (said.rfind("ok", 0) == 0) return 0;
-  error = fmt::format("xroced ({}) did not start; its log {} says:\n{}", exe, paths.log_file,
-                      log_tail(paths.log_file));
+  said = said.substr(0, said.find('\n'));
+  if (said == "error: " + std::string(std::strerror(EEXIST))) {
+    waitpid(pid, nullptr, 0);  // it exits at once
+    return EEXIST;
+  }
+  error = fmt::format(
+      "xroced ({}) did not start: {}{}", exe, said.empty() ? exit_text(pid) : said,
+      std::filesystem::exists(paths.log_file)
+          ? fmt::format("; its log {} says:\n{}", paths.log_file, log_tail(paths.log_file))
+          : "");
   return EIO;
 }
 
 }  // namespace
+
+pid_t daemon_pid(const control::RunPaths& paths) {
+  std::ifstream in(paths.lock_file);
+  long pid = 0;
+  in >> pid;
+  return pid > 0 ? static_cast<pid_t>(pid) : 0;
+}
+
+bool wait_process_gone(pid_t pid, int deadline_ms) {
+  if (pid <= 0) return true;
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // gone already (or never was)
+  pollfd p{fd, POLLIN, 0};            // a pidfd is readable once the process has exited
+  const bool gone = poll(&p, 1, deadline_ms) > 0;
+  close(fd);
+  return gone;
+}
 
 std::string self_dir() {
   char buf[PATH_MAX] = {};
@@ -105,6 +144,18 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
     return err;
   }
   err = start_daemon(paths, error);
+  if (err == EEXIST) {
+    // A daemon holds the run directory without serving: it is on its way out (its last device
+    // was deleted). Once it is gone, start ours.
+    const pid_t old = daemon_pid(paths);
+    if (!wait_process_gone(old, kExitDeadlineMs)) {
+      error = fmt::format("the xroced of this namespace (pid {}) holds {} but does not serve", old,
+                          paths.dir);
+      return EBUSY;
+    }
+    err = start_daemon(paths, error);
+    if (err == EEXIST) error = fmt::format("another xroced holds {}", paths.dir);
+  }
   // Another launcher may have won the race to start it: then it serves all the same.
   const int again = client.connect(paths.control_socket, kControlTimeoutMs);
   if (err != 0 && again != 0) return err;

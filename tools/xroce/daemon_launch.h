@@ -1,6 +1,8 @@
 // Finding, starting and reaching the xroced of the current network namespace, for the CLI.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "xroce/control_client.h"
@@ -11,7 +13,14 @@ namespace xroce::cli {
 // Directory holding the running xroce executable.
 std::string self_dir();
 // Connects to this namespace's daemon; if none runs and start_if_missing, starts one and
-// waits (up to a deadline) until it serves. 0 or errno; `error` gets a human explanation.
+// waits (up to a deadline) until it serves. A daemon still on its way out (its last device was
+// just deleted) is waited for first, so the new one starts with a run directory of its own.
+// 0 or errno; `error` gets a human explanation.
 int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error);
+
+// The pid in the namespace's lock file (the running daemon's, or one that is exiting), or 0.
+pid_t daemon_pid(const control::RunPaths& paths);
+// Waits until process `pid` has exited, up to `deadline_ms`; true once it is gone (or was).
+bool wait_process_gone(pid_t pid, int deadline_ms);
 
 }  // namespace xroce::cli

@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
   xroce::cli::register_cc(app, status);
+  xroce::cli::register_up(app, status);
+  xroce::cli::register_down(app, status);
+  xroce::cli::register_top(app, status);
+  xroce::cli::register_exporter(app, status);
+  xroce::cli::register_validate(app, status);
   xroce::cli::register_cm(app, status);
 #endif
 #ifdef XROCE_HAVE_PORTS

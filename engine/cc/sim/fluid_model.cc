@@ -10,7 +10,7 @@ namespace xroce::cc::sim {
 namespace {
 
 constexpr double kBitsPerByte = 8;
-constexpr double kSettleBand = 0.10;       // "within 10 % of the fair share", as DCQCN.md §3.2
+constexpr double kSettleBand = 0.10;  // "within 10 % of the fair share", as docs/protocol.md §5.6
 constexpr double kPMaxUsable = 1 - 1e-12;  // keeps log1p(-p) finite at p = 1
 // A byte counter of 0 (off) becomes one too large to ever fire.
 constexpr double kByteCounterOffBytes = 1e18;
@@ -26,7 +26,7 @@ double none_marked(double p, double x) {
 }
 
 // Rate of events that fire after `n` unmarked packets sent at `rate` packets/s:
-// rate * p / ((1 - p)^-n - 1), which tends to rate / n as p -> 0 (DCQCN.md §3.2).
+// rate * p / ((1 - p)^-n - 1), which tends to rate / n as p -> 0 (docs/protocol.md §5.6).
 double event_rate(double rate, double p, double n) {
   if (p < 1e-12) return rate / n;
   const double denom = std::expm1(-n * std::log1p(-p));

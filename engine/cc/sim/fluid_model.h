@@ -1,6 +1,6 @@
-// The DCQCN fluid model of the CoNEXT'16 paper and the authors' MATLAB code (DCQCN.md §3.2, [C16],
-// [FM]) for N identical flows into one bottleneck: the queue q, and each flow's current rate R_C,
-// target rate R_T and alpha, as delay differential equations integrated with a fixed step. The
+// The DCQCN fluid model of the CoNEXT'16 paper and the authors' MATLAB code (docs/protocol.md §5.6,
+// [C16], [FM]) for N identical flows into one bottleneck: the queue q, and each flow's current rate
+// R_C, target rate R_T and alpha, as delay differential equations integrated with a fixed step. The
 // packet-level incast (incast.h) is compared against it in docs/dcqcn-results.md.
 //
 // Rates are in packets/s of `packet_bytes`, as in the model. Every term is lagged by the
@@ -19,11 +19,11 @@ struct FluidConfig {
   std::uint32_t flows = 2;
   double line_rate_gbps = 40;
   double packet_bytes = 1000;  // [FM] packetSize = 8e3 bits
-  // Marking (RED on the instantaneous queue, DCQCN.md §1.1).
+  // Marking (RED on the instantaneous queue, docs/protocol.md §5.1).
   double kmin_bytes = 5'000;
   double kmax_bytes = 200'000;
   double pmax = 0.01;
-  // DCQCN (DCQCN.md §2, paper values).
+  // DCQCN (docs/protocol.md §5.5, paper values).
   double g = 1.0 / 256;
   double cnp_interval_us = 50;       // tau: at most one CNP per flow per tau
   double alpha_period_us = 55;       // tau'
@@ -72,7 +72,7 @@ struct FluidResult {
 
 FluidResult run_fluid_model(const FluidConfig& config);
 
-// The RED marking probability of the model (DCQCN.md §1.1) at a queue of `q_bytes`.
+// The RED marking probability of the model (docs/protocol.md §5.1) at a queue of `q_bytes`.
 double fluid_marking_probability(const FluidConfig& c, double q_bytes);
 
 }  // namespace xroce::cc::sim

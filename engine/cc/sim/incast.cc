@@ -21,7 +21,8 @@ using transport::Qp;
 
 constexpr std::uint32_t kUdpPortBase = 0xC000;
 constexpr std::uint32_t kQpnBase = 0x100;
-// RoCE data traffic class: DSCP 26 (PROTOCOL.md §5.1's production TOS 106 without its ECN bits).
+// RoCE data traffic class: DSCP 26 (the production TOS 106 of docs/protocol.md §5 without its ECN
+// bits).
 constexpr std::uint8_t kDataTrafficClass = 26 << 2;
 constexpr double kJainConverged = 0.95;
 constexpr std::uint64_t kSwingWindowUs = 1000;
@@ -504,8 +505,9 @@ double jain_index(const std::vector<double>& x) {
 }
 
 IncastConfig with_defaults(IncastConfig c) {
-  // Marking thresholds scale with the line rate (as HPCC's DCQCN configs do, PROTOCOL.md §5.2),
-  // a few 4 KB frames at 25 Gb/s; the pause or drop point well above Kmax, so ECN acts first.
+  // Marking thresholds scale with the line rate (as HPCC's DCQCN configs do, docs/protocol.md
+  // §5.1), a few 4 KB frames at 25 Gb/s; the pause or drop point well above Kmax, so ECN acts
+  // first.
   const double scale = c.rate_gbps / 25.0;
   if (c.kmin_bytes == 0) c.kmin_bytes = static_cast<std::uint64_t>(10'000 * scale);
   if (c.kmax_bytes == 0) c.kmax_bytes = static_cast<std::uint64_t>(40'000 * scale);

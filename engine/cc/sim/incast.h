@@ -100,10 +100,6 @@ IncastResult run_incast(const IncastConfig& config);
 
 double jain_index(const std::vector<double>& x);
 
-// An SVG of every flow's measured rate and the bottleneck queue depth over time; with `fluid`,
-// the fluid model's rate and queue dashed over them (fluid_model.h).
-std::string plot_svg(const IncastResult& result, const FluidResult* fluid = nullptr);
-
 // The fluid model of this incast (after with_defaults): its N, line rate, marking, DCQCN
 // parameters and duration, with the model's packet = one full-MTU data frame.
 FluidConfig fluid_config_for(const IncastConfig& config);

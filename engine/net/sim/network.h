@@ -17,7 +17,7 @@
 //   port that sent it is paused (starts no new transmission) until the queue has room. Nothing
 //   is lost in lossless mode; frames already on the wire when the pause starts also wait.
 //   ECN: an egress queue with ecn.enabled marks ECT frames CE on enqueue with the RED-style
-//   probability of PROTOCOL.md §5.2 over the instantaneous queue depth the frame finds.
+//   probability of docs/protocol.md §5.1 over the instantaneous queue depth the frame finds.
 //
 // Calling order (single-threaded; the network never reads a clock)
 //   1. Build: add_host / add_switch, connect, optionally add_route for multi-switch paths.
@@ -86,7 +86,7 @@ struct LinkConfig {
   Impairments impair;
 };
 
-// RED-style ECN marking (PROTOCOL.md §5.2, DCQCN.md §1.1) over queue depth q in bytes:
+// RED-style ECN marking (docs/protocol.md §5.1) over queue depth q in bytes:
 // p = 0 if q <= kmin; pmax * (q - kmin) / (kmax - kmin) if kmin < q <= kmax; 1 if q > kmax.
 // Only ECT(0)/ECT(1) frames are marked (to CE); Not-ECT and CE frames pass unchanged.
 struct EcnConfig {
@@ -165,7 +165,7 @@ struct SwitchStats {
 // How flow traces group frames.
 enum class FlowKey : std::uint8_t {
   kSourceNode,     // the host that sent the frame
-  kUdpSourcePort,  // UDP source port (per-QP entropy, PROTOCOL.md §4.6); 0 if not UDP
+  kUdpSourcePort,  // UDP source port (per-QP entropy, docs/protocol.md §1.3); 0 if not UDP
 };
 
 // Bytes each flow sent through one port, in fixed time bins (for plotting throughput).

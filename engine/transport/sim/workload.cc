@@ -215,7 +215,7 @@ void Driver::build_nodes() {
         a.addr.dst_mac = b.addr.src_mac = hj.mac;
         a.addr.src_ip = b.addr.dst_ip = hi.ips[0];
         a.addr.dst_ip = b.addr.src_ip = hj.ips[0];
-        // Start just below the 24-bit wrap so every run crosses it (PROTOCOL.md §3.1).
+        // Start just below the 24-bit wrap so every run crosses it (docs/protocol.md §3.1).
         const wire::Psn a_to_b(0xFFFFFF - static_cast<std::uint32_t>(rng_.below(512)));
         const wire::Psn b_to_a(0xFFFFFF - static_cast<std::uint32_t>(rng_.below(512)));
         connect_qp(a, b.qp->qpn().value(), a_to_b, b_to_a);

@@ -1,6 +1,6 @@
 """Conformance: scapy's RoCE layer (scapy.contrib.roce) recomputes the ICRC of every IPv4 frame
 of the golden capture and agrees with xroce; it also reproduces the public vectors V1-V3 of
-PROTOCOL.md section 1.9. scapy 2.5 (Debian 12) computes the ICRC for IPv4 only, so IPv6 frames
+docs/protocol.md section 1.7. scapy 2.5 (Debian 12) computes the ICRC for IPv4 only, so IPv6 frames
 and V3 are checked with scapy-built headers masked per the IBA rule and zlib's CRC-32.
 
 Usage: /usr/bin/python3 scapy_icrc.py XROCE_BINARY WORK_DIR
@@ -40,7 +40,7 @@ def scapy_icrc(frame_bytes):
 
 
 def ipv6_icrc(frame_bytes):
-    """ICRC of an IPv6 RoCEv2 frame from scapy-dissected headers, masked per PROTOCOL.md 1.9."""
+    """ICRC of an IPv6 RoCEv2 frame from scapy-dissected headers, masked per docs/protocol.md 1.7."""
     pkt = Ether(frame_bytes)
     ip = pkt[IPv6]
     udp_len = ip[UDP].len

@@ -2,13 +2,13 @@
 and agrees with xroce's own decoder on every BTH and extended-header field, the IP/UDP/VLAN
 fields and the ICRC bytes; nothing is malformed and the IPv4 checksums verify. The same holds
 for a copy of the golden capture with every frame behind an 802.1ad S-tag and an 802.1Q C-tag
-(QinQ, as the XDP program steers it). The real rxe captures, when present, are checked the same
-way (their RoCE frames only).
+(QinQ, as the XDP program steers it). The real rxe captures (tests/data/captures) are checked
+the same way (their RoCE frames only).
 
-tshark 4.0 quirks (PROTOCOL.md 1.10): the CNP (0x81) is "Unknown (129)" with its 16 reserved
+tshark 4.0 quirks (docs/protocol.md 1.9): the CNP (0x81) is "Unknown (129)" with its 16 reserved
 bytes and the ICRC shown as vendor data; pad bytes are part of "Data".
 
-Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR [CAPTURE_DIR]
+Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR CAPTURE_DIR
 """
 
 import json
@@ -42,7 +42,7 @@ def walk(obj, prefix=""):
 
 
 def allowed_expert(info, layers):
-    """RFC 8200 wants a UDP checksum over IPv6; rxe sends 0 there too (PROTOCOL.md 1.5), and so
+    """RFC 8200 wants a UDP checksum over IPv6; rxe sends 0 there too (docs/protocol.md 1.3), and so
     does xroce. Wireshark flags it; it is the one expert note accepted."""
     return "ipv6" in layers and "udp.checksum.zero" in info
 
@@ -256,7 +256,7 @@ def check_capture(xroce, path, must_be_all_roce):
 
 def main():
     xroce, work = sys.argv[1], sys.argv[2]
-    captures = sys.argv[3] if len(sys.argv) > 3 else None
+    captures = sys.argv[3]
     os.makedirs(work, exist_ok=True)
     golden = os.path.join(work, "golden.pcap")
     subprocess.run([xroce, "wire", "samples", "-w", golden], check=True,
@@ -268,12 +268,11 @@ def main():
     qinq_copy(golden, qinq)
     if check_capture(xroce, qinq, must_be_all_roce=True) != golden_frames:
         fail("-", "every QinQ frame should decode as its untagged original")
-    if captures and os.path.isdir(captures):
-        for name in sorted(os.listdir(captures)):
-            if name.endswith(".pcap"):
-                check_capture(xroce, os.path.join(captures, name), must_be_all_roce=False)
-    else:
-        print("no capture folder %s: real rxe captures not checked" % captures)
+    real = sorted(n for n in os.listdir(captures) if n.endswith(".pcap"))
+    if not real:
+        fail("-", "no rxe capture in %s" % captures)
+    for name in real:
+        check_capture(xroce, os.path.join(captures, name), must_be_all_roce=False)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1

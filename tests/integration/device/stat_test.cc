@@ -6,11 +6,12 @@
 
 #include <fstream>
 #include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "../../e2e/fabric.h"
+#include "e2e/pair.h"
 
 namespace xroce::device {
 namespace {
@@ -27,49 +28,17 @@ class StatPair : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, devices)";
-    const std::string tag = std::to_string(::getpid() % 100000);
-    ns_[0] = "xg3st-a-" + tag;
-    ns_[1] = "xg3st-b-" + tag;
-    for (const auto& ns : ns_)
-      run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", "g3s0", "netns", ns_[0], "type", "veth", "peer", "name", "g3s1",
-         "netns", ns_[1]});
-    for (int i = 0; i < 2; ++i) {
-      const std::string dev = "g3s" + std::to_string(i);
-      exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", dev});
-      exec(i, {"ip", "link", "set", dev, "up"});
-      exec(i, {"ip", "link", "set", "lo", "up"});
-    }
-    // Both ends up before waiting for either port: the carrier needs the peer.
-    for (int i = 0; i < 2; ++i) {
-      const std::string dev = "g3s" + std::to_string(i);
-      ASSERT_EQ(exec(i, {xroce_bin(), "link", "add", name(i), "netdev", dev, "port", "udp"}).status,
-                0);
-      ASSERT_TRUE(eventually(
-          [&] {
-            return verbs(i, {"ibv_devinfo", "-d", name(i)}).output.find("PORT_ACTIVE") !=
-                   std::string::npos;
-          },
-          20s));
-    }
-  }
-  void TearDown() override {
-    for (int i = 0; i < 2; ++i) {
-      if (ns_[i].empty()) continue;
-      exec(i, {xroce_bin(), "link", "del", name(i)});
-      run({"ip", "netns", "del", ns_[i]});
-    }
+    pair_ = std::make_unique<e2e::Pair>("xg3st", 203, "udp");
+    ASSERT_TRUE(pair_->ready()) << pair_->why_not();
   }
 
-  std::string ip(int i) const { return "198.18.203." + std::to_string(i + 1); }
-  std::string name(int i) const { return "xg3st" + std::to_string(i); }
+  std::string ip(int i) const { return pair_->ip(i); }
+  std::string name(int i) const { return pair_->dev(i); }
   RunResult exec(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_[i]});
-    return run(argv, 60s);
+    return pair_->exec(i, std::move(argv), 60s);
   }
   RunResult verbs(int i, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {xroce_bin(), "exec", "--"});
-    return exec(i, std::move(argv));
+    return pair_->verbs(i, std::move(argv), 60s);
   }
   nlohmann::json stat(int i) const {
     const RunResult r = exec(i, {xroce_bin(), "stat", name(i), "--json"});
@@ -77,7 +46,7 @@ class StatPair : public ::testing::Test {
     return nlohmann::json::parse(r.output, nullptr, false);
   }
 
-  std::string ns_[2];
+  std::unique_ptr<e2e::Pair> pair_;
 };
 
 TEST_F(StatPair, CountersCountAPingpongAndMatchHwCounters) {

@@ -1,4 +1,4 @@
-// Packet I/O in real network namespaces (issue 5): frames cross a veth pair bit-exact through
+// Packet I/O in real network namespaces: frames cross a veth pair bit-exact through
 // either port kind in both directions, the steering program takes only our frames, nothing
 // is left attached after a detach or a crash, and the UDP port needs no privileges.
 // Needs root (namespaces, XDP); skips with a message otherwise.

@@ -1,7 +1,7 @@
-// The DCQCN fluid model (engine/cc/sim/fluid_model.h) with the paper's parameters (DCQCN.md §2)
-// against what DCQCN.md §3.2 says of it: the flows settle at C/N (20 Gb/s within ~5 ms for N = 2,
-// near 4 Gb/s within ~8 ms for N = 10), the queue at the fixed point q* while p* < Pmax and near
-// Kmax beyond, and alpha decays by (1 - g) per tau' without marks.
+// The DCQCN fluid model (engine/cc/sim/fluid_model.h) with the paper's parameters (docs/protocol.md
+// §5.5) against what docs/protocol.md §5.6 says of it: the flows settle at C/N (20 Gb/s within ~5
+// ms for N = 2, near 4 Gb/s within ~8 ms for N = 10), the queue at the fixed point q* while p* <
+// Pmax and near Kmax beyond, and alpha decays by (1 - g) per tau' without marks.
 #include "cc/sim/fluid_model.h"
 
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@ FluidConfig paper(std::uint32_t flows, double duration_us) {
   return c;
 }
 
-// DCQCN.md §3.2: p* ~ cbrt(R_AI N^2 / (tau' C^2) (1/B + N/(T C))^2), rates in packets/s, B in
-// packets; q* = p*/Pmax (Kmax - Kmin) + Kmin.
+// docs/protocol.md §5.6: p* ~ cbrt(R_AI N^2 / (tau' C^2) (1/B + N/(T C))^2), rates in packets/s, B
+// in packets; q* = p*/Pmax (Kmax - Kmin) + Kmin.
 double fixed_point_queue_bytes(const FluidConfig& c) {
   const double pkt_bits = c.packet_bytes * 8;
   const double cap = c.line_rate_gbps * 1e9 / pkt_bits;
@@ -46,7 +46,7 @@ TEST(FluidModel, TwoFlowsSettleAtHalfTheLineWithinFiveMsWithTheQueueAtTheFixedPo
   EXPECT_LE(r.settled_at_us, 5'000);
   EXPECT_NEAR(r.rc_min_gbps, 20, 0.2);
   EXPECT_NEAR(r.rc_max_gbps, 20, 0.2);
-  // q* is about 23 KB (DCQCN.md's table); the integration agrees within 50 %.
+  // q* is about 23 KB (docs/protocol.md §5.6); the integration agrees within 50 %.
   const double q_star = fixed_point_queue_bytes(c);
   EXPECT_NEAR(q_star, 23'000, 1'000);
   EXPECT_GT(r.queue_mean_bytes, 0.5 * q_star);

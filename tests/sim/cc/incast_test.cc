@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cc/sim/incast.h"
+#include "incast_plot.h"
 
 namespace xroce::cc::sim {
 namespace {
@@ -100,8 +101,8 @@ INSTANTIATE_TEST_SUITE_P(Incast, DcqcnIncast,
                                   std::to_string(static_cast<int>(info.param.rate_gbps)) + "G";
                          });
 
-// The ConnectX profile exactly as the firmware ships it (PROTOCOL.md §5.5, nothing changed), on
-// the same port. Its alpha (a 1 µs grid, g = 5/1024) stays at 0.01 - 0.06 in an incast, so a cut
+// The ConnectX profile exactly as the firmware ships it (docs/protocol.md §5.5, nothing changed),
+// on the same port. Its alpha (a 1 µs grid, g = 5/1024) stays at 0.01 - 0.06 in an incast, so a cut
 // is 0.5 - 3 % and the flows take 3 - 40 ms to converge (docs/dcqcn-results.md §3): hence a
 // longer run than the paper-profile cases, measured over its second half.
 struct ConnectxCase {
@@ -146,10 +147,10 @@ INSTANTIATE_TEST_SUITE_P(Incast, ConnectxIncast,
                                   std::to_string(static_cast<int>(info.param.rate_gbps)) + "G";
                          });
 
-// The packet-level incast against the fluid model with the same parameters (DCQCN.md §3.2): the
-// authors' N = 2 scenario at 40 Gb/s with the paper profile and marking (Kmin 5 KB, Kmax 200 KB,
-// Pmax 1 %, 1 KB MTU). Each flow's alpha is set by the rate of CNPs it gets; after 20 ms it must
-// be where the model's is, and the flows' mean rate where the model settles (C/N). The model's
+// The packet-level incast against the fluid model with the same parameters (docs/protocol.md §5.6):
+// the authors' N = 2 scenario at 40 Gb/s with the paper profile and marking (Kmin 5 KB, Kmax 200
+// KB, Pmax 1 %, 1 KB MTU). Each flow's alpha is set by the rate of CNPs it gets; after 20 ms it
+// must be where the model's is, and the flows' mean rate where the model settles (C/N). The model's
 // flows are identical, so it says nothing of how two real flows share: over 20 ms they may still
 // be apart (docs/dcqcn-results.md §1, the N = 2 drift), so fairness is not checked here.
 TEST(IncastVsFluidModel, PaperProfileTwoFlowsAlphaAndRateTrackTheModel) {
@@ -274,7 +275,7 @@ TEST(IncastPlot, SvgHasOnePolylinePerFlowPlusTheQueueAndALegend) {
   IncastConfig c = dcqcn_config(3, 25, base_seed());
   c.duration_us = 1'000;
   const IncastResult r = run_incast(c);
-  const std::string svg = plot_svg(r);
+  const std::string svg = cli::plot_incast_svg(r);
   std::size_t lines = 0;
   for (std::size_t at = svg.find("<polyline"); at != std::string::npos;
        at = svg.find("<polyline", at + 1))

@@ -10,7 +10,7 @@ namespace xroce::cc {
 namespace {
 
 TEST(DcqcnParams, ConnectxProfileHasFirmwareDefaults) {
-  // PROTOCOL.md §5.5, the `mlxconfig q` dump: RPG_TIME_RESET 300, RPG_BYTE_RESET 32767, ...
+  // docs/protocol.md §5.5, the `mlxconfig q` dump: RPG_TIME_RESET 300, RPG_BYTE_RESET 32767, ...
   const DcqcnParams p = DcqcnParams::connectx();
   EXPECT_EQ(p.rpg_time_reset, 300u);
   EXPECT_EQ(p.rpg_byte_reset, 32767u);
@@ -39,8 +39,8 @@ TEST(DcqcnParams, ConnectxProfileHasFirmwareDefaults) {
 }
 
 TEST(DcqcnParams, PaperProfileHasDcqcnMdValues) {
-  // DCQCN.md §2: T 55 µs, B 10 MB, F 5, R_AI 40 Mb/s, R_HAI 200 Mb/s (ns-3), g 1/256, K 55 µs,
-  // N 50 µs, alpha starts at 1, min rate 100 Mb/s (ns-3).
+  // docs/protocol.md §5.5: T 55 µs, B 10 MB, F 5, R_AI 40 Mb/s, R_HAI 200 Mb/s (ns-3), g 1/256, K
+  // 55 µs, N 50 µs, alpha starts at 1, min rate 100 Mb/s (ns-3).
   const DcqcnParams p = DcqcnParams::paper();
   EXPECT_EQ(p.rpg_time_reset, 55u);
   EXPECT_EQ(p.rpg_byte_reset, 10'000'000u);

@@ -1,5 +1,5 @@
 // DCQCN reaction point: scripted event sequences with expected rates and alphas worked out by
-// hand from the formulas of PROTOCOL.md §5.4 (each written next to its number).
+// hand from the formulas of docs/protocol.md §5.4 (each written next to its number).
 //   cut:      Rc <- max(min_rate, Rc * max(1 - alpha * 2^(10 - rpg_gd), rpg_min_dec_fac/100))
 //   alpha:    alpha <- d * alpha (+ (1 - d) when a CNP counts), d = dce_tcp_g / 1024
 //   increase: FR Rc <- (Rt + Rc)/2;  AI Rt += R_AI, then FR;  HAI Rt += i * R_HAI, then FR
@@ -178,9 +178,9 @@ TEST(ReactionPointConnectx, AdditiveThenHyperIncrease) {
   EXPECT_EQ(rp.counters().byte_events, 3u);
 }
 
-// PROTOCOL.md §5.4(a) 2: a cut resets both stage counts and the byte accumulator, so bytes sent
-// before a cut never count toward a byte event after it (docs/dcqcn-results.md §3.2 item 3: why
-// the byte counter favours the faster flow).
+// docs/protocol.md §5.4, paper rule 1: a cut resets both stage counts and the byte accumulator, so
+// bytes sent before a cut never count toward a byte event after it (docs/dcqcn-results.md §3.2 item
+// 3: why the byte counter favours the faster flow).
 TEST(ReactionPointConnectx, ACutRestartsTheByteAccumulatorAndBothStageCounts) {
   const DcqcnParams p = DcqcnParams::connectx();  // F = 1, B = 32767 bytes, T = 300 µs
   ReactionPoint rp(p, 100'000);

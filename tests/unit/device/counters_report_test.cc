@@ -133,6 +133,11 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   EXPECT_EQ(j["peer"], "198.18.0.2");
   EXPECT_EQ(j["retransmits"], 0);
   EXPECT_TRUE(j.contains("sq_psn") && j.contains("rq_psn") && j.contains("dest_qpn"));
+  for (const char* key : {"payload_bytes_sent", "payload_bytes_received", "naks_sent",
+                          "rnr_naks_sent", "ecn_ce_received", "cnps_received", "rtt_samples"}) {
+    EXPECT_EQ(j[key], 0) << key;
+  }
+  EXPECT_EQ(j["rtt_us"], 0.0);
 }
 
 }  // namespace

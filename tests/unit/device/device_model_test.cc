@@ -3,6 +3,7 @@
 // by the transport core the device hands it to.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cerrno>
 #include <vector>
 
@@ -77,9 +78,6 @@ TEST_F(DeviceModel, QpNeedsOwnedPdAndCqsAndSaneCaps) {
   EXPECT_EQ(dev_.create_qp(kAlice, rc(p, bobs_cq)).error(), EINVAL);
   EXPECT_EQ(dev_.create_qp(kAlice, rc(p + 100, c)).error(), EINVAL);
   QpRequest r = rc(p, c);
-  r.qp_type = 9;
-  EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
-  r = rc(p, c);
   r.cap.max_send_sge = dev_.limits().max_sge + 1;
   EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EINVAL);
   r = rc(p, c);
@@ -102,6 +100,41 @@ TEST_F(DeviceModel, QpNeedsOwnedPdAndCqsAndSaneCaps) {
   EXPECT_EQ(dev_.destroy_qp(kAlice, *q2), 0);
   EXPECT_EQ(dev_.destroy_cq(kAlice, c), 0);
   EXPECT_EQ(dev_.dealloc_pd(kAlice, p), 0);
+}
+
+// What the transport does not run is refused when it is asked for, with EOPNOTSUPP, as
+// rxe_qp_chk_init does: never created and then failing at RTR.
+TEST_F(DeviceModel, QpTypesWithoutTransportAreNotSupported) {
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  constexpr uint32_t kUc = 3, kRawPacket = 8, kXrcSend = 9, kXrcRecv = 10, kUnknown = 200;
+  for (uint32_t type : {kUc, kRawPacket, kXrcSend, kXrcRecv, kUnknown}) {
+    QpRequest r = rc(p, c);
+    r.qp_type = type;
+    EXPECT_EQ(dev_.create_qp(kAlice, r).error(), EOPNOTSUPP) << "qp_type " << type;
+  }
+  QpRequest ud = rc(p, c);
+  ud.qp_type = kIbvQptUd;
+  EXPECT_TRUE(dev_.create_qp(kAlice, ud).ok());
+}
+
+// ibv_access_flags: those of features the device lacks are EOPNOTSUPP at reg_mr (as
+// ib_check_mr_access answers ON_DEMAND without ODP), unknown bits EINVAL, the HUGETLB hint
+// accepted.
+TEST_F(DeviceModel, MemoryAccessFlagsOfMissingFeaturesAreNotSupported) {
+  const uint32_t p = pd();
+  auto reg = [&](uint32_t access) {
+    return dev_.reg_mr(kAlice, MrRequest{p, 0x10000, 4096, 0x10000, access, 1234});
+  };
+  for (uint32_t flag : {kAccessMwBind, kAccessZeroBased, kAccessOnDemand, kAccessFlushGlobal,
+                        kAccessFlushPersistent}) {
+    EXPECT_EQ(reg(kAccessLocalWrite | flag).error(), EOPNOTSUPP) << "access " << flag;
+  }
+  EXPECT_EQ(reg(kAccessLocalWrite | (1u << 15)).error(), EINVAL);
+  EXPECT_EQ(reg(kAccessRemoteWrite | kAccessMwBind).error(), EINVAL);  // IBA 10.6.3.1 first
+  auto huge = reg(kAccessLocalWrite | kAccessHugetlb);
+  ASSERT_TRUE(huge.ok());
+  EXPECT_EQ(dev_.dereg_mr(kAlice, huge->handle), 0);
 }
 
 TEST_F(DeviceModel, QpWalksResetInitRtrRts) {
@@ -256,6 +289,96 @@ TEST_F(DeviceModel, AClientStopsAtItsQuotaAndOthersDoNot) {
   dev_.release_client(kAlice);
   EXPECT_EQ(dev_.owned_counts(kAlice).qps, 0u);
   EXPECT_EQ(dev_.owned_counts(kBob).qps, 1u);
+}
+
+// Walks a QP of the device to RTS (RC: connected through GID 0 with `path_mtu`).
+void bring_to_rts(Device& dev, uint32_t qp, bool ud, uint32_t path_mtu) {
+  namespace m = transport::qp_attr;
+  control::QpAttr a{};
+  a.qp_state = 1;  // INIT
+  a.port_num = 1;
+  a.qkey = 0x11;
+  ASSERT_EQ(dev.modify_qp(kAlice, qp, a,
+                          m::kState | m::kPkeyIndex | m::kPort | (ud ? m::kQkey : m::kAccessFlags)),
+            0);
+  a = {};
+  a.qp_state = 2;  // RTR
+  a.path_mtu = path_mtu;
+  a.dest_qp_num = 0x99;
+  a.max_dest_rd_atomic = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  ASSERT_EQ(dev.modify_qp(kAlice, qp, a,
+                          ud ? m::kState
+                             : m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
+                                   m::kMaxDestRdAtomic | m::kMinRnrTimer),
+            0);
+  a = {};
+  a.qp_state = 3;  // RTS
+  a.timeout = 14;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(dev.modify_qp(kAlice, qp, a,
+                          ud ? m::kState | m::kSqPsn
+                             : m::kState | m::kSqPsn | m::kTimeout | m::kRetryCnt | m::kRnrRetry |
+                                   m::kMaxQpRdAtomic),
+            0);
+}
+
+// The port's active MTU (1024 on a 1500-byte netdev, what ibv_query_port reports) reaches every
+// QP: a UD datagram longer than it is not sent (C10-93.1.1), and an RC path MTU above it is
+// accepted but segments at it.
+TEST(DevicePortMtu, QpsAreBoundByThePortsActiveMtu) {
+  transport::LocalMemory* memory = nullptr;
+  Device dev("xmtu0", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, 1500, true, true, 0}, 7,
+             [&memory](int) {
+               auto m = std::make_unique<transport::LocalMemory>();
+               memory = m.get();
+               return m;
+             });
+  const uint8_t v4[4] = {198, 18, 0, 1};
+  dev.update_addresses({IpAddress::v4_from(v4)});
+  auto p = dev.alloc_pd(kAlice, 1234);
+  auto c = dev.create_cq(kAlice, CqRequest{16, 0, 0, 0});
+  ASSERT_TRUE(p.ok() && c.ok() && memory != nullptr);
+  const uint64_t buf = memory->allocate(8192);
+  auto mr = dev.reg_mr(kAlice, MrRequest{*p, buf, 8192, buf, kAccessLocalWrite, 1234});
+  ASSERT_TRUE(mr.ok());
+  std::array<uint8_t, 4096> out{};
+
+  QpRequest r{*p, *c, *c, 0, kIbvQptRc, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
+  auto rc = dev.create_qp(kAlice, r);
+  ASSERT_TRUE(rc.ok());
+  bring_to_rts(dev, *rc, false, 5);  // IBV_MTU_4096
+  EXPECT_EQ(dev.query_qp(kAlice, *rc)->attr.path_mtu, 5u);
+  transport::Qp& rc_core = *dev.qp(kAlice, *rc)->qp;
+  transport::WorkRequest send;
+  send.wr_id = 1;
+  send.send_flags = transport::send_flags::kSignaled;
+  send.sg_list = {transport::Sge{buf, 3000, wire::Lkey(mr->lkey)}};
+  ASSERT_EQ(rc_core.post_send(send), 0);
+  auto first = rc_core.poll_transmit(0, out);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->hdr.bth.opcode, wire::Opcode::kRcSendFirst);
+  EXPECT_EQ(first->payload_len, 1024u);
+
+  r.qp_type = kIbvQptUd;
+  auto ud = dev.create_qp(kAlice, r);
+  ASSERT_TRUE(ud.ok());
+  bring_to_rts(dev, *ud, true, 0);
+  transport::Qp& ud_core = *dev.qp(kAlice, *ud)->qp;
+  send.ud = transport::UdDestination{1, wire::Qpn(0x99), wire::Qkey(0x11)};
+  send.sg_list = {transport::Sge{buf, 1025, wire::Lkey(mr->lkey)}};
+  ASSERT_EQ(ud_core.post_send(send), 0);
+  EXPECT_FALSE(ud_core.poll_transmit(0, out).has_value());
+  auto done = ud_core.poll_completion();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->status, transport::WcStatus::kSuccess);
+  send.wr_id = 2;
+  send.sg_list = {transport::Sge{buf, 1024, wire::Lkey(mr->lkey)}};
+  ASSERT_EQ(ud_core.post_send(send), 0);
+  auto datagram = ud_core.poll_transmit(0, out);
+  ASSERT_TRUE(datagram.has_value());
+  EXPECT_EQ(datagram->payload_len, 1024u);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ TEST(NetsimFrameEdit, MarkCeOnIpv4SetsEcnAndKeepsChecksumValid) {
 }
 
 TEST(NetsimFrameEdit, Ipv4ChecksumMatchesKnownFrame) {
-  // PROTOCOL.md §1.9, the self-generated RC SEND_ONLY frame: checksum 0x1479.
+  // docs/protocol.md §1.8, the self-generated RC SEND_ONLY frame: checksum 0x1479.
   const std::uint8_t header[20] = {0x45, 0x02, 0x00, 0x3c, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11,
                                    0x14, 0x79, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02};
   EXPECT_EQ(ipv4_header_checksum(wire::Bytes(header, 20)), 0x1479);

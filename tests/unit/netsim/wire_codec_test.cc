@@ -1,6 +1,6 @@
 // The simulator against the real wire codec: every frame the wire corrupts fails the
 // receiver's ICRC check (or does not even decode), and CE marking by a switch keeps frames
-// valid (ECN and the IPv4 checksum are masked out of the ICRC, PROTOCOL.md §1.9).
+// valid (ECN and the IPv4 checksum are masked out of the ICRC, docs/protocol.md §1.7).
 #include <gtest/gtest.h>
 
 #include "net/sim/network.h"

@@ -86,6 +86,28 @@ TEST_P(FrameEditTest, LeavesNotEctAndCeAlone) {
   }
 }
 
+TEST_P(FrameEditTest, BleachClearsEveryEcnCodepointAndKeepsTheDscp) {
+  const auto [ipv6, vlan] = GetParam();
+  for (const std::uint8_t tos : {0x01, 0x02, 0x03, 0x6a}) {
+    auto f = frame(ipv6, tos, vlan);
+    const auto info = classify(f);
+    ASSERT_TRUE(info);
+    ASSERT_TRUE(bleach_ecn(f, *info));
+    const auto d = w::decode_frame(f);  // verifies the IPv4 header checksum
+    ASSERT_TRUE(d.ok()) << w::to_string(d.error());
+    EXPECT_TRUE(d->icrc_ok);
+    EXPECT_EQ(d->ecn, w::Ecn::kNotEct);
+    EXPECT_EQ(d->addr.traffic_class, tos & ~3) << "the DSCP is kept";
+    if (!ipv6) {
+      EXPECT_TRUE(w::ipv4_header_checksum_ok(std::span(f).subspan(info->l3_offset, 20)));
+    }
+  }
+  auto not_ect = frame(ipv6, 0x68, vlan);
+  const auto before = not_ect;
+  EXPECT_FALSE(bleach_ecn(not_ect, *classify(not_ect)));
+  EXPECT_EQ(not_ect, before);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, FrameEditTest,
                          ::testing::Values(Case{false, std::nullopt}, Case{true, std::nullopt},
                                            Case{false, 0x6005}, Case{true, 0x0007}));

@@ -40,6 +40,8 @@ struct QpOptions {
   Srq* srq = nullptr;
   std::uint32_t sq_psn = kSqPsn;
   std::uint32_t rq_psn = kRqPsn;
+  PathMtu path_mtu = PathMtu::k256;
+  PathMtu port_mtu = PathMtu::k4096;  // the port's active MTU (QpConfig::port_mtu)
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -66,6 +68,7 @@ class ProtocolTest : public ::testing::Test {
     QpConfig cfg;
     cfg.type = o.type;
     cfg.qpn = kLocalQpn;
+    cfg.port_mtu = o.port_mtu;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
   }
@@ -75,7 +78,7 @@ class ProtocolTest : public ::testing::Test {
     QpAttr a;
     a.qp_access_flags = o.access;
     a.qkey = wire::Qkey(0x1234);
-    a.path_mtu = PathMtu::k256;
+    a.path_mtu = o.path_mtu;
     a.dest_qp_num = kPeerQpn;
     a.rq_psn = wire::Psn(o.rq_psn);
     a.sq_psn = wire::Psn(o.sq_psn);

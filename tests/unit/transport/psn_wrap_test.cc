@@ -1,5 +1,5 @@
-// PSNs are 24-bit and wrap (PROTOCOL.md §3.1): segmentation, ACKs, duplicates and NAKs across
-// the wrap.
+// PSNs are 24-bit and wrap (IBA 9.7.1; docs/protocol.md §3.1): segmentation, ACKs, duplicates and
+// NAKs across the wrap.
 #include <gtest/gtest.h>
 
 #include "protocol_harness.h"

@@ -1,5 +1,5 @@
 // Requester and completer rules, one per test: post work or receive a response, expect exact
-// packets and completions (PROTOCOL.md §3.2-3.10, §4.2, §7).
+// packets and completions (docs/protocol.md §3.2-3.10).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +39,25 @@ TEST_F(RequesterTest, SendIsSegmentedAtPathMtuWithAckReqOnTheLastPacket) {
   const auto src = bytes(local, 600);
   EXPECT_TRUE(std::equal(all.begin(), all.end(), src.begin()));
   EXPECT_TRUE(completions().empty());  // nothing before the ACK
+}
+
+// A path MTU above the port's active MTU is accepted (as rxe and mlx5 accept it) but packets
+// never exceed what the port carries: the message is segmented at the port's MTU.
+TEST_F(RequesterTest, PathMtuAboveThePortMtuSegmentsAtThePortMtu) {
+  QpOptions o;
+  o.path_mtu = PathMtu::k4096;
+  o.port_mtu = PathMtu::k1024;
+  make_qp(o);
+  EXPECT_EQ(qp->attr().path_mtu, PathMtu::k4096);
+  fill(local, 2500, 1);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 2500)})), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcSendFirst);
+  EXPECT_EQ(out[0].payload.size(), 1024u);
+  EXPECT_EQ(out[1].payload.size(), 1024u);
+  EXPECT_EQ(out[2].opcode(), Opcode::kRcSendLast);
+  EXPECT_EQ(out[2].payload.size(), 2500u - 2048u);
 }
 
 TEST_F(RequesterTest, WriteCarriesRethOnlyInTheFirstPacketAndImmOnlyInTheLast) {

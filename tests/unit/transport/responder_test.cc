@@ -1,5 +1,5 @@
 // Responder rules, one per test: receive a request, expect exact responses, memory effects and
-// receive completions (PROTOCOL.md §2.3, §3.4-3.7, §7 item 5).
+// receive completions (docs/protocol.md §2.3, §3.4-3.6).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -360,6 +360,25 @@ TEST_F(ResponderTest, WrongPacketLengthsAreInvalidRequests) {
   const auto out = drain();
   ASSERT_EQ(out.size(), 1u);
   expect_ack(out[0], kRqPsn, Aeth::nak(0, NakCode::kInvalidRequest));
+}
+
+// The responder judges packet lengths by the same MTU the requester segments at: the path MTU,
+// bounded by the port's.
+TEST_F(ResponderTest, PathMtuAboveThePortMtuJudgesLengthsByThePortMtu) {
+  QpOptions o;
+  o.path_mtu = PathMtu::k4096;
+  o.port_mtu = PathMtu::k1024;
+  make_qp(o);
+  receive(write(Opcode::kRcWriteFirst, kRqPsn, target, 3000), data(1024));
+  receive(packet(Opcode::kRcWriteMiddle, kRqPsn + 1), data(1024));
+  receive(packet(Opcode::kRcWriteLast, kRqPsn + 2, true), data(952));
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn + 2, Aeth::ack(1));
+  receive(write(Opcode::kRcWriteOnly, kRqPsn + 3, target, 2048, true), data(2048));
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn + 3, Aeth::nak(1, NakCode::kInvalidRequest));
 }
 
 TEST_F(ResponderTest, SendWithInvalidateInvalidatesTheRkey) {

@@ -1,4 +1,4 @@
-// UD send and receive: DETH, Q_Key rules, the 40-byte GRH area (PROTOCOL.md §2.2, §6).
+// UD send and receive: DETH, Q_Key rules, the 40-byte GRH area (docs/protocol.md §2.2, §4).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,13 +53,41 @@ TEST_F(UdTest, WrQkeyWithTheHighBitUsesTheQpsQkey) {
   EXPECT_EQ(drain()[0].hdr().deth->qkey, wire::Qkey(0x1234));
 }
 
-TEST_F(UdTest, MessageLargerThanThePortMtuIsALocalLengthError) {
+// C10-93.1.1: a message longer than the port's MTU puts no packet on the wire and completes
+// without an error; the send queue goes on with the next WQE.
+TEST_F(UdTest, MessageLargerThanThePortMtuIsNotSentAndCompletesWithoutError) {
   ASSERT_EQ(qp->post_send(ud_send(1, 4097, 1)), 0);  // port MTU 4096
-  EXPECT_TRUE(drain().empty());
+  ASSERT_EQ(qp->post_send(ud_send(2, 4096, 1)), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].payload.size(), 4096u);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].wr_id, 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[1].wr_id, 2u);
+  EXPECT_EQ(c[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->state(), QpState::kRts);
+}
+
+TEST_F(UdTest, ThePortMtuBoundsDatagramsBothWays) {
+  QpOptions o;
+  o.type = QpType::kUd;
+  o.port_mtu = PathMtu::k1024;
+  make_qp(o);
+  ASSERT_EQ(qp->post_send(ud_send(1, 1025, 1)), 0);
+  ASSERT_EQ(qp->post_send(ud_send(2, 1024, 1)), 0);
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].payload.size(), 1024u);
+  EXPECT_EQ(completions().size(), 2u);
+  ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 2048)})), 0);
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(1025, 1));
+  EXPECT_TRUE(completions().empty());
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(1024, 2));
   const auto c = completions();
   ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].status, WcStatus::kLocLenErr);
-  EXPECT_EQ(qp->state(), QpState::kSqe);
+  EXPECT_EQ(c[0].byte_len, 40u + 1024u);
 }
 
 TEST_F(UdTest, ReceivePutsTheGrhAreaFirstAndReportsTheSource) {
@@ -78,6 +106,25 @@ TEST_F(UdTest, ReceivePutsTheGrhAreaFirstAndReportsTheSource) {
   EXPECT_TRUE(std::equal(meta.grh.begin(), meta.grh.end(), bytes(local, 40).begin()));
   EXPECT_TRUE(std::equal(payload.begin(), payload.end(), bytes(local + 40, 60).begin()));
   EXPECT_TRUE(drain().empty());  // UD is never acknowledged
+}
+
+// A17.4.5.1: a RoCE v2 UD completion says whether the datagram came over IPv4 or IPv6. As mlx5,
+// in wc.sl: L3 type 2 (IPv4) or 1 (IPv6) plus the UDP bit; UCX's ud_verbs takes the GID
+// length from it, and a wrong one drops every IPv4 datagram.
+TEST_F(UdTest, ReceiveReportsTheNetworkHeaderTypeInSl) {
+  RxMeta v4;  // the IPv4 header in the last 20 bytes of the area, the first 20 undefined
+  v4.grh[20] = 0x45;
+  RxMeta v6;
+  v6.grh[0] = 0x60;
+  for (const auto& [meta, sl] : {std::pair{v4, roce_sl::kUdpIpv4}, {v6, roce_sl::kUdpIpv6}}) {
+    ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 200)})), 0);
+    qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(8), meta);
+    const auto c = completions();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(c[0].sl, sl);
+  }
+  EXPECT_EQ(roce_sl::kUdpIpv4 & 0x7, 2);  // what uct_ud_iface_check_grh tests for IPv4
 }
 
 TEST_F(UdTest, WrongQkeyOrNoReceiveWqeDropsSilently) {

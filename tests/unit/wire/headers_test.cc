@@ -9,7 +9,7 @@ namespace xroce::wire {
 namespace {
 
 TEST(Headers, DecodesBthFromProtocolReferenceAck) {
-  // RC ACK, PSN 100, DestQP 0x22, AETH 0x1F MSN 5 (PROTOCOL.md §1.9 golden frame).
+  // RC ACK, PSN 100, DestQP 0x22, AETH 0x1F MSN 5 (docs/protocol.md §1.8 golden frame).
   const std::array<std::uint8_t, 16> bytes = {0x11, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x22,
                                               0x00, 0x00, 0x00, 0x64, 0x1f, 0x00, 0x00, 0x05};
   auto h = decode_transport_headers(bytes);

@@ -1,4 +1,4 @@
-// ICRC: the three public vectors of PROTOCOL.md §1.9, and the fast implementation held against
+// ICRC: the three public vectors of docs/protocol.md §1.8, and the fast implementation held against
 // the bit-at-a-time reference.
 #include "wire/icrc.h"
 

@@ -24,7 +24,7 @@ TEST(OpcodeTable, UnknownOpcodesAreRejected) {
 }
 
 TEST(OpcodeTable, RequestsAndResponsesMatchProtocolReference) {
-  // PROTOCOL.md §2.1: responses are 0x0D-0x12, everything else RC is a request.
+  // docs/protocol.md §2.1: responses are 0x0D-0x12, everything else RC is a request.
   for (const auto& info : kOpcodeTable) {
     const auto v = static_cast<std::uint8_t>(info.opcode);
     if (info.transport() == Transport::kRc) {

@@ -21,7 +21,7 @@ TEST(Psn, ComparesAcrossWrap) {
 }
 
 TEST(Psn, HalfWindowBoundary) {
-  // ePSN + 2^23 - 1 is still "after"; ePSN - 2^23 is "before" (PROTOCOL.md §3.1 windows).
+  // ePSN + 2^23 - 1 is still "after"; ePSN - 2^23 is "before" (docs/protocol.md §3.1 windows).
   const Psn e(100);
   EXPECT_TRUE((e + (Psn::kHalfWindow - 1)).after(e));
   EXPECT_TRUE((e - Psn::kHalfWindow).before(e));

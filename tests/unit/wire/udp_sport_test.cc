@@ -1,4 +1,4 @@
-// UDP source port entropy: the worked examples of PROTOCOL.md §4.6.
+// UDP source port entropy: the worked examples of docs/protocol.md §1.3.
 #include "wire/udp_sport.h"
 
 #include <gtest/gtest.h>

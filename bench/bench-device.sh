@@ -4,7 +4,7 @@
 # ib_write_lat with 2-byte messages beside sockperf ping-pong over UDP and TCP (sockperf's
 # smallest message is 14 bytes), and CPU seconds per GB moved (application + daemon on both
 # sides). Needs root. Not a test: it prints figures and ratios.
-#   tools/bench/bench-device.sh [BUILD_DIR] [PORT_KIND...]     (default: build afxdp udp)
+#   bench/bench-device.sh [BUILD_DIR] [PORT_KIND...]     (default: build afxdp udp)
 set -euo pipefail
 build=${1:-build}
 shift || true

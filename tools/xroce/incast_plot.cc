@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <string>
 
-#include "cc/sim/fluid_model.h"
-#include "cc/sim/incast.h"
+#include "incast_plot.h"
 
-namespace xroce::cc::sim {
+namespace xroce::cli {
+
+using cc::sim::FluidResult;
+using cc::sim::IncastConfig;
+using cc::sim::IncastResult;
 
 namespace {
 
@@ -127,7 +130,7 @@ void fluid_overlay(std::string& out, const Panel& rates, const Panel& queue,
 
 }  // namespace
 
-std::string plot_svg(const IncastResult& r, const FluidResult* fluid) {
+std::string plot_incast_svg(const IncastResult& r, const FluidResult* fluid) {
   const IncastConfig& c = r.config;
   const double bin_us = static_cast<double>(r.bin_ns) / 1000;
   const double x_max = static_cast<double>(c.duration_us);
@@ -203,4 +206,4 @@ std::string plot_svg(const IncastResult& r, const FluidResult* fluid) {
   return out;
 }
 
-}  // namespace xroce::cc::sim
+}  // namespace xroce::cli

@@ -1,5 +1,5 @@
 // Measures the candidate mechanisms for completion channels with a c 1:3 command fd
-// (ARCHITECTURE.md decision 3; the write-up is README.md beside this file).
+// (docs/ARCHITECTURE.md decision 3; the figures and the choice are in engine/daemon/README.md).
 //
 // ibv_create_comp_channel() does write(cmd_fd, {hdr, response_ptr}) and expects the kernel to
 // have stored a new fd in *response_ptr when write returns. A forked "app" and its parent, the
@@ -13,7 +13,7 @@
 // plus what the seccomp filter costs every other system call of the app, and the latency of
 // delivering one completion event over the channel fd (the same for both).
 //
-// Usage: xroce_bench_comp_channel [iterations]
+// Usage: <build>/bin/bench/bench_comp_channel [iterations]
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>

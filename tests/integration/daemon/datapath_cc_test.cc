@@ -6,25 +6,16 @@
 // rate cut a CNP causes at A, the pacer's spacing of A's packets at that rate without holding
 // A's other QP, ECT(0) on data while rp_enable is on, and the device counters.
 #include <gtest/gtest.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <thread>
 
-#include "daemon/datapath.h"
-#include "transport/memory.h"
+#include "pipe_fabric.h"
 #include "wire/frame.h"
 
-namespace xroce::daemon {
+namespace xroce::daemon::test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -33,202 +24,10 @@ using transport::Completion;
 using transport::WcStatus;
 using transport::WrOpcode;
 
-struct SentFrame {
-  std::uint64_t at_ns;
-  std::vector<std::uint8_t> bytes;
-};
-
-// A port whose transmit lands in another port's receive queue; it records what it sent (with
-// the time) and `mark_ce` sets IP ECN = CE on RoCE request frames on their way.
-class PipePort final : public net::Port {
- public:
-  PipePort() : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~PipePort() override { close(efd_); }
-  PipePort* peer = nullptr;
-  std::atomic<bool> mark_ce{false};
-  std::atomic<bool> drop{false};  // loses every frame this port sends
-
-  void inject(std::vector<std::uint8_t> frame) {
-    {
-      std::lock_guard lock(m_);
-      queue_.push_back(std::move(frame));
-    }
-    const std::uint64_t one = 1;
-    (void)!write(efd_, &one, sizeof(one));
-  }
-  std::vector<SentFrame> sent() {
-    std::lock_guard lock(m_);
-    return sent_;
-  }
-
-  net::Result<std::size_t, net::PortError> receive(std::span<net::RxFrame> frames) override {
-    std::uint64_t count = 0;
-    (void)!read(efd_, &count, sizeof(count));
-    std::lock_guard lock(m_);
-    std::size_t n = 0;
-    while (n < frames.size() && !queue_.empty()) {
-      const std::uint64_t handle = next_handle_++;
-      auto& held = held_[handle] = std::move(queue_.front());
-      queue_.pop_front();
-      frames[n++] = net::RxFrame{held, handle};
-    }
-    return n;
-  }
-  void release(std::span<const net::RxFrame> frames) override {
-    std::lock_guard lock(m_);
-    for (const auto& f : frames)
-      held_.erase(f.handle);
-  }
-  net::Result<std::size_t, net::PortError> transmit(std::span<const net::TxFrame> frames) override {
-    for (const auto& f : frames) {
-      std::vector<std::uint8_t> bytes(f.begin(), f.end());
-      {
-        std::lock_guard lock(m_);
-        sent_.push_back({monotonic_now_ns(), bytes});
-      }
-      if (mark_ce.load()) bytes = with_ce(bytes);
-      if (!drop.load()) peer->inject(std::move(bytes));
-    }
-    return frames.size();
-  }
-  net::Result<std::size_t, net::PortError> flush() override { return std::size_t{0}; }
-  int wait_fd() const override { return efd_; }
-  net::PortStats stats() const override { return {}; }
-  net::PortMode mode() const override { return net::PortMode::kUdpSocket; }
-  std::size_t max_frame_bytes() const override { return 9014; }
-
- private:
-  // Re-encodes a request frame with CE (the IPv4 header checksum covers the TOS byte).
-  static std::vector<std::uint8_t> with_ce(const std::vector<std::uint8_t>& bytes) {
-    auto d = wire::decode_frame(bytes);
-    if (!d || !d->hdr.info().is_request) return bytes;
-    wire::FrameAddress a = d->addr;
-    a.traffic_class |= static_cast<std::uint8_t>(wire::Ecn::kCe);
-    std::vector<std::uint8_t> out(bytes.size() + 64);
-    const auto len = wire::encode_frame(a, d->hdr, d->payload, out);
-    out.resize(len ? *len : 0);
-    return out;
-  }
-
-  int efd_;
-  std::mutex m_;
-  std::deque<std::vector<std::uint8_t>> queue_;
-  std::map<std::uint64_t, std::vector<std::uint8_t>> held_;
-  std::uint64_t next_handle_ = 1;
-  std::vector<SentFrame> sent_;
-};
-
-struct Mailbox {
-  std::mutex m;
-  std::condition_variable cv;
-  std::deque<transport::WorkRequest> sends;
-  std::deque<transport::RecvRequest> recvs;
-  std::vector<Completion> completions;
-
-  std::vector<Completion> wait(std::size_t n, std::chrono::seconds limit = 20s) {
-    std::unique_lock lock(m);
-    cv.wait_for(lock, limit, [&] { return completions.size() >= n; });
-    return completions;
-  }
-};
-
-class MailboxBinding final : public QpBinding {
- public:
-  MailboxBinding(std::shared_ptr<Mailbox> box, wire::FrameAddress av)
-      : box_(std::move(box)), av_(av) {}
-  bool pull_work_on_worker(transport::Qp& qp) override {
-    std::lock_guard lock(box_->m);
-    const bool any = !box_->sends.empty() || !box_->recvs.empty();
-    for (; !box_->recvs.empty(); box_->recvs.pop_front())
-      EXPECT_EQ(qp.post_recv(box_->recvs.front()), 0);
-    for (; !box_->sends.empty(); box_->sends.pop_front())
-      EXPECT_EQ(qp.post_send(box_->sends.front()), 0);
-    return any;
-  }
-  bool work_pending_on_worker() const override {
-    std::lock_guard lock(box_->m);
-    return !box_->sends.empty() || !box_->recvs.empty();
-  }
-  void complete_on_worker(const Completion& c) override {
-    std::lock_guard lock(box_->m);
-    box_->completions.push_back(c);
-    box_->cv.notify_all();
-  }
-  void event_on_worker(const transport::AsyncEvent&) override {}
-  const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
-    return av_id == kAvId ? &av_ : nullptr;
-  }
-  static constexpr std::uint32_t kAvId = 1;
-
- private:
-  std::shared_ptr<Mailbox> box_;
-  wire::FrameAddress av_;
-};
-
-constexpr std::uint32_t kIpA = 0xC6120001;  // 198.18.0.1
-constexpr std::uint32_t kIpB = 0xC6120002;  // 198.18.0.2
 constexpr std::uint8_t kDataTos = 26 << 2;  // DSCP 26 (priority 3), as production RoCE uses
 constexpr std::size_t kMemBytes = 1 << 20;
 constexpr std::uint32_t kMtu = 1024;
 constexpr double kLineRateMbps = 100'000;
-
-wire::FrameAddress address(std::uint32_t src_v4, std::uint32_t dst_v4) {
-  wire::FrameAddress a;
-  a.src_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(src_v4)};
-  a.dst_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(dst_v4)};
-  a.src_ip = wire::IpAddr::v4(src_v4);
-  a.dst_ip = wire::IpAddr::v4(dst_v4);
-  a.traffic_class = kDataTos;
-  return a;
-}
-
-struct Side {
-  transport::LocalMemory mem;
-  transport::MemoryRegionTable mrs{mem};
-  std::uint64_t buf = mem.allocate(kMemBytes);
-  transport::MemoryRegion mr = mrs.register_region(
-      buf, kMemBytes, transport::access::kLocalWrite | transport::access::kRemoteWrite);
-  std::unique_ptr<Datapath> dp;
-  PipePort* port = nullptr;
-  std::map<std::uint32_t, std::shared_ptr<Mailbox>> boxes;
-
-  Worker& worker() { return dp->worker(0); }
-  // The device's count: every worker's block.
-  std::uint64_t counter(Counter c) {
-    std::uint64_t sum = 0;
-    for (std::uint32_t w = 0; w < dp->worker_count(); ++w)
-      sum += dp->worker(w).device_counters().load(c);
-    return sum;
-  }
-  void set_cc(const std::function<void(cc::CcDevice&)>& edit) {
-    cc::CcDevice d = worker().call([](Worker& w) { return w.cc_on_worker(); });
-    edit(d);
-    for (std::uint32_t w = 0; w < dp->worker_count(); ++w) {
-      dp->worker(w).call([d](Worker& self) {
-        self.set_cc_on_worker(d);
-        return 0;
-      });
-    }
-  }
-  QpCcStatus cc_of(wire::Qpn qpn) {
-    return *dp->worker_for(qpn)->call([qpn](Worker& w) { return w.qp_cc_on_worker(qpn); });
-  }
-  // An RDMA WRITE of `bytes` from our buffer to the same offset of the peer's.
-  void write(wire::Qpn qpn, std::uint64_t wr_id, std::uint32_t bytes, std::uint32_t rkey) {
-    transport::WorkRequest wr;
-    wr.wr_id = wr_id;
-    wr.opcode = WrOpcode::kRdmaWrite;
-    wr.send_flags = transport::send_flags::kSignaled;
-    wr.sg_list = {transport::Sge{buf, bytes, mr.lkey}};
-    wr.remote_addr = buf;
-    wr.rkey = wire::Rkey(rkey);
-    {
-      std::lock_guard lock(boxes[qpn.value()]->m);
-      boxes[qpn.value()]->sends.push_back(wr);
-    }
-    dp->worker_for(qpn)->wake();
-  }
-};
 
 struct Retries {
   std::uint8_t timeout = 16;  // ~268 ms: no retransmission while a QP is paced slowly
@@ -238,78 +37,26 @@ struct Retries {
 
 void place_qp(Side& s, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src, std::uint32_t dst,
               Retries retries = {}, std::uint32_t worker = 0) {
-  namespace m = transport::qp_attr;
-  transport::QpConfig cfg;
-  cfg.qpn = qpn;
-  cfg.port_mtu = transport::PathMtu::k1024;
-  auto qp = std::make_unique<transport::Qp>(cfg, s.mrs);
-  transport::QpAttr a;
-  a.qp_access_flags = s.mr.access;
-  a.path_mtu = transport::PathMtu::k1024;
-  a.dest_qp_num = peer;
-  a.max_dest_rd_atomic = 16;
-  a.max_rd_atomic = 16;
-  a.min_rnr_timer = 1;
-  a.timeout = retries.timeout;
-  a.retry_cnt = retries.retry_cnt;
-  a.rnr_retry = retries.rnr_retry;
-  a.av_id = MailboxBinding::kAvId;
-  a.qp_state = transport::QpState::kInit;
-  ASSERT_EQ(qp->modify(a, m::kState | m::kPkeyIndex | m::kPort | m::kAccessFlags), 0);
-  a.qp_state = transport::QpState::kRtr;
-  ASSERT_EQ(qp->modify(a, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
-                              m::kMaxDestRdAtomic | m::kMinRnrTimer),
-            0);
-  a.qp_state = transport::QpState::kRts;
-  ASSERT_EQ(qp->modify(a, m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
-                              m::kMaxQpRdAtomic),
-            0);
-  auto box = std::make_shared<Mailbox>();
-  s.boxes[qpn.value()] = box;
-  s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(box, address(src, dst))},
-               worker);
-}
-
-// Waits (with a deadline) until `done` holds.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::yield();
-  }
-  return true;
+  s.place_qp(QpSetup{.qpn = qpn,
+                     .peer = peer,
+                     .av = address(src, dst, kDataTos),
+                     .timeout = retries.timeout,
+                     .retry_cnt = retries.retry_cnt,
+                     .rnr_retry = retries.rnr_retry,
+                     .worker = worker,
+                     .window = std::nullopt});
 }
 
 const wire::Qpn kQpA(0x11), kQpB(0x22);    // the pair the CE marks hit
 const wire::Qpn kQpA2(0x13), kQpB2(0x24);  // a second pair, never marked
 
-// A with `a_workers` workers (B's frames all land on A's queue 0, as RSS might put them), B
-// with one.
-struct Fabric {
-  Side a, b;
-  std::vector<PipePort*> a_ports;  // a.port is a_ports[0]
-  explicit Fabric(std::uint32_t a_workers = 1) {
-    auto pb = std::make_unique<PipePort>();
-    std::vector<std::unique_ptr<net::Port>> va, vb;
-    for (std::uint32_t i = 0; i < a_workers; ++i) {
-      auto pa = std::make_unique<PipePort>();
-      pa->peer = pb.get();
-      if (i == 0) a.port = pa.get();
-      a_ports.push_back(pa.get());
-      va.push_back(std::move(pa));
-    }
-    pb->peer = a.port;
-    b.port = pb.get();
-    vb.push_back(std::move(pb));
-    a.dp = Datapath::over_ports(std::move(va), 0, false);
-    b.dp = Datapath::over_ports(std::move(vb), 0, false);
+// The pipe fabric at a 100 Gb/s line rate, with two RC pairs between A and B.
+struct Fabric : PipeFabric {
+  explicit Fabric(std::uint32_t a_workers = 1)
+      : PipeFabric(a_workers, kMemBytes,
+                   transport::access::kLocalWrite | transport::access::kRemoteWrite) {
     for (Side* s : {&a, &b})
       s->set_cc([](cc::CcDevice& d) { d.line_rate_mbps = kLineRateMbps; });
-  }
-  ~Fabric() {
-    for (std::uint32_t w = 0; w < a.dp->worker_count(); ++w)
-      a.dp->worker(w).stop();
-    b.worker().stop();
   }
   void connect(Retries a_retries = {}, std::uint32_t a_worker = 0) {
     place_qp(a, kQpA, kQpB, kIpA, kIpB, a_retries, a_worker);
@@ -318,9 +65,9 @@ struct Fabric {
     place_qp(b, kQpB2, kQpA2, kIpB, kIpA);
   }
   void write_and_wait(wire::Qpn qpn, std::uint32_t bytes) {
-    const std::size_t before = a.boxes[qpn.value()]->completions.size();
+    const std::size_t before = a.mailbox(qpn).completions.size();
     a.write(qpn, before, bytes, b.mr.rkey.value());
-    const auto done = a.boxes[qpn.value()]->wait(before + 1);
+    const auto done = a.mailbox(qpn).wait(before + 1);
     ASSERT_EQ(done.size(), before + 1);
     EXPECT_EQ(done.back().status, WcStatus::kSuccess);
   }
@@ -363,7 +110,7 @@ TEST(DatapathCc, CeMarkedWriteGetsOneCnpWithTheProtocolBytes) {
   const auto cnps = cnps_sent(*f.b.port);
   ASSERT_EQ(cnps.size(), 1u);
   const std::vector<std::uint8_t>& bytes = cnps[0];
-  EXPECT_EQ(bytes.size(), 74u);  // PROTOCOL.md §5.3: IPv4, no VLAN
+  EXPECT_EQ(bytes.size(), 74u);  // docs/protocol.md §5.3: IPv4, no VLAN
   const auto d = wire::decode_frame(bytes);
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->icrc_ok);
@@ -443,7 +190,7 @@ TEST(DatapathCc, NoCnpWhileNpIsDisabledNorForAMarkedAck) {
   f.a.port->mark_ce = false;
   const std::uint64_t before = f.a.counter(Counter::kNpEcnMarkedRocePackets);
   // The pipe marks only requests, so the marked ACK is made by hand.
-  wire::FrameAddress addr = address(kIpB, kIpA);
+  wire::FrameAddress addr = address(kIpB, kIpA, kDataTos);
   addr.traffic_class |= static_cast<std::uint8_t>(wire::Ecn::kCe);
   wire::TransportHeaders ack;
   ack.bth.opcode = wire::Opcode::kRcAck;
@@ -483,8 +230,8 @@ TEST(DatapathCc, CnpCutsTheRateAndThePacerSpacesThatQpOnly) {
   ASSERT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
   f.a.port->mark_ce = false;
 
-  // PROTOCOL.md §5.4(b): Rc = Rt = rate_to_set_on_first_cnp, then Rc * (1 - alpha/2) with
-  // alpha = initial_alpha_value / 1024.
+  // docs/protocol.md §5.4 (ConnectX): Rc = Rt = rate_to_set_on_first_cnp, then Rc * (1 - alpha/2)
+  // with alpha = initial_alpha_value / 1024.
   const double expected_rate = 100 * (1 - (1023.0 / 1024) / 2);
   const QpCcStatus st = f.a.cc_of(kQpA);
   EXPECT_TRUE(st.active);
@@ -595,7 +342,7 @@ TEST(DatapathCc, DeviceCountersFollowTheTraffic) {
   std::vector<std::uint8_t> payload(4, 0xAB), frame(256);
   for (const std::uint32_t psn : {0u, 1000u}) {
     w.bth.psn = wire::Psn(psn);
-    const auto len = wire::encode_frame(address(kIpA, kIpB), w, payload, frame);
+    const auto len = wire::encode_frame(address(kIpA, kIpB, kDataTos), w, payload, frame);
     ASSERT_TRUE(len.ok());
     f.b.port->inject(std::vector<std::uint8_t>(frame.begin(), frame.begin() + *len));
   }
@@ -669,11 +416,11 @@ TEST(DatapathCc, AckDeferredCountsResponsesHandedToTheOwningWorker) {
   EXPECT_EQ(f.a.counter(Counter::kAckDeferred), deferred);
   // A CNP handed over is not a response: CE-marked writes from the QP on worker 1.
   f.b.set_cc([](cc::CcDevice& d) { d.params.np_enable_mask = cc::kAllPriorities; });
-  f.a_ports[1]->mark_ce = true;
+  f.a.ports[1]->mark_ce = true;
   f.write_and_wait(kQpA, 100);
   EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kRpCnpHandled) == 1; }));
   EXPECT_TRUE(eventually([&] { return f.a.counter(Counter::kAckDeferred) == deferred + 1; }));
 }
 
 }  // namespace
-}  // namespace xroce::daemon
+}  // namespace xroce::daemon::test

@@ -2,7 +2,7 @@
 # Packet rate of the AF_XDP port, the UDP (io_uring) port and kernel UDP sockets
 # (sendmmsg/recvmmsg, the baseline) between two namespaces joined by a veth pair, MTU 9000,
 # at the given frame sizes, all in the same run. Needs root. Not a test: it prints figures.
-#   tools/udp_baseline/bench-ports.sh [BUILD_DIR] [SIZES...]     (default: build 64 4096)
+#   bench/bench-ports.sh [BUILD_DIR] [SIZES...]     (default: build 64 4096)
 # FRAMES=N sets the frames per run (default 1,000,000, and 200,000 above 1500 bytes).
 set -euo pipefail
 build=${1:-build}
@@ -47,8 +47,8 @@ wait_ready() {  # the receiver prints "ready" on stderr once it listens
 run_pair() {  # kind size frames
   local kind=$1 size=$2 frames=$3 rx tx
   if [[ $kind == baseline ]]; then
-    rx=("$bin/xroce-udp-baseline" --role rx)
-    tx=("$bin/xroce-udp-baseline" --role tx --dst $ip_b)
+    rx=("$bin/bench/xroce-udp-baseline" --role rx)
+    tx=("$bin/bench/xroce-udp-baseline" --role tx --dst $ip_b)
   else
     local port=$kind mode=()
     if [[ $kind == afxdp-skb ]]; then port=afxdp mode=(--xdp-mode skb); fi

@@ -7,26 +7,19 @@
 // touches a port. Seeded where random; the seed is printed on failure.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <functional>
 #include <future>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 
-#include "daemon/datapath.h"
 #include "daemon/loopback.h"
-#include "transport/memory.h"
+#include "pipe_fabric.h"
 
-namespace xroce::daemon {
+namespace xroce::daemon::test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -36,208 +29,19 @@ using transport::WcOpcode;
 using transport::WcStatus;
 using transport::WrOpcode;
 
-// A port whose transmit lands in another port's receive queue. `tamper` may edit or drop
-// (return false) a frame on its way. Thread-safe: the test injects frames from its own thread.
-class PipePort final : public net::Port {
- public:
-  PipePort() : efd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~PipePort() override { close(efd_); }
-  std::function<PipePort*()> peer;
-  std::function<bool(std::vector<std::uint8_t>&)> tamper;
-
-  void inject(std::vector<std::uint8_t> frame) {
-    {
-      std::lock_guard lock(m_);
-      queue_.push_back(std::move(frame));
-    }
-    const std::uint64_t one = 1;
-    (void)!write(efd_, &one, sizeof(one));
-  }
-
-  net::Result<std::size_t, net::PortError> receive(std::span<net::RxFrame> frames) override {
-    std::uint64_t count = 0;
-    (void)!read(efd_, &count, sizeof(count));
-    std::lock_guard lock(m_);
-    std::size_t n = 0;
-    while (n < frames.size() && !queue_.empty()) {
-      const std::uint64_t handle = next_handle_++;
-      auto& held = held_[handle] = std::move(queue_.front());
-      queue_.pop_front();
-      frames[n++] = net::RxFrame{held, handle};
-    }
-    stats_.rx_packets += n;
-    return n;
-  }
-  void release(std::span<const net::RxFrame> frames) override {
-    std::lock_guard lock(m_);
-    for (const auto& f : frames)
-      held_.erase(f.handle);
-  }
-  net::Result<std::size_t, net::PortError> transmit(std::span<const net::TxFrame> frames) override {
-    for (const auto& f : frames) {
-      std::vector<std::uint8_t> bytes(f.begin(), f.end());
-      ++stats_.tx_packets;
-      if (tamper && !tamper(bytes)) continue;
-      peer()->inject(std::move(bytes));
-    }
-    return frames.size();
-  }
-  net::Result<std::size_t, net::PortError> flush() override { return std::size_t{0}; }
-  int wait_fd() const override { return efd_; }
-  net::PortStats stats() const override { return stats_; }
-  net::PortMode mode() const override { return net::PortMode::kUdpSocket; }
-  std::size_t max_frame_bytes() const override { return 9014; }
-
- private:
-  int efd_;
-  std::mutex m_;
-  std::deque<std::vector<std::uint8_t>> queue_;
-  std::map<std::uint64_t, std::vector<std::uint8_t>> held_;
-  std::uint64_t next_handle_ = 1;
-  net::PortStats stats_;
-};
-
-// The test's stand-in for the provider's rings: work the test queues, completions it waits on.
-struct Mailbox {
-  std::mutex m;
-  std::condition_variable cv;
-  std::deque<transport::WorkRequest> sends;
-  std::deque<transport::RecvRequest> recvs;
-  std::vector<Completion> completions;
-  std::vector<transport::AsyncEvent> events;
-
-  // Waits (with a deadline, no sleeps) until `n` completions arrived; returns them.
-  std::vector<Completion> wait(std::size_t n, std::chrono::seconds limit = 20s) {
-    std::unique_lock lock(m);
-    cv.wait_for(lock, limit, [&] { return completions.size() >= n; });
-    return completions;
-  }
-};
-
-class MailboxBinding final : public QpBinding {
- public:
-  MailboxBinding(std::shared_ptr<Mailbox> box, wire::FrameAddress av)
-      : box_(std::move(box)), av_(av) {}
-  bool pull_work_on_worker(transport::Qp& qp) override {
-    std::lock_guard lock(box_->m);
-    const bool any = !box_->sends.empty() || !box_->recvs.empty();
-    for (; !box_->recvs.empty(); box_->recvs.pop_front())
-      EXPECT_EQ(qp.post_recv(box_->recvs.front()), 0);
-    for (; !box_->sends.empty(); box_->sends.pop_front())
-      EXPECT_EQ(qp.post_send(box_->sends.front()), 0);
-    return any;
-  }
-  bool work_pending_on_worker() const override {
-    std::lock_guard lock(box_->m);
-    return !box_->sends.empty() || !box_->recvs.empty();
-  }
-  void complete_on_worker(const Completion& c) override {
-    std::lock_guard lock(box_->m);
-    box_->completions.push_back(c);
-    box_->cv.notify_all();
-  }
-  void event_on_worker(const transport::AsyncEvent& e) override {
-    std::lock_guard lock(box_->m);
-    box_->events.push_back(e);
-  }
-  const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
-    return av_id == kAvId ? &av_ : nullptr;
-  }
-  static constexpr std::uint32_t kAvId = 1;
-
- private:
-  std::shared_ptr<Mailbox> box_;
-  wire::FrameAddress av_;
-};
-
-wire::FrameAddress address(std::uint32_t src_v4, std::uint32_t dst_v4) {
-  wire::FrameAddress a;
-  a.src_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(src_v4)};
-  a.dst_mac = {0x02, 0, 0, 0, 0, static_cast<std::uint8_t>(dst_v4)};
-  a.src_ip = wire::IpAddr::v4(src_v4);
-  a.dst_ip = wire::IpAddr::v4(dst_v4);
-  return a;
-}
-
-constexpr std::uint32_t kIpA = 0xC6120001;  // 198.18.0.1
-constexpr std::uint32_t kIpB = 0xC6120002;  // 198.18.0.2
-constexpr std::size_t kMemBytes = 1 << 21;
-
-// One side: its memory, MR table and the QP it placed on its datapath.
-struct Side {
-  transport::LocalMemory mem;
-  transport::MemoryRegionTable mrs{mem};
-  std::uint64_t buf = mem.allocate(kMemBytes);
-  transport::MemoryRegion mr =
-      mrs.register_region(buf, kMemBytes,
-                          transport::access::kLocalWrite | transport::access::kRemoteWrite |
-                              transport::access::kRemoteRead | transport::access::kRemoteAtomic);
-  std::shared_ptr<Mailbox> box = std::make_shared<Mailbox>();
-  std::shared_ptr<Datapath> dp;  // shared: two sides may place QPs on one device
-  wire::Qpn qpn;
-
-  std::span<std::uint8_t> bytes(std::uint64_t off, std::size_t len) {
-    return mem.view(buf + off, len);
-  }
-  transport::Sge sge(std::uint64_t off, std::uint32_t len) const {
-    return transport::Sge{buf + off, len, mr.lkey};
-  }
-  void post_send(transport::WorkRequest wr) {
-    {
-      std::lock_guard lock(box->m);
-      box->sends.push_back(std::move(wr));
-    }
-    dp->worker_for(qpn)->wake();
-  }
-  void post_recv(transport::RecvRequest wr) {
-    {
-      std::lock_guard lock(box->m);
-      box->recvs.push_back(std::move(wr));
-    }
-    dp->worker_for(qpn)->wake();
-  }
-};
+constexpr std::size_t kMemBytes = kSideMemBytes;
 
 // Brings a QP to RTS (RC: connected to `peer`) and places it on the side's datapath, with
-// address vector `av`.
-// `window`: unacknowledged PSNs allowed in flight (else the transport's default).
+// address vector `av`. `window`: unacknowledged PSNs allowed in flight (else the default).
 void place_qp(Side& s, QpType type, wire::Qpn qpn, wire::Qpn peer, const wire::FrameAddress& av,
               std::uint32_t worker = 0, std::optional<std::uint32_t> window = std::nullopt) {
-  namespace m = transport::qp_attr;
-  s.qpn = qpn;
-  transport::QpConfig cfg;
-  cfg.type = type;
-  cfg.qpn = qpn;
-  cfg.port_mtu = transport::PathMtu::k1024;
-  if (window) cfg.max_unacked_psns = *window;
-  auto qp = std::make_unique<transport::Qp>(cfg, s.mrs);
-  transport::QpAttr a;
-  a.qp_access_flags = s.mr.access;
-  a.qkey = wire::Qkey(0x11111111);
-  a.path_mtu = transport::PathMtu::k1024;
-  a.dest_qp_num = peer;
-  a.max_dest_rd_atomic = 16;
-  a.max_rd_atomic = 16;
-  a.min_rnr_timer = 1;
-  a.timeout = 10;  // ~4 ms local ACK timeout: retransmissions come quickly
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.av_id = MailboxBinding::kAvId;
-  const bool ud = type == QpType::kUd;
-  a.qp_state = transport::QpState::kInit;
-  ASSERT_EQ(qp->modify(a, m::kState | m::kPkeyIndex | m::kPort | (ud ? m::kQkey : m::kAccessFlags)),
-            0);
-  a.qp_state = transport::QpState::kRtr;
-  ASSERT_EQ(qp->modify(a, ud ? m::kState
-                             : m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
-                                   m::kMaxDestRdAtomic | m::kMinRnrTimer),
-            0);
-  a.qp_state = transport::QpState::kRts;
-  ASSERT_EQ(qp->modify(a, ud ? m::kState | m::kSqPsn
-                             : m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
-                                   m::kMaxQpRdAtomic),
-            0);
-  s.dp->add_qp(HostedQp{std::move(qp), std::make_unique<MailboxBinding>(s.box, av)}, worker);
+  s.place_qp(QpSetup{.type = type,
+                     .qpn = qpn,
+                     .peer = peer,
+                     .av = av,
+                     .timeout = 10,  // ~4 ms local ACK timeout: retransmissions come quickly
+                     .worker = worker,
+                     .window = window});
 }
 
 void place_qp(Side& s, QpType type, wire::Qpn qpn, wire::Qpn peer, std::uint32_t src,
@@ -245,35 +49,9 @@ void place_qp(Side& s, QpType type, wire::Qpn qpn, wire::Qpn peer, std::uint32_t
   place_qp(s, type, qpn, peer, address(src, dst), worker);
 }
 
-// Two datapaths: A with `a_workers` workers (every frame from B lands on A's queue 0, as RSS
-// might put it), B with one.
-struct Fabric {
-  std::vector<PipePort*> a_ports;
-  PipePort* b_port = nullptr;
-  Side a, b;
-
-  explicit Fabric(std::uint32_t a_workers) {
-    std::vector<std::unique_ptr<net::Port>> pa;
-    for (std::uint32_t i = 0; i < a_workers; ++i) {
-      auto p = std::make_unique<PipePort>();
-      p->peer = [this] { return b_port; };
-      a_ports.push_back(p.get());
-      pa.push_back(std::move(p));
-    }
-    auto pb = std::make_unique<PipePort>();
-    pb->peer = [this] { return a_ports.front(); };
-    b_port = pb.get();
-    std::vector<std::unique_ptr<net::Port>> pbv;
-    pbv.push_back(std::move(pb));
-    a.dp = Datapath::over_ports(std::move(pa), 0, false);
-    b.dp = Datapath::over_ports(std::move(pbv), 0, false);
-  }
-  ~Fabric() {
-    // Every worker stops before any port goes away: each transmits into the other side's.
-    for (Side* s : {&a, &b})
-      for (std::uint32_t i = 0; i < s->dp->worker_count(); ++i)
-        s->dp->worker(i).stop();
-  }
+// The pipe fabric with an RC QP on each side once connected.
+struct Fabric : PipeFabric {
+  explicit Fabric(std::uint32_t a_workers) : PipeFabric(a_workers, kMemBytes, kAllAccess) {}
   void connect_rc(wire::Qpn qa, wire::Qpn qb, std::uint32_t a_worker = 0) {
     place_qp(a, QpType::kRc, qa, qb, kIpA, kIpB, a_worker);
     place_qp(b, QpType::kRc, qb, qa, kIpB, kIpA);
@@ -412,14 +190,14 @@ TEST(DatapathWorker, BadIcrcAndMalformedFramesAreCountedAndRcRecovers) {
   auto rng = std::make_shared<std::mt19937>(seed);
   auto corrupted = std::make_shared<std::atomic<int>>(0);
   // One B -> A frame in 20 gets a flipped payload bit: the ICRC no longer verifies.
-  f.b_port->tamper = [rng, corrupted](std::vector<std::uint8_t>& frame) {
+  f.b.port->tamper = [rng, corrupted](std::vector<std::uint8_t>& frame) {
     if ((*rng)() % 20 == 0 && frame.size() > 80) {
       frame[frame.size() - 10] ^= 0x10;
       ++*corrupted;
     }
     return true;
   };
-  f.a_ports[0]->inject(std::vector<std::uint8_t>(30, 0xAB));  // not even an IP packet
+  f.a.port->inject(std::vector<std::uint8_t>(30, 0xAB));  // not even an IP packet
   send_sizes(f, {4096, 65536, 200000});
   // A corrupted retransmission may still be on its way after the last completion: wait until
   // A has counted every corrupted frame B sent (deadline, no sleep).
@@ -526,7 +304,7 @@ struct LoopbackHost {
     std::vector<std::unique_ptr<net::Port>> out;
     for (std::uint32_t i = 0; i < n; ++i) {
       auto p = std::make_unique<PipePort>();
-      p->peer = [this] { return &sink; };
+      p->peer = &sink;
       out.push_back(std::move(p));
     }
     return out;
@@ -544,16 +322,6 @@ struct LoopbackHost {
     return sum;
   }
 };
-
-// Waits (deadline, no sleep) until `done` holds.
-bool eventually(const std::function<bool()>& done, std::chrono::seconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // Every packet one device sent (sent_pkts) arrived at the other (rcvd_pkts), both ways.
 void expect_sent_equals_received(Datapath& one, Datapath& other) {
@@ -728,4 +496,4 @@ TEST(DatapathLoopback, UnknownQpIsCountedAndUnservedAddressesStillUseThePort) {
 }
 
 }  // namespace
-}  // namespace xroce::daemon
+}  // namespace xroce::daemon::test

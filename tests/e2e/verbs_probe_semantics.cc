@@ -1,0 +1,445 @@
+// verbs_probe's checks of what rdma-core's pyverbs suite expects of a provider, one mode each:
+//
+//   verbs_probe DEV refusals   what the device lacks fails at the first call with EOPNOTSUPP
+//                              (memory-window and ODP access flags, UC and raw-packet QPs, QP
+//                              creation flags, ibv_import_device); create flags 0 are accepted;
+//                              phys_port_cnt_ex agrees with phys_port_cnt
+//   verbs_probe DEV recv_depth  ibv_post_recv / ibv_post_srq_recv take exactly max_recv_wr /
+//                              max_wr outstanding WQEs, then ENOMEM, also after the daemon has
+//                              read them; a reset QP takes a full queue again
+//   verbs_probe DEV loopback_semantics  two RC QPs of this device connected to each other: every
+//                              receive the responder accepted serves a SEND (rnr_retry 0: one RNR
+//                              NAK fails the test); ibv_query_qp reports the PSNs the QPs are at;
+//                              UD to our own IPv4 and IPv6 GIDs reports the network header type
+//                              in wc.sl as mlx5 does (loopback: needs the device to reach its GID)
+//   verbs_probe DEV channel_cq_ex  a completion channel given to ibv_create_cq_ex or
+//                              ibv_create_cq is free again once the CQ is gone, and destroying it
+//                              closes its fd (run with libxroce-preload.so)
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "verbs_probe.h"
+
+namespace xroce::probe {
+
+namespace {
+
+constexpr uint32_t kQkey = 0x11111111;
+constexpr uint32_t kMessageBytes = 64;
+constexpr uint32_t kGrhBytes = 40;
+constexpr uint32_t kStartPsn = 100;
+// wc.sl of a RoCE v2 UD receive, as mlx5 reports it: the UDP bit (8) and the L3 type.
+constexpr uint8_t kSlUdpIpv4 = 0x8 | 2;
+constexpr uint8_t kSlUdpIpv6 = 0x8 | 1;
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_cq* cq, ibv_qp_type type, uint32_t recv_wr,
+                  ibv_srq* srq = nullptr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.srq = srq;
+  init.qp_type = type;
+  init.cap.max_send_wr = 64;
+  init.cap.max_recv_wr = srq != nullptr ? 0 : recv_wr;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  return ibv_create_qp(pd, &init);
+}
+
+int ud_to_rts(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kQkey;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+    return -1;
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE)) return -1;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = kStartPsn;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+int to_init(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kQkey;
+  const int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                   (qp->qp_type == IBV_QPT_UD ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
+  return ibv_modify_qp(qp, &a, mask);
+}
+
+// ibv_query_qp runs on the worker that owns the QP, between two of its turns, and every turn
+// reads the receive rings: after two queries the worker has read whatever was posted before.
+void let_the_worker_read(ibv_qp* qp) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  for (int i = 0; i < 2; ++i)
+    ibv_query_qp(qp, &attr, IBV_QP_STATE, &init);
+}
+
+struct Buffer {
+  explicit Buffer(ibv_pd* pd, std::size_t bytes) : data(bytes) {
+    mr = ibv_reg_mr(pd, data.data(), bytes, IBV_ACCESS_LOCAL_WRITE);
+  }
+  ~Buffer() {
+    if (mr != nullptr) ibv_dereg_mr(mr);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ibv_sge sge(std::size_t offset, uint32_t length) {
+    return {reinterpret_cast<uint64_t>(data.data() + offset), length, mr->lkey};
+  }
+  std::vector<uint8_t> data;
+  ibv_mr* mr = nullptr;
+};
+
+int post_one_recv(ibv_qp* qp, ibv_srq* srq, Buffer& buf, uint64_t id, uint32_t bytes) {
+  ibv_sge sge = buf.sge(id * bytes, bytes);
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return srq != nullptr ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad);
+}
+
+// Posts receives one by one until one fails, letting the worker read the ring after the first
+// `expected`; returns how many were taken and the errno of the one refused.
+struct Filled {
+  uint32_t taken = 0;
+  int refused_with = 0;
+};
+Filled fill_receive_queue(ibv_qp* qp, ibv_srq* srq, Buffer& buf, uint32_t expected) {
+  Filled f;
+  const uint32_t limit = 2 * expected + 2;  // the old behaviour took 2x; stop past it
+  for (uint32_t i = 0; i < limit; ++i) {
+    if (i == expected) let_the_worker_read(qp);
+    const int err = post_one_recv(qp, srq, buf, i % (2 * expected + 2), kMessageBytes);
+    if (err != 0) {
+      f.refused_with = err;
+      break;
+    }
+    ++f.taken;
+  }
+  return f;
+}
+
+bool wait_completions(ibv_cq* cq, uint32_t count, std::vector<ibv_wc>& out) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc[16];
+    const int n = ibv_poll_cq(cq, 16, wc);
+    if (n < 0) return false;
+    out.insert(out.end(), wc, wc + n);
+  }
+  return out.size() >= count;
+}
+
+bool is_v4_mapped(const ibv_gid& g) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(g.raw, prefix, sizeof(prefix)) == 0;
+}
+bool is_global_v6(const ibv_gid& g) {
+  const bool link_local = g.raw[0] == 0xfe && (g.raw[1] & 0xc0) == 0x80;
+  bool zero = true;
+  for (uint8_t b : g.raw)
+    zero = zero && b == 0;
+  return !zero && !link_local && !is_v4_mapped(g);
+}
+
+// The first GID of this port that `want` accepts; -1 when none.
+int find_gid(ibv_context* ctx, bool (*want)(const ibv_gid&), ibv_gid& out) {
+  ibv_port_attr port{};
+  if (ibv_query_port(ctx, 1, &port) != 0) return -1;
+  for (int i = 0; i < port.gid_tbl_len; ++i) {
+    if (ibv_query_gid(ctx, 1, i, &out) == 0 && want(out)) return i;
+  }
+  return -1;
+}
+
+void check_qp_types_refused(ibv_context* ctx, ibv_pd* pd, ibv_cq* cq) {
+  for (ibv_qp_type type : {IBV_QPT_UC, IBV_QPT_RAW_PACKET}) {
+    errno = 0;
+    ibv_qp* qp = create_qp(pd, cq, type, 4);
+    const bool refused = qp == nullptr && errno == EOPNOTSUPP;
+    if (qp != nullptr) ibv_destroy_qp(qp);
+    check(refused, type == IBV_QPT_UC ? "create_uc_qp_eopnotsupp" : "create_raw_qp_eopnotsupp");
+  }
+  ibv_qp_init_attr_ex ex{};
+  ex.send_cq = cq;
+  ex.recv_cq = cq;
+  ex.pd = pd;
+  ex.cap = {8, 8, 1, 1, 0};
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  ex.qp_type = IBV_QPT_UC;
+  errno = 0;
+  ibv_qp* uc = ibv_create_qp_ex(ctx, &ex);
+  check(uc == nullptr && errno == EOPNOTSUPP, "create_qp_ex_uc_eopnotsupp");
+  if (uc != nullptr) ibv_destroy_qp(uc);
+  // Creation flags: the bit with no flag set asks for nothing and must work (pyverbs sets it
+  // at random); a flag the device lacks is EOPNOTSUPP.
+  ex.qp_type = IBV_QPT_RC;
+  ex.create_flags = 0;
+  ibv_qp* plain = ibv_create_qp_ex(ctx, &ex);
+  check(plain != nullptr, "create_qp_ex_create_flags_zero");
+  if (plain != nullptr) ibv_destroy_qp(plain);
+  ex.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+  errno = 0;
+  ibv_qp* flagged = ibv_create_qp_ex(ctx, &ex);
+  check(flagged == nullptr && errno == EOPNOTSUPP, "create_qp_ex_create_flag_eopnotsupp");
+  if (flagged != nullptr) ibv_destroy_qp(flagged);
+}
+
+void check_access_flags_refused(ibv_pd* pd) {
+  std::vector<char> buf(8192);
+  for (int flag : {IBV_ACCESS_MW_BIND, IBV_ACCESS_ON_DEMAND}) {
+    errno = 0;
+    ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | flag);
+    const bool refused = mr == nullptr && errno == EOPNOTSUPP;
+    if (mr != nullptr) ibv_dereg_mr(mr);
+    check(refused,
+          flag == IBV_ACCESS_MW_BIND ? "reg_mr_mw_bind_eopnotsupp" : "reg_mr_on_demand_eopnotsupp");
+  }
+}
+
+// One QP's receive queue (or its SRQ): exactly the depth the device reported, then ENOMEM.
+void check_depth(ibv_qp* qp, ibv_srq* srq, Buffer& buf, uint32_t depth, const char* name) {
+  const Filled f = fill_receive_queue(qp, srq, buf, depth);
+  std::printf("%s depth %u took %u then %s\n", name, depth, f.taken, std::strerror(f.refused_with));
+  check(f.taken == depth && f.refused_with == ENOMEM, name);
+}
+
+}  // namespace
+
+int refusals(ibv_context* ctx) {
+  ibv_device_attr_ex ex{};
+  check(ibv_query_device_ex(ctx, nullptr, &ex) == 0 && ex.orig_attr.phys_port_cnt == 1 &&
+            ex.phys_port_cnt_ex == ex.orig_attr.phys_port_cnt,
+        "phys_port_cnt_ex");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  check(pd != nullptr && cq != nullptr, "setup");
+  if (pd == nullptr || cq == nullptr) return 1;
+  check_access_flags_refused(pd);
+  check_qp_types_refused(ctx, pd, cq);
+  // libibverbs' ibv_import_device finds the device by the command fd's number and asks the
+  // provider's import_context, which xroce does not have.
+  errno = 0;
+  ibv_context* imported = ibv_import_device(ctx->cmd_fd);
+  check(imported == nullptr && errno == EOPNOTSUPP, "import_device_eopnotsupp");
+  if (imported != nullptr) ibv_close_device(imported);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  return 0;
+}
+
+int recv_depth(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  check(pd != nullptr && cq != nullptr, "setup");
+  if (pd == nullptr || cq == nullptr) return 1;
+  Buffer buf(pd, 64 * kMessageBytes);
+  for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UD}) {
+    ibv_qp* qp = create_qp(pd, cq, type, 16);
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    const bool made = qp != nullptr && to_init(qp) == 0 &&
+                      ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) == 0 && buf.mr != nullptr;
+    check(made, "qp_setup");
+    if (!made) return 1;
+    const uint32_t depth = attr.cap.max_recv_wr;
+    check_depth(qp, nullptr, buf, depth, type == IBV_QPT_RC ? "rc_rq_depth" : "ud_rq_depth");
+    // A reset drops the WQEs without completions: the whole queue is free again.
+    ibv_qp_attr reset{};
+    reset.qp_state = IBV_QPS_RESET;
+    check(ibv_modify_qp(qp, &reset, IBV_QP_STATE) == 0 && to_init(qp) == 0, "reset_to_init");
+    check_depth(qp, nullptr, buf, depth,
+                type == IBV_QPT_RC ? "rc_rq_depth_after_reset" : "ud_rq_depth_after_reset");
+    check(ibv_destroy_qp(qp) == 0, "destroy_qp");
+  }
+  ibv_srq_init_attr srq_init{};
+  srq_init.attr.max_wr = 16;
+  srq_init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &srq_init);
+  // A QP on the SRQ: its worker is the one that reads the SRQ's ring.
+  ibv_qp* user = srq != nullptr ? create_qp(pd, cq, IBV_QPT_RC, 0, srq) : nullptr;
+  check(srq != nullptr && user != nullptr && to_init(user) == 0, "srq_setup");
+  if (user == nullptr) return 1;
+  check_depth(user, srq, buf, srq_init.attr.max_wr, "srq_depth");
+  ibv_destroy_qp(user);
+  ibv_destroy_srq(srq);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  return 0;
+}
+
+namespace {
+
+// Sender (rnr_retry 0) and receiver on this device; the receiver's queue filled to the depth
+// the device accepts, then as many SENDs: each must find its receive.
+void check_rc_loopback(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid) {
+  ibv_cq* send_cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  ibv_cq* recv_cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  ibv_qp* sender = create_qp(pd, send_cq, IBV_QPT_RC, 1);
+  ibv_qp* receiver = create_qp(pd, recv_cq, IBV_QPT_RC, 16);
+  Buffer out(pd, 64 * kMessageBytes);
+  Buffer in(pd, 64 * kMessageBytes);
+  const bool made = sender != nullptr && receiver != nullptr && out.mr != nullptr &&
+                    in.mr != nullptr &&
+                    connect_rc(sender, receiver->qp_num, gid, 0, 0, kStartPsn) &&
+                    connect_rc(receiver, sender->qp_num, gid, 0, 7, kStartPsn);
+  check(made, "rc_loopback_setup");
+  if (!made) return;
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ibv_query_qp(receiver, &attr, IBV_QP_CAP, &init);
+  const Filled f = fill_receive_queue(receiver, nullptr, in, attr.cap.max_recv_wr);
+  std::printf("receiver took %u receives\n", f.taken);
+  for (uint32_t i = 0; i < f.taken; ++i) {
+    std::memset(out.data.data() + i * kMessageBytes, static_cast<int>(i + 1), kMessageBytes);
+    ibv_sge sge = out.sge(i * kMessageBytes, kMessageBytes);
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(sender, &wr, &bad) != 0) break;
+  }
+  std::vector<ibv_wc> sent, received;
+  const bool all_sent = wait_completions(send_cq, f.taken, sent);
+  const bool all_received = wait_completions(recv_cq, f.taken, received);
+  bool sends_ok = all_sent, receives_ok = all_received;
+  for (const ibv_wc& wc : sent) {
+    if (wc.status != IBV_WC_SUCCESS)
+      std::printf("send %lu: %s\n", static_cast<unsigned long>(wc.wr_id),
+                  ibv_wc_status_str(wc.status));
+    sends_ok = sends_ok && wc.status == IBV_WC_SUCCESS;
+  }
+  for (const ibv_wc& wc : received) {
+    const uint8_t* data = in.data.data() + wc.wr_id * kMessageBytes;
+    receives_ok = receives_ok && wc.status == IBV_WC_SUCCESS && wc.byte_len == kMessageBytes &&
+                  data[0] == data[kMessageBytes - 1] && data[0] != 0;
+  }
+  check(sends_ok, "every_accepted_receive_serves_a_send_no_rnr");
+  check(receives_ok, "receives_complete_with_data");
+  // rxe_qp_to_attr: rq_psn and sq_psn are where the QPs are, not where they started.
+  ibv_qp_attr s{}, r{};
+  ibv_query_qp(sender, &s, IBV_QP_SQ_PSN, &init);
+  ibv_query_qp(receiver, &r, IBV_QP_RQ_PSN, &init);
+  std::printf("sender sq_psn %u receiver rq_psn %u after %u sends from psn %u\n", s.sq_psn,
+              r.rq_psn, f.taken, kStartPsn);
+  check(s.sq_psn == kStartPsn + f.taken, "query_qp_current_sq_psn");
+  check(r.rq_psn == kStartPsn + f.taken, "query_qp_current_rq_psn");
+  ibv_destroy_qp(sender);
+  ibv_destroy_qp(receiver);
+  ibv_destroy_cq(send_cq);
+  ibv_destroy_cq(recv_cq);
+}
+
+// One datagram from a UD QP to itself through GID index `gid_index`.
+void check_ud_sl(ibv_context* ctx, ibv_pd* pd, int gid_index, const ibv_gid& gid, uint8_t want_sl,
+                 const char* name) {
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* qp = create_qp(pd, cq, IBV_QPT_UD, 4);
+  Buffer buf(pd, 2 * (kGrhBytes + kMessageBytes));
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.dgid = gid;
+  ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
+  ah_attr.grh.hop_limit = 64;
+  ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
+  const bool made = qp != nullptr && ah != nullptr && buf.mr != nullptr && ud_to_rts(qp) == 0 &&
+                    post_one_recv(qp, nullptr, buf, 0, kGrhBytes + kMessageBytes) == 0;
+  check(made, "ud_setup");
+  if (!made) return;
+  ibv_sge sge = buf.sge(kGrhBytes + kMessageBytes, kMessageBytes);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = qp->qp_num;
+  wr.wr.ud.remote_qkey = kQkey;
+  ibv_send_wr* bad = nullptr;
+  std::vector<ibv_wc> wcs;
+  const bool done = ibv_post_send(qp, &wr, &bad) == 0 && wait_completions(cq, 2, wcs);
+  const ibv_wc* recv = nullptr;
+  for (const ibv_wc& wc : wcs)
+    if (wc.opcode == IBV_WC_RECV) recv = &wc;
+  std::printf("%s: %s sl 0x%x\n", name, recv == nullptr ? "no receive" : "received",
+              recv == nullptr ? 0 : recv->sl);
+  // The GRH area agrees: the IPv6 header at its start, or the IPv4 header in its last 20 bytes.
+  const uint8_t* grh = buf.data.data();
+  const bool header_ok = want_sl == kSlUdpIpv4 ? (grh[20] >> 4) == 4 : (grh[0] >> 4) == 6;
+  check(done && recv != nullptr && recv->status == IBV_WC_SUCCESS &&
+            (recv->wc_flags & IBV_WC_GRH) != 0 && recv->sl == want_sl && header_ok,
+        name);
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(qp);
+  ibv_destroy_cq(cq);
+}
+
+}  // namespace
+
+int loopback_semantics(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_gid v4{}, v6{};
+  const int v4_index = find_gid(ctx, is_v4_mapped, v4);
+  const int v6_index = find_gid(ctx, is_global_v6, v6);
+  check(pd != nullptr && v4_index >= 0 && v6_index >= 0, "setup_ipv4_and_ipv6_gids");
+  if (pd == nullptr || v4_index < 0 || v6_index < 0) return 1;
+  // connect_rc goes through GID index 0: make sure that is the IPv4 one.
+  check(v4_index == 0, "gid0_is_ipv4");
+  check_rc_loopback(ctx, pd, v4);
+  check_ud_sl(ctx, pd, v4_index, v4, kSlUdpIpv4, "ud_ipv4_sl");
+  check_ud_sl(ctx, pd, v6_index, v6, kSlUdpIpv6, "ud_ipv6_sl");
+  ibv_dealloc_pd(pd);
+  return 0;
+}
+
+int channel_cq_ex(ibv_context* ctx) {
+  for (bool extended : {true, false}) {
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+    check(ch != nullptr, "create_comp_channel");
+    if (ch == nullptr) return 1;
+    ibv_cq* cq = nullptr;
+    if (extended) {
+      ibv_cq_init_attr_ex attr{};
+      attr.cqe = 16;
+      attr.channel = ch;
+      attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+      ibv_cq_ex* cq_ex = ibv_create_cq_ex(ctx, &attr);
+      cq = cq_ex == nullptr ? nullptr : ibv_cq_ex_to_cq(cq_ex);
+    } else {
+      cq = ibv_create_cq(ctx, 16, nullptr, ch, 0);
+    }
+    std::printf("%s: channel refcnt %d with the cq\n",
+                extended ? "ibv_create_cq_ex" : "ibv_create_cq", ch->refcnt);
+    check(cq != nullptr && ch->refcnt == 1,
+          extended ? "cq_ex_takes_one_channel_reference" : "cq_takes_one_channel_reference");
+    if (cq != nullptr) check(ibv_destroy_cq(cq) == 0, "destroy_cq");
+    const int fd = ch->fd;
+    check(ibv_destroy_comp_channel(ch) == 0,
+          extended ? "destroy_channel_after_cq_ex" : "destroy_channel_after_cq");
+    errno = 0;
+    check(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "channel_fd_closed");
+  }
+  return 0;
+}
+
+}  // namespace xroce::probe

@@ -1,0 +1,95 @@
+// End-to-end: what rdma-core's pyverbs suite expects of a provider (the suite itself runs in
+// tests/conformance/pyverbs), one behaviour per test, each through a verbs_probe mode
+// (verbs_probe_semantics.cc) against a device of each port kind in its own namespace.
+// Needs root (namespaces, XDP); skips otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "fabric.h"
+
+namespace xroce::e2e {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr const char* kDevice = "xvs0";
+
+class VerbsSemantics : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, XDP)";
+    static int subnet = 60 + static_cast<int>(getpid() % 50);
+    host_ = std::make_unique<Host>("xre2e-verbs", subnet++ % 250 + 1);
+    auto add = host_->add_device(kDevice, GetParam());
+    ASSERT_EQ(add.status, 0) << add.output;
+    ASSERT_TRUE(eventually(
+        [&] {
+          return host_->exec({xroce_bin(), "link", "show", kDevice}).output.find("state ACTIVE") !=
+                 std::string::npos;
+        },
+        seconds(20)))
+        << "port not ACTIVE";
+  }
+
+  // Runs one verbs_probe mode as an application (inside `xroce exec`); its "check NAME ok"
+  // lines must all pass.
+  void expect_probe_passes(const std::string& mode) {
+    auto r = host_->exec({xroce_bin(), "exec", "--", probe_bin(), kDevice, mode}, seconds(90));
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" ok\n"), std::string::npos) << r.output;
+    std::printf("%s", r.output.c_str());
+  }
+
+  std::unique_ptr<Host> host_;
+};
+
+// EOPNOTSUPP at the first call for memory-window and ODP access, UC and raw-packet QPs, QP
+// creation flags and ibv_import_device; creation flags 0 accepted; phys_port_cnt_ex.
+TEST_P(VerbsSemantics, WhatTheDeviceLacksFailsAtTheFirstCall) {
+  expect_probe_passes("refusals");
+}
+
+// ibv_post_recv and ibv_post_srq_recv take max_recv_wr / max_wr WQEs and then ENOMEM, also
+// once the daemon has read them from the ring; a reset QP takes a full queue again.
+TEST_P(VerbsSemantics, ReceiveQueuesTakeExactlyTheirDepth) {
+  expect_probe_passes("recv_depth");
+}
+
+// ibv_create_cq_ex with a completion channel takes one reference: after the CQ is destroyed
+// ibv_destroy_comp_channel succeeds and closes the fd.
+TEST_P(VerbsSemantics, ExtendedCqReleasesItsCompletionChannel) {
+  expect_probe_passes("channel_cq_ex");
+}
+
+// class/infiniband/<dev>/device/net/<ifname> in the tree libibverbs reads ($SYSFS_PATH) links
+// to the netdev's own sysfs directory, as the kernel shows an RDMA device's netdev.
+TEST_P(VerbsSemantics, SysfsTreeLinksTheNetdev) {
+  const std::string dir = "$SYSFS_PATH/class/infiniband/" + std::string(kDevice) + "/device/net";
+  auto r =
+      host_->exec({xroce_bin(), "exec", "--", "sh", "-c",
+                   "ls " + dir + " && cat " + dir + "/xr0a/ifindex /sys/class/net/xr0a/ifindex"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  unsigned listed_ifindex = 0, netdev_ifindex = 0;
+  char name[32] = {};
+  ASSERT_EQ(std::sscanf(r.output.c_str(), "%31s %u %u", name, &listed_ifindex, &netdev_ifindex), 3)
+      << r.output;
+  EXPECT_STREQ(name, "xr0a");
+  EXPECT_EQ(listed_ifindex, netdev_ifindex);
+}
+
+// Two QPs of one device connected to each other (the device reaches its own GID): every
+// receive accepted serves a SEND with rnr_retry 0; ibv_query_qp gives the current PSNs; UD
+// completions carry the network header type in wc.sl for IPv4 and IPv6.
+TEST_P(VerbsSemantics, LoopbackTrafficUsesEveryReceiveAndReportsCurrentState) {
+  expect_probe_passes("loopback_semantics");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ports, VerbsSemantics, ::testing::Values("afxdp", "udp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace xroce::e2e
