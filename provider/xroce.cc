@@ -1,5 +1,6 @@
 #include "provider/xroce.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
