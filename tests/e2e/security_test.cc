@@ -338,7 +338,8 @@ TEST_F(SecurityTest, ForgedWritesFromANonPeerOrWithGuessedKeysNeverLand) {
   Pair pair("xrsec-forge", next_subnet(), "udp");
   ASSERT_TRUE(pair.ready());
   const std::string attacker_ip = pair.ip(1).substr(0, pair.ip(1).rfind('.')) + ".3";
-  ASSERT_EQ(pair.exec(1, {"ip", "addr", "add", attacker_ip + "/24", "dev", "g1b"}).status, 0);
+  ASSERT_EQ(pair.exec(1, {"ip", "addr", "add", attacker_ip + "/24", "dev", pair.netdev(1)}).status,
+            0);
   constexpr int kQps = 8;
   Child target(pair.app(0, {attack_bin(), "target", "xpa", pair.ip(1), std::to_string(kQps)}),
                Child::Input::kPipe);
