@@ -29,18 +29,26 @@ void publish(const queues::Ring& ring, uint32_t next, int doorbell_fd) {
   if (ring.publish(next)) ring_doorbell(doorbell_fd);
 }
 
+// The work requests each QP type carries (rxe_wr_opcode_info; IBA 9.2: UC has no READ, atomics
+// or SEND_WITH_INV; ATOMIC_WRITE is RC's, as in rxe; an XRC_RECV QP sends nothing).
 bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
+  const bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
+  const bool connected = rc || type == IBV_QPT_UC;
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
-      return true;
+      return connected || type == IBV_QPT_UD;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return type == IBV_QPT_RC || type == IBV_QPT_UC;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV:
+      return connected;
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_SEND_WITH_INV:
+      return rc;
+    case IBV_WR_ATOMIC_WRITE:
       return type == IBV_QPT_RC;
     default:
       return false;
@@ -58,6 +66,20 @@ uint64_t total_bytes(const ibv_sge* sg, int n) {
   return total;
 }
 
+// A memory window bind (IBV_WR_BIND_MW, ibv_bind_mw, ibv_wr_bind_mw) in a WQE: the window's
+// current R_Key, the one it takes, and ibv_mw_bind_info.
+int write_bind_wqe(const ibv_mw* mw, uint32_t new_rkey, const ibv_mw_bind_info& info,
+                   queues::SendWqe& w) {
+  if (mw == nullptr || (info.length != 0 && info.mr == nullptr)) return EINVAL;
+  w.invalidate_rkey = mw->rkey;
+  w.rkey = new_rkey;
+  w.remote_addr = info.addr;
+  w.compare_add = info.length;
+  w.mw_lkey = info.mr == nullptr ? 0 : info.mr->lkey;
+  w.mw_access = info.mw_access_flags;
+  return 0;
+}
+
 // Writes one ibv_send_wr into `slot`; 0, EINVAL (shape) or ENOMEM (inline too long).
 int write_send_wqe(const Qp& qp, const ibv_send_wr& wr, uint8_t* slot) {
   const ibv_qp_type type = qp.vqp.qp.qp_type;
@@ -69,7 +91,21 @@ int write_send_wqe(const Qp& qp, const ibv_send_wr& wr, uint8_t* slot) {
   w.opcode = wr.opcode;
   w.send_flags = wr.send_flags | (qp.sq_sig_all ? IBV_SEND_SIGNALED : 0);
   w.imm_data = wr.imm_data;  // or invalidate_rkey: the same union in ibv_send_wr
-  if (wr.opcode == IBV_WR_SEND_WITH_INV) w.invalidate_rkey = wr.invalidate_rkey;
+  if (wr.opcode == IBV_WR_SEND_WITH_INV || wr.opcode == IBV_WR_LOCAL_INV) {
+    w.invalidate_rkey = wr.invalidate_rkey;
+  }
+  if (type == IBV_QPT_XRC_SEND) w.xrc_remote_srqn = wr.qp_type.xrc.remote_srqn;
+  if (wr.opcode == IBV_WR_BIND_MW)
+    return write_bind_wqe(wr.bind_mw.mw, wr.bind_mw.rkey, wr.bind_mw.bind_info, w);
+  if (wr.opcode == IBV_WR_LOCAL_INV) return 0;
+  if (wr.opcode == IBV_WR_ATOMIC_WRITE) {
+    // The 8 bytes to write: the one SGE, read now (rxe copies them into the WQE the same way).
+    if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
+    w.remote_addr = wr.wr.rdma.remote_addr;
+    w.rkey = wr.wr.rdma.rkey;
+    std::memcpy(&w.compare_add, reinterpret_cast<const void*>(wr.sg_list[0].addr), 8);
+    return 0;
+  }
   if (type == IBV_QPT_UD) {
     if (wr.wr.ud.ah == nullptr) return EINVAL;
     w.ah_handle = wr.wr.ud.ah->handle;
@@ -278,6 +314,27 @@ void wr_atomic_fetch_add(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, uin
   }
 }
 
+void wr_send_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+  if (auto* w = begin_wqe(qp, IBV_WR_SEND_WITH_INV)) w->invalidate_rkey = invalidate_rkey;
+}
+void wr_local_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+  if (auto* w = begin_wqe(qp, IBV_WR_LOCAL_INV)) w->invalidate_rkey = invalidate_rkey;
+}
+void wr_bind_mw(ibv_qp_ex* ibqp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  auto* w = begin_wqe(ibqp, IBV_WR_BIND_MW);
+  if (w != nullptr && write_bind_wqe(mw, rkey, *info, *w) != 0) to_qp(ibqp)->batch_error = EINVAL;
+}
+void wr_atomic_write(ibv_qp_ex* qp, uint32_t rkey, uint64_t remote_addr, const void* atomic_wr) {
+  if (auto* w = begin_wqe(qp, IBV_WR_ATOMIC_WRITE)) {
+    w->rkey = rkey;
+    w->remote_addr = remote_addr;
+    std::memcpy(&w->compare_add, atomic_wr, 8);
+  }
+}
+void wr_set_xrc_srqn(ibv_qp_ex* ibqp, uint32_t remote_srqn) {
+  if (queues::SendWqe* w = to_qp(ibqp)->batch_wqe) w->xrc_remote_srqn = remote_srqn;
+}
+
 void wr_set_ud_addr(ibv_qp_ex* ibqp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   queues::SendWqe* w = to_qp(ibqp)->batch_wqe;
   if (w == nullptr) return;
@@ -340,6 +397,11 @@ void set_wr_ops(ibv_qp_ex& qp, uint64_t flags) {
   if (flags & IBV_QP_EX_WITH_RDMA_READ) qp.wr_rdma_read = wr_rdma_read;
   if (flags & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) qp.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if (flags & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) qp.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if (flags & IBV_QP_EX_WITH_SEND_WITH_INV) qp.wr_send_inv = wr_send_inv;
+  if (flags & IBV_QP_EX_WITH_LOCAL_INV) qp.wr_local_inv = wr_local_inv;
+  if (flags & IBV_QP_EX_WITH_BIND_MW) qp.wr_bind_mw = wr_bind_mw;
+  if (flags & IBV_QP_EX_WITH_ATOMIC_WRITE) qp.wr_atomic_write = wr_atomic_write;
+  qp.wr_set_xrc_srqn = wr_set_xrc_srqn;
   qp.wr_set_ud_addr = wr_set_ud_addr;
   qp.wr_set_sge = wr_set_sge;
   qp.wr_set_sge_list = wr_set_sge_list;

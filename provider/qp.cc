@@ -9,6 +9,7 @@
 
 #include "provider/device_death.h"
 #include "provider/queues.h"
+#include "provider/windows_xrc.h"
 
 namespace xroce::provider {
 
@@ -17,17 +18,57 @@ namespace {
 // The ibv_qp_init_attr_ex comp_mask bits we accept, and the send opcodes of the ibv_wr_* API.
 // IBV_QP_INIT_ATTR_CREATE_FLAGS is accepted with no flag set (create_flags 0 asks for nothing):
 // pyverbs' random_qp_init_attr_ex sets the bit at random with flags 0 for every non-mlx device.
-constexpr uint32_t kQpInitMaskSupported =
-    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-constexpr uint64_t kRcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+constexpr uint32_t kQpInitMaskSupported = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                          IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+// The ibv_wr_* operations each QP type offers (as rxe's rxe_create_qp_ex, plus XRC).
+constexpr uint64_t kUcSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                                IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                                IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
+constexpr uint64_t kXrcSendOps = kUcSendOps | IBV_QP_EX_WITH_RDMA_READ |
+                                 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+constexpr uint64_t kRcSendOps = kXrcSendOps | IBV_QP_EX_WITH_ATOMIC_WRITE;
 constexpr uint64_t kUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
+uint64_t send_ops_of(ibv_qp_type type) {
+  switch (type) {
+    case IBV_QPT_RC:
+      return kRcSendOps;
+    case IBV_QPT_UC:
+      return kUcSendOps;
+    case IBV_QPT_UD:
+      return kUdSendOps;
+    case IBV_QPT_XRC_SEND:
+      return kXrcSendOps;
+    default:
+      return 0;
+  }
+}
 
 Qp* to_qp(ibv_qp* qp) {
   return reinterpret_cast<Qp*>(qp);
 }
+
+// The daemon copies the WQEs we posted and it has not taken into a ring of at least max_wr
+// slots; we post from where it says the copy ends (the new ring's producer index).
+int resize_srq(Srq* srq, uint32_t max_wr) {
+  std::lock_guard guard(srq->lock);
+  control::ResizeSrqRequest request{srq->handle, max_wr};
+  control::SrqReply reply{};
+  Fd region;
+  const int err = call_fds(srq->srq.context, control::Op::resize_srq, &request, sizeof(request),
+                           &reply, sizeof(reply), std::span(&region, 1));
+  if (err != 0) return err;
+  Mapping mapping;
+  if (int map_err = mapping.map(region.release(), reply.region_bytes)) return map_err;
+  srq->mapping.unmap();
+  srq->mapping = mapping;
+  srq->ring = queues::Ring(mapping.base, reply.slots, reply.slot_bytes);
+  srq->next = srq->ring.header().producer.load(std::memory_order_acquire);
+  srq->max_wr = reply.attr.max_wr;
+  return 0;
+}
+
 Srq* to_srq(ibv_srq* srq) {
   return reinterpret_cast<Srq*>(srq);
 }
@@ -98,20 +139,35 @@ int attach_rings(Qp* qp, const control::CreateQpReply& reply, int region_fd) {
   return 0;
 }
 
+// What each type needs from ibv_qp_init_attr_ex: RC, UC, UD a PD and both CQs; XRC_SEND a PD
+// and a send CQ; XRC_RECV an XRC domain only.
+bool init_attr_complete(const ibv_qp_init_attr_ex& attr) {
+  switch (attr.qp_type) {
+    case IBV_QPT_XRC_RECV:
+      return (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD) != 0 && attr.xrcd != nullptr;
+    case IBV_QPT_XRC_SEND:
+      return attr.pd != nullptr && attr.send_cq != nullptr;
+    default:
+      return attr.pd != nullptr && attr.send_cq != nullptr && attr.recv_cq != nullptr;
+  }
+}
+
 ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
-  if (attr.pd == nullptr || attr.send_cq == nullptr || attr.recv_cq == nullptr) {
+  if (!init_attr_complete(attr)) {
     errno = EINVAL;
     return nullptr;
   }
+  const bool xrc_recv = attr.qp_type == IBV_QPT_XRC_RECV;
   auto* qp = new (std::nothrow) Qp{};
   if (qp == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
   control::CreateQpRequest request{};
-  request.pd = attr.pd->handle;
-  request.send_cq = attr.send_cq->handle;
-  request.recv_cq = attr.recv_cq->handle;
+  request.pd = xrc_recv || attr.pd == nullptr ? 0 : attr.pd->handle;
+  request.send_cq = xrc_recv || attr.send_cq == nullptr ? 0 : attr.send_cq->handle;
+  request.recv_cq = xrc_recv || attr.recv_cq == nullptr ? 0 : attr.recv_cq->handle;
+  request.xrcd = xrc_recv ? to_xrcd(attr.xrcd)->handle : 0;
   request.srq = attr.srq == nullptr ? 0 : to_srq(attr.srq)->handle;
   request.qp_type = attr.qp_type;
   request.sq_sig_all = attr.sq_sig_all;
@@ -151,6 +207,40 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
 
 }  // namespace
 
+ibv_qp* attach_opened_qp(ibv_context* ctx, const control::OpenQpRequest& base, void* qp_context) {
+  auto* qp = new (std::nothrow) Qp{};
+  if (qp == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  control::OpenQpRequest request = base;
+  request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
+  control::CreateQpReply reply{};
+  Fd region;
+  int err = call_fds(ctx, control::Op::open_qp, &request, sizeof(request), &reply, sizeof(reply),
+                     std::span(&region, 1));
+  if (err == 0) err = attach_rings(qp, reply, region.release());
+  if (err != 0) {
+    if (reply.handle != 0) {
+      control::HandleRequest release{reply.handle};
+      (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
+    }
+    delete qp;
+    errno = err;
+    return nullptr;
+  }
+  qp->doorbell_fd = context_doorbell(ctx);
+  qp->handle = reply.handle;
+  qp->cap = reply.cap;
+  ibv_qp_init_attr_ex attr{};
+  attr.qp_type = IBV_QPT_XRC_RECV;
+  attr.qp_context = qp_context;
+  init_qp_fields(qp->vqp.qp, ctx, attr);
+  qp->vqp.qp.handle = reply.handle;
+  qp->vqp.qp.qp_num = reply.qpn;
+  return &qp->vqp.qp;
+}
+
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   ibv_qp_init_attr_ex ex{};
   std::memcpy(&ex, attr, sizeof(*attr));
@@ -162,8 +252,11 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
+  // An XRC_RECV QP belongs to its XRC domain, not to a PD (ibv_xsrq_pingpong passes only
+  // IBV_QP_INIT_ATTR_XRCD).
+  const bool needs_pd = attr->qp_type != IBV_QPT_XRC_RECV;
   if ((attr->comp_mask & ~kQpInitMaskSupported) != 0 ||
-      (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0) {
+      (needs_pd && (attr->comp_mask & IBV_QP_INIT_ATTR_PD) == 0)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -174,7 +267,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
   }
   const bool ex_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
   if (ex_ops) {
-    const uint64_t allowed = attr->qp_type == IBV_QPT_UD ? kUdSendOps : kRcSendOps;
+    const uint64_t allowed = send_ops_of(attr->qp_type);
     if ((attr->send_ops_flags & ~allowed) != 0) {
       errno = EOPNOTSUPP;
       return nullptr;
@@ -274,47 +367,64 @@ int destroy_qp(ibv_qp* ibqp) {
   return 0;
 }
 
-ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+Srq* make_srq(ibv_context* ctx, const control::CreateSrqRequest& base) {
   auto* srq = new (std::nothrow) Srq{};
   if (srq == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  control::CreateSrqRequest request{};
-  request.pd = pd->handle;
-  request.max_wr = attr->attr.max_wr;
-  request.max_sge = attr->attr.max_sge;
-  request.srq_limit = attr->attr.srq_limit;
+  control::CreateSrqRequest request = base;
   request.cookie = reinterpret_cast<uint64_t>(&srq->srq);
   control::SrqReply reply{};
   Fd region;
-  int err = call_fds(pd->context, control::Op::create_srq, &request, sizeof(request), &reply,
-                     sizeof(reply), std::span(&region, 1));
+  int err = call_fds(ctx, control::Op::create_srq, &request, sizeof(request), &reply, sizeof(reply),
+                     std::span(&region, 1));
   if (err == 0) err = srq->mapping.map(region.release(), reply.region_bytes);
   if (err != 0) {
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
-      (void)call(pd->context, control::Op::destroy_srq, &release, sizeof(release), nullptr, 0);
+      (void)call(ctx, control::Op::destroy_srq, &release, sizeof(release), nullptr, 0);
     }
     delete srq;
     errno = err;
     return nullptr;
   }
-  srq->doorbell_fd = context_doorbell(pd->context);
+  srq->doorbell_fd = context_doorbell(ctx);
   srq->handle = reply.handle;
+  srq->max_wr = reply.attr.max_wr;
   srq->max_sge = reply.attr.max_sge;
+  srq->srqn = reply.srqn;
   srq->ring = queues::Ring(srq->mapping.base, reply.slots, reply.slot_bytes);
   srq->srq.handle = reply.handle;
-  attr->attr.max_wr = reply.attr.max_wr;
-  attr->attr.max_sge = reply.attr.max_sge;
+  return srq;
+}
+
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  control::CreateSrqRequest request{};
+  request.pd = pd->handle;
+  request.max_wr = attr->attr.max_wr;
+  request.max_sge = attr->attr.max_sge;
+  request.srq_limit = attr->attr.srq_limit;
+  Srq* srq = make_srq(pd->context, request);
+  if (srq == nullptr) return nullptr;
+  attr->attr.max_wr = srq->max_wr;
+  attr->attr.max_sge = srq->max_sge;
   // ibv_create_srq fills context, srq_context, pd, mutex and cond.
   return &srq->srq;
 }
 
+// IBV_SRQ_MAX_WR resizes (a new ring, with the WQEs not yet taken carried over), then
+// IBV_SRQ_LIMIT arms the limit event.
 int modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
+  Srq* srq = to_srq(ibsrq);
+  if ((mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) != 0 || mask == 0) return EINVAL;
+  if ((mask & IBV_SRQ_MAX_WR) != 0) {
+    if (int err = resize_srq(srq, attr->max_wr)) return err;
+  }
+  if ((mask & IBV_SRQ_LIMIT) == 0) return 0;
   control::ModifySrqRequest request{};
-  request.handle = to_srq(ibsrq)->handle;
-  request.mask = static_cast<uint32_t>(mask);
+  request.handle = srq->handle;
+  request.mask = IBV_SRQ_LIMIT;
   request.attr = control::SrqAttr{attr->max_wr, attr->max_sge, attr->srq_limit};
   return call(ibsrq->context, control::Op::modify_srq, &request, sizeof(request), nullptr, 0);
 }

@@ -6,9 +6,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 
 #include "provider/queues.h"
+#include "provider/windows_xrc.h"
 #include "provider/xroce.h"
 #include "xroce/shared_mr.h"
 
@@ -59,11 +61,20 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   a.max_pkeys = dev.max_pkeys;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = dev.phys_port_cnt;
+  a.max_mw = static_cast<int>(dev.max_mw);
   // The same count as phys_port_cnt (which saturates at 255): rdma-core's providers get both
   // from the kernel through ibv_cmd_query_device_any, and pyverbs' test_phys_port_cnt_ex
   // checks they agree.
   ex.phys_port_cnt_ex = dev.phys_port_cnt;
   ex.max_dm_size = 0;
+  ex.device_cap_flags_ex = dev.device_cap_flags_ex;
+  ex.odp_caps.general_caps = dev.odp_general_caps;
+  ex.odp_caps.per_transport_caps.rc_odp_caps = dev.odp_rc_caps;
+  ex.odp_caps.per_transport_caps.uc_odp_caps = dev.odp_uc_caps;
+  ex.odp_caps.per_transport_caps.ud_odp_caps = dev.odp_ud_caps;
+  ex.xrc_odp_caps = dev.odp_xrc_caps;
+  ex.completion_timestamp_mask = dev.completion_timestamp_mask;
+  ex.hca_core_clock = dev.hca_core_clock_khz;
   // Copy no more than the caller's struct holds: ibv_query_device passes only orig_attr.
   std::memcpy(attr, &ex, std::min(attr_size, sizeof(ex)));
   return 0;
@@ -145,20 +156,15 @@ SharedBacking try_share(void* addr, size_t length) {
 }
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int access) {
-  // ibv_reg_mr_iova with an iova other than the address: the transport checks keys and reaches
-  // memory by the application's address, so such a region would register and then fail every
-  // access. Refused instead, as a device without the feature does.
-  if (hca_va != reinterpret_cast<uint64_t>(addr)) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
   control::RegMrRequest request{};
   request.pd_handle = pd->handle;
   request.access = static_cast<uint32_t>(access);
   request.addr = reinterpret_cast<uint64_t>(addr);
   request.length = length;
   request.iova = hca_va;
-  const SharedBacking backing = try_share(addr, length);
+  // An ODP region is reached in place, page by page as it is touched; it is never re-backed.
+  const bool on_demand = (access & IBV_ACCESS_ON_DEMAND) != 0;
+  const SharedBacking backing = on_demand ? SharedBacking{} : try_share(addr, length);
   control::RegMrReply reply{};
   const int err = call(pd->context, control::Op::reg_mr, &request, sizeof(request), &reply,
                        sizeof(reply), backing.memfd);
@@ -206,11 +212,75 @@ int dereg_mr(verbs_mr* vmr) {
   return 0;
 }
 
+// ibv_rereg_mr: new keys for the region; a translation change gives the old range its private
+// pages back if it was shared with the daemon (the new one is reached by cross-memory attach).
+int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  auto* mr = reinterpret_cast<Mr*>(vmr);
+  control::ReregMrRequest request{};
+  request.mr_handle = vmr->ibv_mr.handle;
+  request.flags = static_cast<uint32_t>(flags);
+  request.pd = (flags & IBV_REREG_MR_CHANGE_PD) != 0 && pd != nullptr ? pd->handle : 0;
+  request.access = static_cast<uint32_t>(access);
+  request.addr = reinterpret_cast<uint64_t>(addr);
+  request.length = length;
+  control::RegMrReply reply{};
+  if (int err = call(vmr->ibv_mr.context, control::Op::rereg_mr, &request, sizeof(request), &reply,
+                     sizeof(reply))) {
+    errno = err;
+    return err;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
+    if (mr->shared) (void)control::unshare_region(mr->addr, mr->length, mr->memfd_inode);
+    mr->shared = false;
+    mr->addr = addr;
+    mr->length = length;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) != 0) vmr->access = access;
+  vmr->ibv_mr.lkey = reply.lkey;
+  vmr->ibv_mr.rkey = reply.rkey;
+  return 0;
+}
+
+// ibv_advise_mr: the device checks the SGEs against the PD's regions; a prefetch has nothing
+// more to do (pages are reached when an access comes, nothing is pinned).
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge) {
+  if ((flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) != 0) return EOPNOTSUPP;
+  if (num_sge == 0 || num_sge > control::kMaxAdviseSge) return EINVAL;
+  control::AdviseMrRequest request{};
+  request.pd = pd->handle;
+  request.advice = static_cast<uint32_t>(advice);
+  request.flags = flags;
+  request.num_sge = num_sge;
+  for (uint32_t i = 0; i < num_sge; ++i)
+    request.sge[i] = control::AdviseSge{sg_list[i].addr, sg_list[i].length, sg_list[i].lkey};
+  return call(pd->context, control::Op::advise_mr, &request, sizeof(request), nullptr, 0);
+}
+
+// ibv_query_rt_values_ex: the device clock is CLOCK_MONOTONIC (hca_core_clock 1 GHz), the clock
+// completion timestamps are taken from.
+int query_rt_values(ibv_context*, ibv_values_ex* values) {
+  if ((values->comp_mask & ~static_cast<uint32_t>(IBV_VALUES_MASK_RAW_CLOCK)) != 0) return EINVAL;
+  values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  return clock_gettime(CLOCK_MONOTONIC, &values->raw_clock) == 0 ? 0 : errno;
+}
+
 // libibverbs calls this after reading an event from async_fd; nothing to account for yet.
 void async_event(ibv_context*, ibv_async_event*) {}
 
 verbs_context_ops make_ops() {
   verbs_context_ops ops{};
+  ops.advise_mr = advise_mr;
+  ops.alloc_mw = alloc_mw;
+  ops.bind_mw = bind_mw;
+  ops.close_xrcd = close_xrcd;
+  ops.create_srq_ex = create_srq_ex;
+  ops.dealloc_mw = dealloc_mw;
+  ops.get_srq_num = get_srq_num;
+  ops.open_qp = open_qp;
+  ops.open_xrcd = open_xrcd;
+  ops.query_rt_values = query_rt_values;
+  ops.rereg_mr = rereg_mr;
   ops.alloc_pd = alloc_pd;
   ops.async_event = async_event;
   ops.create_ah = create_ah;

@@ -116,7 +116,9 @@ struct Qp {
 struct Srq {
   ibv_srq srq;
   uint32_t handle = 0;
+  uint32_t max_wr = 0;
   uint32_t max_sge = 0;
+  uint32_t srqn = 0;  // ibv_get_srq_num
   Mapping mapping;
   queues::Ring ring;
   uint32_t next = 0;

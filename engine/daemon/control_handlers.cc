@@ -40,6 +40,19 @@ bool memfd_backs_range(const std::string& maps, uint64_t addr, uint64_t length, 
   });
 }
 
+// Reads the caller's own maps into `maps` and checks that [addr, addr+length) is memory it can
+// read (and write, where `access` asks for writes). A range the device refuses anyway (empty,
+// wrapping) passes here, to be refused with EINVAL there.
+bool caller_maps(const device::ProcessMemory& memory, uint64_t addr, uint64_t length,
+                 uint32_t access, std::string& maps) {
+  if (memory.image().read_maps(maps) != 0) return false;
+  if (length == 0 || addr + length <= addr) return true;
+  const bool writes = (access & kWriteAccess) != 0;
+  return proc::covers(maps, addr, length, [writes](const proc::Mapping& m) {
+    return m.readable() && (!writes || m.writable());
+  });
+}
+
 // What the caller may register in all: its RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK, as the
 // kernel's ib_umem_get charges pinned pages. 0 means no limit. Read from /proc (prlimit() on
 // another process would need CAP_SYS_RESOURCE, which the daemon may not have); a limit that
@@ -145,7 +158,16 @@ Reply query_device(OpContext& ctx) {
   attr.vendor_id = limits.vendor_id;
   attr.max_qp = std::min(limits.max_qp, quota.max_qp);
   attr.max_qp_wr = limits.max_qp_wr;
-  attr.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  attr.device_cap_flags = static_cast<uint32_t>(device::kDeviceCapFlags);
+  attr.device_cap_flags_ex = device::kDeviceCapFlags;
+  attr.max_mw = limits.max_mw;
+  attr.odp_general_caps = device::kOdpGeneralCaps;
+  attr.odp_rc_caps = device::kOdpRcCaps;
+  attr.odp_uc_caps = device::kOdpUcCaps;
+  attr.odp_ud_caps = device::kOdpUdCaps;
+  attr.odp_xrc_caps = device::kOdpXrcCaps;
+  attr.completion_timestamp_mask = device::kCompletionTimestampMask;
+  attr.hca_core_clock_khz = device::kHcaCoreClockKhz;
   attr.max_sge = limits.max_sge;
   attr.max_cq = std::min(limits.max_cq, quota.max_cq);
   attr.max_cqe = limits.max_cqe;
@@ -201,21 +223,17 @@ Reply dealloc_pd(OpContext& ctx, const control::HandleRequest& request) {
 // read in its own /proc/self/maps. With a memfd from the provider the region is reached through
 // the daemon's mapping of it, once the daemon has checked the memfd really is what the caller
 // has mapped over the whole range; without one, or if it cannot be mapped, through the mem file.
+// On-demand paging (IBV_ACCESS_ON_DEMAND): nothing is looked at now (implicit ODP names the
+// whole address space); each access later reaches only what the process has mapped then.
 Reply reg_mr(OpContext& ctx, const control::RegMrRequest& request) {
   Fd memfd = ctx.message.take(0);
-  // Keys are checked, and memory reached, by the process's address: no separate iova yet.
-  if (request.iova != request.addr) return Reply::error(EOPNOTSUPP);
   const auto memory = ctx.served->memory->find(ctx.session.id);
   if (memory == nullptr) return Reply::error(EFAULT);
+  const bool on_demand = (request.access & device::kAccessOnDemand) != 0;
+  if (on_demand) memfd.reset();  // reached in place, never re-backed
   std::string maps;
-  if (request.length != 0 && request.addr + request.length > request.addr) {
-    const bool writes = (request.access & kWriteAccess) != 0;
-    if (memory->image().read_maps(maps) != 0 ||
-        !proc::covers(maps, request.addr, request.length, [writes](const proc::Mapping& m) {
-          return m.readable() && (!writes || m.writable());
-        })) {
-      return Reply::error(EFAULT);
-    }
+  if (!on_demand && !caller_maps(*memory, request.addr, request.length, request.access, maps)) {
+    return Reply::error(EFAULT);
   }
   auto keys = ctx.device().reg_mr(
       ctx.session.id, device::MrRequest{request.pd_handle, request.addr, request.length,
@@ -236,16 +254,55 @@ Reply reg_mr(OpContext& ctx, const control::RegMrRequest& request) {
           {}};
 }
 
+// The region stops being reached through the daemon's mapping of its memfd. Called after its
+// keys are gone or changed, so no new access finds the mapping (one in flight keeps it alive).
+void unshare_region(OpContext& ctx, uint32_t mr_handle) {
+  const auto shared = ctx.session.shared_mrs.find(mr_handle);
+  if (shared == ctx.session.shared_mrs.end()) return;
+  if (const auto memory = ctx.served->memory->find(ctx.session.id))
+    memory->remove_shared(shared->second);
+  ctx.session.shared_mrs.erase(shared);
+}
+
 Reply dereg_mr(OpContext& ctx, const control::HandleRequest& request) {
   const int err = ctx.device().dereg_mr(ctx.session.id, request.handle);
-  // After the keys are gone, so no new access finds the mapping (one in flight keeps it alive).
-  const auto shared = ctx.session.shared_mrs.find(request.handle);
-  if (err == 0 && shared != ctx.session.shared_mrs.end()) {
-    if (const auto memory = ctx.served->memory->find(ctx.session.id))
-      memory->remove_shared(shared->second);
-    ctx.session.shared_mrs.erase(shared);
-  }
+  if (err == 0) unshare_region(ctx, request.handle);
   return Reply::error(err);
+}
+
+// ibv_rereg_mr. A region that moves (CHANGE_TRANSLATION) leaves its shared mapping behind and is
+// reached through the caller's mem file from then on; the new range is checked in the caller's
+// maps as reg_mr checks it, and the registration limit applies to its new length.
+Reply rereg_mr(OpContext& ctx, const control::ReregMrRequest& request) {
+  device::Device& dev = ctx.device();
+  const auto memory = ctx.served->memory->find(ctx.session.id);
+  if (memory == nullptr) return Reply::error(EFAULT);
+  const bool moves = (request.flags & device::kReregTranslation) != 0;
+  if (moves) {
+    const auto& regions = dev.memory_regions();
+    const auto it = regions.find(request.mr_handle);
+    uint32_t access = 0;
+    if (it != regions.end() && it->second.owner == ctx.session.id) access = it->second.access;
+    if ((request.flags & device::kReregAccess) != 0) access = request.access;
+    std::string maps;
+    if ((access & device::kAccessOnDemand) == 0 &&
+        !caller_maps(*memory, request.addr, request.length, access, maps)) {
+      return Reply::error(EFAULT);
+    }
+  }
+  auto keys = dev.rereg_mr(
+      ctx.session.id, request.mr_handle,
+      device::ReregRequest{request.flags, request.pd, request.access, request.addr, request.length,
+                           registration_limit_bytes(ctx.session.peer.pid())});
+  if (!keys) return Reply::error(keys.error());
+  if (moves) unshare_region(ctx, request.mr_handle);
+  const bool shared = ctx.session.shared_mrs.count(request.mr_handle) != 0;
+  const auto dma = shared ? control::MrDma::kSharedMapping : control::MrDma::kCrossMemory;
+  return {0,
+          control::body_bytes(control::RegMrReply{keys->handle, keys->lkey, keys->rkey,
+                                                  static_cast<uint32_t>(dma)}),
+          {},
+          {}};
 }
 
 Reply link_add(OpContext& ctx, const control::LinkAddRequest& request) {

@@ -68,6 +68,16 @@ constexpr OpSpec kOps[] = {
     op(Op::cm_open, Needs::kNewContext, ops::cm_open, 1),
     op(Op::cm_command, Needs::kAnyone, ops::cm_command),
     OpSpec{Op::cm_show, Needs::kNamedDevice, sizeof(control::NameRequest), 0, 0, ops::cm_show},
+    // Memory windows, re-registration, XRC domains, SRQ resize, ODP advice.
+    op<control::AllocMwRequest, ops::alloc_mw>(Op::alloc_mw, Needs::kContext),
+    op<control::HandleRequest, ops::dealloc_mw>(Op::dealloc_mw, Needs::kContext),
+    op<control::ReregMrRequest, ops::rereg_mr>(Op::rereg_mr, Needs::kContext),
+    // An optional descriptor of the file naming a shared domain.
+    op<control::OpenXrcdRequest, ops::open_xrcd>(Op::open_xrcd, Needs::kContext, 0, 1),
+    op<control::HandleRequest, ops::close_xrcd>(Op::close_xrcd, Needs::kContext),
+    op<control::OpenQpRequest, ops::open_qp>(Op::open_qp, Needs::kContext),
+    op<control::ResizeSrqRequest, ops::resize_srq>(Op::resize_srq, Needs::kContext),
+    op<control::AdviseMrRequest, ops::advise_mr>(Op::advise_mr, Needs::kContext),
 };
 // clang-format on
 

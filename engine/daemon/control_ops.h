@@ -68,8 +68,8 @@ const OpSpec* find_op(control::Op op);
 // not take stay in ctx.message and are closed with it.
 Reply dispatch(OpContext& ctx, control::Op op);
 
-// The handlers, one per op (control_handlers.cc, control_queues.cc, control_stat.cc,
-// control_cc.cc). Each may assume what its OpSpec's Needs promises.
+// The handlers, one per op (control_handlers.cc, control_queues.cc, control_transport.cc,
+// control_stat.cc, control_cc.cc, control_cm.cc). Each may assume what its OpSpec's Needs promises.
 namespace ops {
 Reply hello(OpContext& ctx, const control::HelloRequest& request);
 Reply query_device(OpContext& ctx);
@@ -104,6 +104,19 @@ Reply text_next(OpContext& ctx);
 Reply cm_open(OpContext& ctx);
 Reply cm_command(OpContext& ctx);
 Reply cm_show(OpContext& ctx);
+Reply rereg_mr(OpContext& ctx, const control::ReregMrRequest& request);
+// control_transport.cc
+Reply alloc_mw(OpContext& ctx, const control::AllocMwRequest& request);
+Reply dealloc_mw(OpContext& ctx, const control::HandleRequest& request);
+Reply open_xrcd(OpContext& ctx, const control::OpenXrcdRequest& request);
+Reply close_xrcd(OpContext& ctx, const control::HandleRequest& request);
+Reply open_qp(OpContext& ctx, const control::OpenQpRequest& request);
+Reply resize_srq(OpContext& ctx, const control::ResizeSrqRequest& request);
+Reply advise_mr(OpContext& ctx, const control::AdviseMrRequest& request);
+
+// The replies that hand a QP's or an SRQ's rings to the application (control_queues.cc).
+Reply qp_reply(device::QueuePair& qp, uint32_t handle);
+Reply srq_reply(device::SharedReceiveQueue& srq, uint32_t handle);
 }  // namespace ops
 
 // Text replies travel in pages (control::TextReply, Op::text_next). start_text keeps `text` as

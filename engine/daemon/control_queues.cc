@@ -62,15 +62,21 @@ Reply resize_cq(OpContext& ctx, const control::ResizeCqRequest& request) {
 
 Reply create_qp(OpContext& ctx, const control::CreateQpRequest& request) {
   device::Device& dev = ctx.device();
-  device::QpRequest r{request.pd,  request.send_cq, request.recv_cq,
-                      request.srq, request.qp_type, request.sq_sig_all != 0,
-                      request.cap, request.cookie,  ctx.session.doorbell.get()};
+  device::QpRequest r{request.pd,      request.send_cq,           request.recv_cq, request.srq,
+                      request.qp_type, request.sq_sig_all != 0,   request.cap,     request.cookie,
+                      request.xrcd,    ctx.session.doorbell.get()};
   auto handle = dev.create_qp(ctx.session.id, r);
   if (!handle) return Reply::error(handle.error());
   device::QueuePair& qp = *dev.qp(ctx.session.id, *handle);
   qp.event_fd = ctx.session.event_socket.get();
+  return qp_reply(qp, *handle);
+}
+
+// An XRC target QP's rings may be handed again, to each context that opens it (ibv_open_qp):
+// its region keeps its descriptor; every other region's goes with its one reply.
+Reply qp_reply(device::QueuePair& qp, uint32_t handle) {
   control::CreateQpReply reply{};
-  reply.handle = *handle;
+  reply.handle = handle;
   reply.qpn = qp.qpn.value();
   reply.cap = qp.cap;
   reply.send_slots = qp.layout.send_slots;
@@ -79,7 +85,11 @@ Reply create_qp(OpContext& ctx, const control::CreateQpRequest& request) {
   reply.recv_slot_bytes = qp.layout.recv_slot_bytes;
   reply.recv_offset = qp.layout.recv_offset;
   reply.region_bytes = qp.region.bytes();
-  return with_region(reply, qp.region);
+  if (qp.type != transport::QpType::kXrcRecv) return with_region(reply, qp.region);
+  Reply shared{0, control::body_bytes(reply), {}, {}};
+  shared.fds.push_back(qp.region.share_fd());
+  if (!shared.fds.back().valid()) return Reply::error(EMFILE);
+  return shared;
 }
 
 Reply modify_qp(OpContext& ctx, const control::ModifyQpRequest& request) {
@@ -98,20 +108,31 @@ Reply destroy_qp(OpContext& ctx, const control::HandleRequest& request) {
 }
 
 Reply create_srq(OpContext& ctx, const control::CreateSrqRequest& request) {
+  constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
+  constexpr uint32_t kSrqTypeXrc = 1;
+  if (request.srq_type != kSrqTypeBasic && request.srq_type != kSrqTypeXrc) {
+    return Reply::error(EINVAL);
+  }
+  if ((request.srq_type == kSrqTypeXrc) != (request.xrcd != 0)) return Reply::error(EINVAL);
   device::Device& dev = ctx.device();
   auto handle = dev.create_srq(
       ctx.session.id,
       device::SrqRequest{request.pd,
                          control::SrqAttr{request.max_wr, request.max_sge, request.srq_limit},
-                         request.cookie, ctx.session.doorbell.get()});
+                         request.cookie, request.xrcd, request.cq, ctx.session.doorbell.get()});
   if (!handle) return Reply::error(handle.error());
   device::SharedReceiveQueue& srq = *dev.srq(ctx.session.id, *handle);
   srq.event_fd = ctx.session.event_socket.get();
+  return srq_reply(srq, *handle);
+}
+
+Reply srq_reply(device::SharedReceiveQueue& srq, uint32_t handle) {
   control::SrqReply reply{};
-  reply.handle = *handle;
+  reply.handle = handle;
   reply.attr = srq.attr;
   reply.slots = srq.ring.slot_count();
   reply.slot_bytes = srq.ring.slot_bytes();
+  reply.srqn = handle;
   reply.region_bytes = srq.region.bytes();
   return with_region(reply, srq.region);
 }

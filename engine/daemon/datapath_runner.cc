@@ -36,13 +36,17 @@ void send_record(int fd, const void* record, std::size_t bytes) {
 // The worker side of one hosted QP: its rings, CQs and address vectors.
 class RingBinding final : public QpBinding {
  public:
-  RingBinding(const device::Device& device, device::QueuePair& qp, device::CompletionQueue& send_cq,
-              device::CompletionQueue& recv_cq, device::SharedReceiveQueue* srq)
+  // send_cq and recv_cq are null where the QP type has none (XRC); `xrc` is an XRC_RECV QP's
+  // domain, whose SRQs it pulls and whose SRQs' CQs take its receive completions.
+  RingBinding(const device::Device& device, device::QueuePair& qp, device::CompletionQueue* send_cq,
+              device::CompletionQueue* recv_cq, device::SharedReceiveQueue* srq,
+              device::XrcDomainObject* xrc)
       : device_(device),
         qp_(qp),
         send_cq_(send_cq),
         recv_cq_(recv_cq),
         srq_(srq),
+        xrc_(xrc),
         src_mac_(device.netdev().mac),
         scratch_(std::max({qp.layout.send_slot_bytes, qp.layout.recv_slot_bytes,
                            srq != nullptr ? srq->ring.slot_bytes() : 0u})) {}
@@ -50,24 +54,58 @@ class RingBinding final : public QpBinding {
   bool pull_work_on_worker(transport::Qp& core) override {
     bool any = pull_sends(core);
     if (qp_.rq.valid()) any |= pull_recvs(core);
-    if (srq_ != nullptr) any |= pull_srq();
+    if (srq_ != nullptr) any |= pull_srq(*srq_);
+    if (xrc_ != nullptr) {
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) { any |= pull_srq(s); });
+    }
     return any;
   }
 
   bool work_pending_on_worker() const override {
+    bool xrc_ready = false;
+    if (xrc_ != nullptr) {
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) {
+        xrc_ready = xrc_ready || s.ring.ready(s.consumer) != 0;
+      });
+    }
     return qp_.sq.ready(qp_.sq_consumer) != 0 ||
            (qp_.rq.valid() && qp_.rq.ready(qp_.rq_consumer) != 0) ||
-           (srq_ != nullptr && srq_->ring.ready(srq_->consumer) != 0);
+           (srq_ != nullptr && srq_->ring.ready(srq_->consumer) != 0) || xrc_ready;
   }
 
-  // One doorbell per context, which all its QPs and SRQs ring.
-  std::vector<int> doorbell_fds_on_worker() const override { return {qp_.doorbell_fd}; }
+  // One doorbell per context, which all its QPs and SRQs ring; an XRC target's SRQs may belong
+  // to other contexts of its domain, which ring their own.
+  std::vector<int> doorbell_fds_on_worker() const override {
+    std::vector<int> fds{qp_.doorbell_fd};
+    if (xrc_ != nullptr) {
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) {
+        if (std::find(fds.begin(), fds.end(), s.doorbell_fd) == fds.end()) {
+          fds.push_back(s.doorbell_fd);
+        }
+      });
+    }
+    return fds;
+  }
 
   void set_asleep_on_worker(bool asleep) override {
     const std::uint32_t v = asleep ? queues::kEngineAsleep : queues::kEngineAwake;
     qp_.sq.header().wakeup.store(v, std::memory_order_seq_cst);
     if (qp_.rq.valid()) qp_.rq.header().wakeup.store(v, std::memory_order_seq_cst);
     if (srq_ != nullptr) srq_->ring.header().wakeup.store(v, std::memory_order_seq_cst);
+    if (xrc_ != nullptr) {
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) {
+        s.ring.header().wakeup.store(v, std::memory_order_seq_cst);
+      });
+    }
+  }
+
+  // Where a completion goes: the QP's send or receive CQ, or for an XRC target's receive the
+  // CQ of the XRC SRQ that supplied the WQE.
+  device::CompletionQueue* cq_for(const transport::Completion& c) {
+    if (!c.is_recv()) return send_cq_;
+    if (c.xrc_srqn == 0 || xrc_ == nullptr) return recv_cq_;
+    device::SharedReceiveQueue* s = xrc_->srq(c.xrc_srqn);
+    return s == nullptr ? nullptr : s->xrc_cq;
   }
 
   void complete_on_worker(const transport::Completion& completion) override {
@@ -79,7 +117,9 @@ class RingBinding final : public QpBinding {
       c.wr_id = device::retire_wqe(qp_.rq, qp_.rq_shadow, c.wr_id);
     }
     if (c.is_recv()) release_recv_slot();
-    device::CompletionQueue& cq = c.is_recv() ? recv_cq_ : send_cq_;
+    device::CompletionQueue* target = cq_for(c);
+    if (target == nullptr) return;  // an XRC SRQ destroyed under its last completion
+    device::CompletionQueue& cq = *target;
     switch (cq.push(device::encode_cqe(c))) {
       case device::CompletionQueue::Push::written:
         break;
@@ -202,25 +242,25 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
-  bool pull_srq() {
+  bool pull_srq(device::SharedReceiveQueue& srq) {
     bool any = false;
-    const std::uint32_t bytes = srq_->ring.slot_bytes();
-    for (std::uint32_t ready = srq_->ring.ready(srq_->consumer); ready > 0; --ready) {
-      std::memcpy(scratch_.data(), srq_->ring.slot(srq_->consumer), bytes);
-      auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq_->attr.max_sge);
-      const int err = wqe ? srq_->srq->post_recv(*wqe) : EINVAL;
+    const std::uint32_t bytes = srq.ring.slot_bytes();
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    for (std::uint32_t ready = srq.ring.ready(srq.consumer); ready > 0; --ready) {
+      std::memcpy(scratch_.data(), srq.ring.slot(srq.consumer), bytes);
+      auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, srq.attr.max_sge);
+      const int err = wqe ? srq.srq->post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
-      ++srq_->consumer;  // a malformed WQE is dropped, and its slot freed below
+      ++srq.consumer;  // a malformed WQE is dropped, and its slot freed below
       any = true;
     }
-    const auto outstanding = static_cast<std::uint32_t>(srq_->srq->size());
-    if (srq_->ring.header().consumer.load(std::memory_order_relaxed) !=
-        srq_->consumer - outstanding) {
-      srq_->ring.release(srq_->consumer - outstanding);
+    const auto outstanding = static_cast<std::uint32_t>(srq.srq->size());
+    if (srq.ring.header().consumer.load(std::memory_order_relaxed) != srq.consumer - outstanding) {
+      srq.ring.release(srq.consumer - outstanding);
     }
-    if (srq_->srq->poll_limit_event()) {
-      const control::AsyncEvent event{srq_->cookie, kEventSrqLimitReached};
-      send_record(srq_->event_fd, &event, sizeof(event));
+    if (srq.srq->poll_limit_event()) {
+      const control::AsyncEvent event{srq.cookie, kEventSrqLimitReached};
+      send_record(srq.event_fd, &event, sizeof(event));
     }
     return any;
   }
@@ -244,9 +284,10 @@ class RingBinding final : public QpBinding {
 
   const device::Device& device_;
   device::QueuePair& qp_;
-  device::CompletionQueue& send_cq_;
-  device::CompletionQueue& recv_cq_;
+  device::CompletionQueue* send_cq_;
+  device::CompletionQueue* recv_cq_;
   device::SharedReceiveQueue* srq_;
+  device::XrcDomainObject* xrc_;
   wire::MacAddr src_mac_;
   std::vector<std::uint8_t> scratch_;
   wire::Qpn dest_qpn_;
@@ -306,12 +347,24 @@ DatapathRunner::DatapathRunner(device::Device& device, std::unique_ptr<Datapath>
 
 DatapathRunner::~DatapathRunner() = default;
 
+// The objects a QP's worker writes or consumes with other QPs: its CQs and SRQ, and for an
+// XRC target its domain and the CQs of the domain's SRQs.
+std::vector<const void*> DatapathRunner::shared_objects(const device::QueuePair& qp) {
+  std::vector<const void*> out{static_cast<const void*>(device_.cq(qp.owner, qp.send_cq)),
+                               static_cast<const void*>(device_.cq(qp.owner, qp.recv_cq)),
+                               static_cast<const void*>(device_.srq(qp.owner, qp.srq))};
+  if (device::XrcDomainObject* domain = device_.xrcd(qp.owner, qp.xrcd)) {
+    out.push_back(domain);
+    domain->for_each_srq([&](device::SharedReceiveQueue& s) { out.push_back(s.xrc_cq); });
+  }
+  std::erase(out, nullptr);
+  return out;
+}
+
 std::uint32_t DatapathRunner::choose_worker(const device::QueuePair& qp) {
-  for (const void* shared : {static_cast<const void*>(device_.cq(qp.owner, qp.send_cq)),
-                             static_cast<const void*>(device_.cq(qp.owner, qp.recv_cq)),
-                             static_cast<const void*>(device_.srq(qp.owner, qp.srq))}) {
+  for (const void* shared : shared_objects(qp)) {
     const auto it = shared_.find(shared);
-    if (shared != nullptr && it != shared_.end()) return it->second.worker;
+    if (it != shared_.end()) return it->second.worker;
   }
   return datapath_->least_loaded_worker();
 }
@@ -320,14 +373,15 @@ void DatapathRunner::host(device::QueuePair& qp, std::unique_ptr<transport::Qp> 
   device::CompletionQueue* send_cq = device_.cq(qp.owner, qp.send_cq);
   device::CompletionQueue* recv_cq = device_.cq(qp.owner, qp.recv_cq);
   device::SharedReceiveQueue* srq = qp.srq != 0 ? device_.srq(qp.owner, qp.srq) : nullptr;
+  device::XrcDomainObject* xrc = qp.xrcd != 0 ? device_.xrcd(qp.owner, qp.xrcd) : nullptr;
   const std::uint32_t worker = choose_worker(qp);
-  for (const void* shared : {static_cast<const void*>(send_cq), static_cast<const void*>(recv_cq),
-                             static_cast<const void*>(srq)}) {
-    if (shared == nullptr) continue;
-    auto [it, added] = shared_.try_emplace(shared, Placement{worker, 0});
+  const std::vector<const void*> shared = shared_objects(qp);
+  for (const void* object : shared) {
+    auto [it, added] = shared_.try_emplace(object, Placement{worker, 0});
     ++it->second.users;
   }
-  auto binding = std::make_unique<RingBinding>(device_, qp, *send_cq, *recv_cq, srq);
+  placed_with_[qp.qpn.value()] = shared;
+  auto binding = std::make_unique<RingBinding>(device_, qp, send_cq, recv_cq, srq, xrc);
   datapath_->add_qp(HostedQp{std::move(core), std::move(binding)}, worker);
 }
 
@@ -343,14 +397,14 @@ void DatapathRunner::run(device::QueuePair& qp, const std::function<void(transpo
 
 void DatapathRunner::unhost(device::QueuePair& qp) {
   datapath_->remove_qp(qp.qpn);
-  for (const void* shared :
-       {static_cast<const void*>(device_.cq(qp.owner, qp.send_cq)),
-        static_cast<const void*>(device_.cq(qp.owner, qp.recv_cq)),
-        static_cast<const void*>(qp.srq != 0 ? device_.srq(qp.owner, qp.srq) : nullptr)}) {
+  auto placed = placed_with_.find(qp.qpn.value());
+  if (placed == placed_with_.end()) return;
+  for (const void* shared : placed->second) {
     const auto it = shared_.find(shared);
-    if (shared == nullptr || it == shared_.end()) continue;
+    if (it == shared_.end()) continue;
     if (--it->second.users == 0) shared_.erase(it);
   }
+  placed_with_.erase(placed);
 }
 
 }  // namespace xroce::daemon

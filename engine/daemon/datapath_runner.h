@@ -5,7 +5,8 @@
 // event socket, address vectors from the QP's path or the UD WQE's address handle.
 //
 // Placement: QPs that share a CQ or an SRQ go to the same worker (a CQ ring has one producer,
-// and the transport's Srq is single-threaded); otherwise the least loaded worker.
+// and the transport's Srq is single-threaded), and an XRC target goes where its domain and its
+// domain's SRQ CQs are; otherwise the least loaded worker.
 //
 // Threading: host/run/unhost run on the control thread (the Device's). RingBinding runs on the
 // owning worker only.
@@ -34,6 +35,7 @@ class DatapathRunner final : public device::QpRunner {
 
  private:
   std::uint32_t choose_worker(const device::QueuePair& qp);
+  std::vector<const void*> shared_objects(const device::QueuePair& qp);
 
   device::Device& device_;
   std::unique_ptr<Datapath> datapath_;
@@ -43,6 +45,8 @@ class DatapathRunner final : public device::QpRunner {
     std::uint32_t users;
   };
   std::map<const void*, Placement> shared_;
+  // What each hosted QP counted in shared_ (by QPN), to uncount the same at unhost.
+  std::map<std::uint32_t, std::vector<const void*>> placed_with_;
 };
 
 // The device's local addresses (its GIDs' IPs, each once): what the XDP steering map holds and

@@ -43,8 +43,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
-  add_growth(block, Counter::kRespRemoteAccessErrors, now.remote_access_errors,
-             reported.remote_access_errors);
+  add_growth(block, Counter::kRespRemoteAccessErrors, now.rkey_violations,
+             reported.rkey_violations);
   reported = now;
 }
 
@@ -99,6 +99,10 @@ const char* qp_type_name(transport::QpType type) {
       return "UC";
     case transport::QpType::kUd:
       return "UD";
+    case transport::QpType::kXrcSend:
+      return "XRC_SEND";
+    case transport::QpType::kXrcRecv:
+      return "XRC_RECV";
   }
   return "?";
 }

@@ -77,6 +77,8 @@ int Device::dealloc_pd(ClientId owner, uint32_t pd) {
     if (srq->pd == pd) return EBUSY;
   for (const auto& [handle, ah] : ahs_)
     if (ah.pd == pd) return EBUSY;
+  for (const auto& [handle, mw] : mws_)
+    if (mw.pd == pd) return EBUSY;
   pds_.erase(pd);
   --counts(owner).pds;
   return 0;
@@ -93,13 +95,18 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   }
   if ((request.access & ~(kAccessSupported | kAccessNotSupported)) != 0) return Err{EINVAL};
   if ((request.access & kAccessNotSupported) != 0) return Err{EOPNOTSUPP};
-  if (request.length == 0 || request.length > limits_.max_mr_size) return Err{EINVAL};
+  // Implicit ODP (the whole address space) is the one region longer than max_mr_size.
+  const bool implicit = (request.access & kAccessOnDemand) != 0 && request.addr == 0 &&
+                        request.length == kImplicitOdpLength;
+  if (request.length == 0 || (request.length > limits_.max_mr_size && !implicit)) {
+    return Err{EINVAL};
+  }
   if (request.addr + request.length < request.addr) return Err{EINVAL};
+  if (!implicit && request.iova + request.length < request.iova) return Err{EINVAL};
   OwnedCounts& owned = counts(owner);
   if (mrs_.size() >= limits_.max_mr || owned.mrs >= quota_.max_mr) return Err{ENOMEM};
-  if (request.byte_limit != 0 && owned.mr_bytes + request.length > request.byte_limit) {
-    return Err{ENOMEM};
-  }
+  const uint64_t pinned = pinned_bytes(request.access, request.length);
+  if (request.byte_limit != 0 && owned.mr_bytes + pinned > request.byte_limit) return Err{ENOMEM};
 
   const uint32_t handle = next_mr_++;
   MemoryRegion mr;
@@ -110,40 +117,60 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   mr.length = request.length;
   mr.iova = request.iova;
   mr.access = request.access;
-  // The transport checks addresses as the application's virtual addresses (iova == addr for
-  // ibv_reg_mr); its table issues the keys, so the keys the app gets are the keys it checks.
-  const transport::MemoryRegion& region =
-      pd->regions->register_region(request.addr, request.length, request.access);
+  // Requests name the region from its iova (the application's address for ibv_reg_mr); the
+  // table translates to where the bytes are, and issues the keys the app gets and it checks.
+  const transport::MemoryRegion region =
+      pd->regions->register_region(request.addr, request.length, request.access, request.iova);
   mr.lkey = region.lkey.value();
   mr.rkey = region.rkey.value();
   mrs_.emplace(handle, mr);
   ++owned.mrs;
-  owned.mr_bytes += mr.length;
+  owned.mr_bytes += pinned;
   return MrKeys{handle, mr.lkey, mr.rkey};
 }
 
 int Device::dereg_mr(ClientId owner, uint32_t mr) {
   auto it = mrs_.find(mr);
   if (it == mrs_.end() || it->second.owner != owner) return EINVAL;
-  pds_.at(it->second.pd).regions->deregister(wire::Lkey(it->second.lkey));
+  // EBUSY while memory windows are bound to it (rxe_dereg_mr); the region stays registered.
+  const int err = pds_.at(it->second.pd).regions->deregister(wire::Lkey(it->second.lkey));
+  if (err == EBUSY) return err;
   OwnedCounts& owned = counts(owner);
   --owned.mrs;
-  owned.mr_bytes -= it->second.length;
+  owned.mr_bytes -= pinned_bytes(it->second.access, it->second.length);
   mrs_.erase(it);
   return 0;
 }
 
 void Device::release_client(ClientId owner) {
   // Users before what they use: QPs, then SRQs, CQs and AHs, MRs, and PDs last.
+  std::erase_if(opened_qps_, [owner](const auto& entry) { return entry.second.owner == owner; });
   for (const auto& [handle, qp] : qps_) {
-    if (qp->owner == owner && qp->hosted) runner_->unhost(*qp);
+    if (qp->owner != owner) continue;
+    // Other contexts' handles on it go with it (and stop counting against their quota).
+    std::erase_if(opened_qps_, [this, h = handle](const auto& entry) {
+      if (entry.second.target != h) return false;
+      --counts(entry.second.owner).qps;
+      return true;
+    });
+    if (qp->xrcd != 0) --xrcds_.at(qp->xrcd)->qps;
+    if (qp->hosted) runner_->unhost(*qp);
+  }
+  for (const auto& [handle, srq] : srqs_) {
+    if (srq->owner == owner) forget_xrc_srq(*srq, handle);
   }
   std::erase_if(qps_, [owner](const auto& entry) { return entry.second->owner == owner; });
   std::erase_if(srqs_, [owner](const auto& entry) { return entry.second->owner == owner; });
   std::erase_if(cqs_, [owner](const auto& entry) { return entry.second->owner == owner; });
   std::erase_if(ahs_, [owner](const auto& entry) { return entry.second.owner == owner; });
+  std::erase_if(mws_, [owner](const auto& entry) { return entry.second.owner == owner; });
   std::erase_if(mrs_, [owner](const auto& entry) { return entry.second.owner == owner; });
   std::erase_if(pds_, [owner](const auto& entry) { return entry.second.owner == owner; });
+  std::vector<uint32_t> domains;
+  for (const auto& [handle, domain] : xrcds_)
+    if (domain->openers.count(owner) != 0) domains.push_back(handle);
+  for (uint32_t handle : domains)
+    leave_xrcd(owner, handle);
   owned_.erase(owner);
 }
 

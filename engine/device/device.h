@@ -10,7 +10,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,9 @@ struct DeviceLimits {
   uint32_t max_msg_bytes = 1u << 31;  // IBA C9-94
   uint16_t max_pkeys = 1;             // the default P_Key only
   uint32_t vendor_id = 0xffffff;      // no IEEE OUI of our own; rxe reports the same
+  uint32_t max_mw = 0x10000;          // rxe's RXE_MAX_MW
+  uint32_t max_xrcd = 0x10000;
+  uint32_t max_advise_sge = 32;
 };
 
 // Regions (QP, CQ and SRQ rings, shared-mapping MRs) the daemon maps at most, per device; a
@@ -67,9 +72,11 @@ struct ClientQuota {
   uint32_t max_cq = 4096;
   uint32_t max_srq = 1024;
   uint32_t max_ah = 16 * 1024;
+  uint32_t max_mw = 16 * 1024;
+  uint32_t max_xrcd = 1024;
 };
 
-// How many objects one client holds (and bytes it registered).
+// How many objects one client holds (and bytes it pinned: see pinned_bytes).
 struct OwnedCounts {
   uint32_t pds = 0;
   uint32_t mrs = 0;
@@ -77,6 +84,8 @@ struct OwnedCounts {
   uint32_t cqs = 0;
   uint32_t srqs = 0;
   uint32_t ahs = 0;
+  uint32_t mws = 0;
+  uint32_t xrcds = 0;  // domains this client has open
   uint64_t mr_bytes = 0;
 };
 
@@ -124,6 +133,7 @@ struct QpRequest {
   bool sq_sig_all;
   control::QpCap cap;
   uint64_t cookie;
+  uint32_t xrcd = 0;     // XRC_RECV
   int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
@@ -131,6 +141,8 @@ struct SrqRequest {
   uint32_t pd;
   control::SrqAttr attr;
   uint64_t cookie;
+  uint32_t xrcd = 0;  // XRC SRQ: its domain and CQ
+  uint32_t cq = 0;
   int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
@@ -150,10 +162,27 @@ struct MrRequest {
   uint64_t byte_limit = 0;  // what the client may register in all; 0: no limit
 };
 
+// ibv_rereg_mr's changes (ibv_rereg_mr_flags).
+struct ReregRequest {
+  uint32_t flags;  // kReregTranslation | kReregPd | kReregAccess
+  uint32_t pd;
+  uint32_t access;
+  uint64_t addr;
+  uint64_t length;
+  uint64_t byte_limit = 0;  // as MrRequest::byte_limit
+};
+inline constexpr uint32_t kReregTranslation = 1;
+inline constexpr uint32_t kReregPd = 2;
+inline constexpr uint32_t kReregAccess = 4;
+
+struct MwKeys {
+  uint32_t handle;
+  uint32_t rkey;
+};
+
 // ibv_access_flags in reg_mr: those the device honours, a hint it may ignore, and those it
-// knows but lacks the feature for (EOPNOTSUPP, as a device without memory windows, ODP or
-// FLUSH answers: ib_check_mr_access gives EOPNOTSUPP for ON_DEMAND without ODP). Any other
-// bit is EINVAL.
+// knows but lacks the feature for (EOPNOTSUPP, as ib_check_mr_access answers for a feature
+// the device lacks): zero-based regions and persistent memory. Any other bit is EINVAL.
 inline constexpr uint32_t kAccessLocalWrite = 1;
 inline constexpr uint32_t kAccessRemoteWrite = 2;
 inline constexpr uint32_t kAccessRemoteRead = 4;
@@ -161,14 +190,55 @@ inline constexpr uint32_t kAccessRemoteAtomic = 8;
 inline constexpr uint32_t kAccessMwBind = 1u << 4;
 inline constexpr uint32_t kAccessZeroBased = 1u << 5;
 inline constexpr uint32_t kAccessOnDemand = 1u << 6;
-inline constexpr uint32_t kAccessHugetlb = 1u << 7;  // a hint: the buffer is in huge pages
-inline constexpr uint32_t kAccessFlushGlobal = 1u << 8;
-inline constexpr uint32_t kAccessFlushPersistent = 1u << 9;
-inline constexpr uint32_t kAccessSupported = kAccessLocalWrite | kAccessRemoteWrite |
-                                             kAccessRemoteRead | kAccessRemoteAtomic |
-                                             kAccessHugetlb;
-inline constexpr uint32_t kAccessNotSupported = kAccessMwBind | kAccessZeroBased | kAccessOnDemand |
-                                                kAccessFlushGlobal | kAccessFlushPersistent;
+inline constexpr uint32_t kAccessHugetlb = 1u << 7;          // a hint: the buffer is in huge pages
+inline constexpr uint32_t kAccessFlushGlobal = 1u << 8;      // rdma-core v45
+inline constexpr uint32_t kAccessFlushPersistent = 1u << 9;  // rdma-core v45
+inline constexpr uint32_t kAccessSupported =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic |
+    kAccessMwBind | kAccessOnDemand | kAccessHugetlb | kAccessFlushGlobal;
+// Nothing registered is persistent memory (no FLUSH_PERSISTENT); no zero-based regions.
+inline constexpr uint32_t kAccessNotSupported = kAccessZeroBased | kAccessFlushPersistent;
+// ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND): implicit ODP, the whole address space.
+inline constexpr uint64_t kImplicitOdpLength = ~uint64_t{0};
+// What a registration counts against the client's byte limit: its length, or nothing for an
+// on-demand region, which pins nothing (the kernel's ib_umem_odp charges no locked pages).
+inline constexpr uint64_t pinned_bytes(uint32_t access, uint64_t length) {
+  return (access & kAccessOnDemand) != 0 ? 0 : length;
+}
+
+// What the device offers beyond ibv_device_attr (ibv_query_device_ex), stated once for
+// query_device: device_cap_flags_ex bits (the kernel's IB_UVERBS_DEVICE_*) and the ODP caps.
+inline constexpr uint64_t kCapRcRnrNakGen = 1ull << 12;
+inline constexpr uint64_t kCapSrqResize = 1ull << 13;
+inline constexpr uint64_t kCapPortActiveEvent = 1ull << 10;
+inline constexpr uint64_t kCapMemWindow = 1ull << 17;
+inline constexpr uint64_t kCapXrc = 1ull << 20;
+inline constexpr uint64_t kCapMemWindowType2B = 1ull << 24;
+inline constexpr uint64_t kCapFlushGlobal = 1ull << 38;
+inline constexpr uint64_t kCapAtomicWrite = 1ull << 40;
+// Everything the device does, as a verbs program probes it: no FLUSH_PERSISTENT (nothing
+// registered is persistent memory), no memory-management extensions (no fast registration).
+inline constexpr uint64_t kDeviceCapFlags = kCapRcRnrNakGen | kCapSrqResize | kCapPortActiveEvent |
+                                            kCapMemWindow | kCapXrc | kCapMemWindowType2B |
+                                            kCapFlushGlobal | kCapAtomicWrite;
+inline constexpr uint32_t kOdpSupport = 1;          // IBV_ODP_SUPPORT
+inline constexpr uint32_t kOdpSupportImplicit = 2;  // IBV_ODP_SUPPORT_IMPLICIT
+inline constexpr uint32_t kOdpSend = 1u << 0;       // ibv_odp_transport_cap_bits
+inline constexpr uint32_t kOdpRecv = 1u << 1;
+inline constexpr uint32_t kOdpWrite = 1u << 2;
+inline constexpr uint32_t kOdpRead = 1u << 3;
+inline constexpr uint32_t kOdpAtomic = 1u << 4;
+inline constexpr uint32_t kOdpSrqRecv = 1u << 5;
+// Nothing is pinned, so every operation works on ODP regions, explicit or implicit.
+inline constexpr uint32_t kOdpGeneralCaps = kOdpSupport | kOdpSupportImplicit;
+inline constexpr uint32_t kOdpRcCaps =
+    kOdpSend | kOdpRecv | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv;
+inline constexpr uint32_t kOdpUcCaps = kOdpSend | kOdpRecv | kOdpWrite | kOdpSrqRecv;
+inline constexpr uint32_t kOdpUdCaps = kOdpSend | kOdpRecv | kOdpSrqRecv;
+inline constexpr uint32_t kOdpXrcCaps = kOdpSend | kOdpWrite | kOdpRead | kOdpAtomic | kOdpSrqRecv;
+// Completion timestamps are CLOCK_MONOTONIC nanoseconds: a 1 GHz clock that never wraps.
+inline constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+inline constexpr uint64_t kCompletionTimestampMask = ~uint64_t{0};
 
 class Device {
  public:
@@ -198,6 +268,22 @@ class Device {
   int dealloc_pd(ClientId owner, uint32_t pd);
   Result<MrKeys, int> reg_mr(ClientId owner, const MrRequest& request);
   int dereg_mr(ClientId owner, uint32_t mr);
+  // device_windows.cc: ibv_rereg_mr, memory windows, ibv_advise_mr.
+  Result<MrKeys, int> rereg_mr(ClientId owner, uint32_t mr, const ReregRequest& request);
+  Result<MwKeys, int> alloc_mw(ClientId owner, uint32_t pd, uint32_t type);
+  int dealloc_mw(ClientId owner, uint32_t mw);
+  // 0, or EINVAL for an SGE no region of the PD covers with LOCAL_WRITE... as a prefetch would
+  // need (the pages themselves are reached on access: nothing is pinned, nothing faulted).
+  int advise_mr(ClientId owner, uint32_t pd, uint32_t advice,
+                std::span<const control::AdviseSge> sges);
+  // device_xrc.cc: XRC domains and ibv_open_qp. `file` is the (st_dev, st_ino) of the file
+  // naming a shared domain, nullopt for a private one; oflags as ibv_xrcd_init_attr.
+  Result<uint32_t, int> open_xrcd(ClientId owner, std::optional<std::pair<uint64_t, uint64_t>> file,
+                                  uint32_t oflags);
+  int close_xrcd(ClientId owner, uint32_t xrcd);
+  XrcDomainObject* xrcd(ClientId owner, uint32_t handle);
+  Result<uint32_t, int> open_qp(ClientId owner, uint32_t xrcd, uint32_t qpn, uint64_t cookie);
+  int resize_srq(ClientId owner, uint32_t srq, uint32_t max_wr);
 
   // Errors as uverbs gives them: EINVAL for a bad handle or attribute (including another
   // client's handle), ENOMEM beyond the device's limits or the client's quota, EBUSY
@@ -239,6 +325,13 @@ class Device {
   uint32_t next_qpn();
   // The client's counts, created on first use.
   OwnedCounts& counts(ClientId owner) { return owned_[owner]; }
+  // A client's part in a domain ends (close_xrcd, release_client): the domain goes with its
+  // last opener.
+  void leave_xrcd(ClientId owner, uint32_t handle);
+  int check_qp_request(ClientId owner, const QpRequest& r);
+  void forget_xrc_srq(SharedReceiveQueue& srq, uint32_t handle);
+  // Runs fn where the XRC domain's target QPs run (their worker), or here if it has none.
+  void on_xrc_worker(uint32_t xrcd, const std::function<void()>& fn);
 
   std::string name_;
   NetdevState netdev_;
@@ -256,6 +349,21 @@ class Device {
   std::map<uint32_t, std::unique_ptr<QueuePair>> qps_;
   std::map<uint32_t, std::unique_ptr<SharedReceiveQueue>> srqs_;
   std::map<uint32_t, AddressHandle> ahs_;
+  struct MemoryWindowObject {
+    ClientId owner = 0;
+    uint32_t pd = 0;
+    uint32_t rkey = 0;  // its index in the PD's key table
+  };
+  std::map<uint32_t, MemoryWindowObject> mws_;
+  std::map<uint32_t, std::unique_ptr<XrcDomainObject>> xrcds_;
+  // Handles ibv_open_qp gave: another client's name for an XRC_RECV QP of a shared domain.
+  struct OpenedQp {
+    ClientId owner = 0;
+    uint32_t target = 0;  // the QP's own handle
+  };
+  std::map<uint32_t, OpenedQp> opened_qps_;
+  uint32_t next_mw_ = 1;
+  uint32_t next_xrcd_ = 1;
   uint32_t next_pd_ = 1;
   uint32_t next_mr_ = 1;
   uint32_t next_cq_ = 1;

@@ -13,7 +13,12 @@ namespace {
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kQpnSpace = 1u << 24;
 constexpr uint32_t kQpTypeRc = 2;  // ibv_qp_type
+constexpr uint32_t kQpTypeUc = 3;
 constexpr uint32_t kQpTypeUd = 4;
+constexpr uint32_t kQpTypeXrcSend = 9;
+constexpr uint32_t kQpTypeXrcRecv = 10;
+constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
+constexpr uint32_t kSrqTypeXrc = 1;
 constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
 constexpr uint32_t kSrqLimit = 2;
 
@@ -92,6 +97,12 @@ CompletionQueue* Device::cq(ClientId owner, uint32_t handle) {
   return owned(cqs_, owner, handle);
 }
 QueuePair* Device::qp(ClientId owner, uint32_t handle) {
+  auto alias = opened_qps_.find(handle);
+  if (alias != opened_qps_.end()) {
+    if (alias->second.owner != owner) return nullptr;
+    auto it = qps_.find(alias->second.target);
+    return it == qps_.end() ? nullptr : it->second.get();
+  }
   return owned(qps_, owner, handle);
 }
 SharedReceiveQueue* Device::srq(ClientId owner, uint32_t handle) {
@@ -182,7 +193,13 @@ int Device::destroy_cq(ClientId owner, uint32_t handle) {
 }
 
 Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& request) {
-  if (owned_pd(owner, request.pd) == nullptr) return Err{EINVAL};
+  ProtectionDomain* pd = owned_pd(owner, request.pd);
+  if (pd == nullptr) return Err{EINVAL};
+  // An XRC SRQ (IBV_SRQT_XRC) names its domain and the CQ its completions go to.
+  XrcDomainObject* domain = request.xrcd == 0 ? nullptr : xrcd(owner, request.xrcd);
+  if (request.xrcd != 0 && (domain == nullptr || cq(owner, request.cq) == nullptr)) {
+    return Err{EINVAL};
+  }
   const control::SrqAttr& a = request.attr;
   if (a.max_wr == 0 || a.max_wr > limits_.max_srq_wr || a.max_sge > limits_.max_srq_sge ||
       a.srq_limit > a.max_wr) {
@@ -205,8 +222,17 @@ Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& reque
   srq->doorbell_fd = request.doorbell_fd;
   srq->srq = std::make_unique<transport::Srq>(slots, max_sge);
   if (a.srq_limit != 0) (void)srq->srq->set_limit(a.srq_limit);
+  srq->regions = pd->regions.get();
+  srq->xrcd = request.xrcd;
+  srq->cq = request.cq;
+  srq->xrc_cq = domain != nullptr ? cq(owner, request.cq) : nullptr;
   const uint32_t handle = next_srq_++;
-  srqs_.emplace(handle, std::move(srq));
+  SharedReceiveQueue& placed = *srqs_.emplace(handle, std::move(srq)).first->second;
+  if (domain != nullptr) {
+    ++cqs_.at(request.cq)->users;
+    // The handle is the SRQ number an XRCETH names (ibv_get_srq_num).
+    on_xrc_worker(request.xrcd, [&] { domain->add(handle, &placed); });
+  }
   ++counts(owner).srqs;
   return handle;
 }
@@ -215,7 +241,7 @@ int Device::modify_srq(ClientId owner, uint32_t handle, const control::SrqAttr& 
                        uint32_t mask) {
   SharedReceiveQueue* srq = this->srq(owner, handle);
   if (srq == nullptr || mask == 0 || (mask & ~(kSrqMaxWr | kSrqLimit)) != 0) return EINVAL;
-  // Resizing an SRQ (IBV_SRQ_RESIZE_SRQ) is not supported: the ring is fixed at creation.
+  // Resizing (IBV_SRQ_MAX_WR) is resize_srq: it hands the application a new ring.
   if ((mask & kSrqMaxWr) != 0) return EINVAL;
   if (attr.srq_limit > srq->attr.max_wr) return EINVAL;
   // The transport's Srq belongs to the worker of the QPs attached to it (they share one).
@@ -227,12 +253,57 @@ int Device::modify_srq(ClientId owner, uint32_t handle, const control::SrqAttr& 
   }
   if (user != nullptr) {
     with_core(*user, [&](transport::Qp&) { arm(); });
+  } else if (srq->xrcd != 0) {
+    on_xrc_worker(srq->xrcd, arm);
   } else {
     arm();
   }
   if (err != 0) return err;
   srq->attr.srq_limit = attr.srq_limit;
   return 0;
+}
+
+// ibv_modify_srq(IBV_SRQ_MAX_WR): a new ring, the WQEs not yet taken copied over (rxe resizes
+// its queue the same way). The copy and the swap run where the SRQ's consumer runs. EINVAL
+// below what is posted, or below the armed limit (rxe_srq_chk_attr).
+int Device::resize_srq(ClientId owner, uint32_t handle, uint32_t max_wr) {
+  SharedReceiveQueue* srq = this->srq(owner, handle);
+  if (srq == nullptr || max_wr == 0 || max_wr > limits_.max_srq_wr) return EINVAL;
+  const uint32_t slots = queues::round_up_pow2(max_wr);
+  const uint32_t slot_bytes = srq->ring.slot_bytes();
+  auto region = SharedRegion::create("xroce-srq", queues::ring_bytes(slots, slot_bytes));
+  if (!region) return region.error();
+  queues::Ring::format(region->base(), queues::RingKind::srq, slots, slot_bytes);
+  int err = 0;
+  auto swap = [&] {
+    const uint32_t producer = srq->ring.header().producer.load(std::memory_order_acquire);
+    const uint32_t pending = producer - srq->consumer;
+    if (pending > srq->ring.slot_count() || pending + srq->srq->size() > slots ||
+        (err = srq->srq->resize(slots)) != 0) {
+      err = err != 0 ? err : EINVAL;
+      return;
+    }
+    queues::Ring ring(region->base(), slots, slot_bytes);
+    for (uint32_t i = 0; i < pending; ++i)
+      std::memcpy(ring.slot(i), srq->ring.slot(srq->consumer + i), slot_bytes);
+    ring.header().producer.store(pending, std::memory_order_release);
+    srq->region = std::move(*region);
+    srq->ring = ring;
+    srq->consumer = 0;
+    srq->attr.max_wr = slots;
+  };
+  QueuePair* user = nullptr;
+  for (auto& [h, qp] : qps_) {
+    if (qp->srq == handle) user = qp.get();
+  }
+  if (user != nullptr) {
+    with_core(*user, [&](transport::Qp&) { swap(); });
+  } else if (srq->xrcd != 0) {
+    on_xrc_worker(srq->xrcd, swap);
+  } else {
+    swap();
+  }
+  return err;
 }
 
 Result<control::SrqAttr, int> Device::query_srq(ClientId owner, uint32_t handle) const {
@@ -245,9 +316,23 @@ int Device::destroy_srq(ClientId owner, uint32_t handle) {
   SharedReceiveQueue* srq = this->srq(owner, handle);
   if (srq == nullptr) return EINVAL;
   if (srq->users != 0) return EBUSY;
+  forget_xrc_srq(*srq, handle);
   srqs_.erase(handle);
   --counts(owner).srqs;
   return 0;
+}
+
+// An XRC SRQ leaves its domain on the worker of the domain's target QPs, so none of them is
+// using it when it goes.
+void Device::forget_xrc_srq(SharedReceiveQueue& srq, uint32_t handle) {
+  if (srq.xrcd == 0) return;
+  auto it = xrcds_.find(srq.xrcd);
+  if (it != xrcds_.end()) {
+    XrcDomainObject& domain = *it->second;
+    on_xrc_worker(srq.xrcd, [&] { domain.remove(handle); });
+  }
+  if (auto c = cqs_.find(srq.cq); c != cqs_.end()) --c->second->users;
+  srq.xrcd = 0;
 }
 
 Result<uint32_t, int> Device::create_ah(ClientId owner, uint32_t pd, const control::AhAttr& attr) {
@@ -264,22 +349,49 @@ Result<uint32_t, int> Device::create_ah(ClientId owner, uint32_t pd, const contr
   return handle;
 }
 
-Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
-  ProtectionDomain* pd = owned_pd(owner, r.pd);
-  CompletionQueue* send_cq = cq(owner, r.send_cq);
-  CompletionQueue* recv_cq = cq(owner, r.recv_cq);
-  SharedReceiveQueue* shared = r.srq == 0 ? nullptr : srq(owner, r.srq);
-  if (pd == nullptr || send_cq == nullptr || recv_cq == nullptr || (r.srq != 0 && !shared)) {
-    return Err{EINVAL};
+// What each QP type needs (ibv_create_qp_ex and the kernel's create_qp): RC, UC and UD a PD
+// and both CQs; XRC_SEND a PD and a send CQ, no receive queue; XRC_RECV only its XRC domain
+// (no PD, CQs or queues of its own: it receives through the domain's SRQs).
+int Device::check_qp_request(ClientId owner, const QpRequest& r) {
+  const bool shared_ok = r.srq == 0 || srq(owner, r.srq) != nullptr;
+  switch (r.qp_type) {
+    case kQpTypeRc:
+    case kQpTypeUc:
+    case kQpTypeUd:
+      if (owned_pd(owner, r.pd) == nullptr || cq(owner, r.send_cq) == nullptr ||
+          cq(owner, r.recv_cq) == nullptr || !shared_ok) {
+        return EINVAL;
+      }
+      return 0;
+    case kQpTypeXrcSend:
+      if (owned_pd(owner, r.pd) == nullptr || cq(owner, r.send_cq) == nullptr || r.srq != 0 ||
+          (r.recv_cq != 0 && cq(owner, r.recv_cq) == nullptr)) {
+        return EINVAL;
+      }
+      return 0;
+    case kQpTypeXrcRecv:
+      return xrcd(owner, r.xrcd) == nullptr ? EINVAL : 0;
+    default:
+      // A type the transport does not run (raw packet, driver-specific) is refused at
+      // creation, as rxe_qp_chk_init refuses the types it lacks.
+      return EOPNOTSUPP;
   }
-  // A QP type the transport does not run is refused at creation, as rxe_qp_chk_init refuses
-  // the types it lacks: UC (not in engine/transport yet), raw packet, XRC, driver-specific.
-  if (r.qp_type != kQpTypeRc && r.qp_type != kQpTypeUd) return Err{EOPNOTSUPP};
+}
+
+Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
+  if (const int err = check_qp_request(owner, r)) return Err{err};
+  const bool xrc_send = r.qp_type == kQpTypeXrcSend;
+  const bool xrc_recv = r.qp_type == kQpTypeXrcRecv;
+  ProtectionDomain* pd = xrc_recv ? nullptr : owned_pd(owner, r.pd);
+  CompletionQueue* send_cq = xrc_recv ? nullptr : cq(owner, r.send_cq);
+  CompletionQueue* recv_cq = xrc_recv || r.recv_cq == 0 ? nullptr : cq(owner, r.recv_cq);
+  SharedReceiveQueue* shared = r.srq == 0 ? nullptr : srq(owner, r.srq);
+  XrcDomainObject* domain = xrc_recv ? xrcd(owner, r.xrcd) : nullptr;
+  const bool has_rq = shared == nullptr && !xrc_send && !xrc_recv;
   const control::QpCap& c = r.cap;
   if (c.max_send_wr > limits_.max_qp_wr || c.max_send_sge > limits_.max_sge ||
       c.max_inline_data > limits_.max_inline_data ||
-      (shared == nullptr &&
-       (c.max_recv_wr > limits_.max_qp_wr || c.max_recv_sge > limits_.max_sge))) {
+      (has_rq && (c.max_recv_wr > limits_.max_qp_wr || c.max_recv_sge > limits_.max_sge))) {
     return Err{EINVAL};
   }
   if (qps_.size() >= limits_.max_qp || counts(owner).qps >= quota_.max_qp) return Err{ENOMEM};
@@ -288,7 +400,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   qp->cap.max_send_wr = queues::round_up_pow2(c.max_send_wr == 0 ? 1 : c.max_send_wr);
   qp->cap.max_send_sge = c.max_send_sge == 0 ? 1 : c.max_send_sge;
   qp->cap.max_inline_data = limits_.max_inline_data;
-  if (shared == nullptr) {
+  if (has_rq) {
     qp->cap.max_recv_wr = queues::round_up_pow2(c.max_recv_wr == 0 ? 1 : c.max_recv_wr);
     qp->cap.max_recv_sge = c.max_recv_sge == 0 ? 1 : c.max_recv_sge;
   }
@@ -314,10 +426,11 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   }
 
   qp->owner = owner;
-  qp->pd = r.pd;
-  qp->send_cq = r.send_cq;
-  qp->recv_cq = r.recv_cq;
+  qp->pd = xrc_recv ? 0 : r.pd;
+  qp->send_cq = send_cq == nullptr ? 0 : r.send_cq;
+  qp->recv_cq = recv_cq == nullptr ? 0 : r.recv_cq;
   qp->srq = r.srq;
+  qp->xrcd = xrc_recv ? r.xrcd : 0;
   qp->cookie = r.cookie;
   qp->type = static_cast<transport::QpType>(r.qp_type);
   qp->qpn = wire::Qpn(next_qpn());
@@ -339,11 +452,14 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
       static_cast<uint8_t>(std::min<uint32_t>(limits_.max_qp_rd_atom, 255));
   config.limits.max_qp_init_rd_atom = config.limits.max_qp_rd_atom;
   config.limits.max_pkeys = limits_.max_pkeys;
-  auto core = std::make_unique<transport::Qp>(config, *pd->regions,
-                                              shared == nullptr ? nullptr : shared->srq.get());
-  ++send_cq->users;
-  ++recv_cq->users;
+  config.xrc = domain;
+  auto core =
+      std::make_unique<transport::Qp>(config, pd != nullptr ? *pd->regions : *domain->no_regions,
+                                      shared == nullptr ? nullptr : shared->srq.get());
+  if (send_cq != nullptr) ++send_cq->users;
+  if (recv_cq != nullptr) ++recv_cq->users;
   if (shared != nullptr) ++shared->users;
+  if (domain != nullptr) ++domain->qps;
   const uint32_t handle = next_qp_++;
   QueuePair& placed = *qps_.emplace(handle, std::move(qp)).first->second;
   ++counts(owner).qps;
@@ -400,11 +516,20 @@ Result<control::QueryQpReply, int> Device::query_qp(ClientId owner, uint32_t han
 }
 
 int Device::destroy_qp(ClientId owner, uint32_t handle) {
+  if (auto alias = opened_qps_.find(handle); alias != opened_qps_.end()) {
+    if (alias->second.owner != owner) return EINVAL;
+    opened_qps_.erase(alias);  // ibv_close_qp of an opened handle: the QP stays
+    --counts(owner).qps;
+    return 0;
+  }
   QueuePair* qp = this->qp(owner, handle);
   if (qp == nullptr) return EINVAL;
-  --cqs_.at(qp->send_cq)->users;
-  --cqs_.at(qp->recv_cq)->users;
+  for (const auto& [alias, opened] : opened_qps_)
+    if (opened.target == handle) return EBUSY;  // other contexts still hold it open
+  if (qp->send_cq != 0) --cqs_.at(qp->send_cq)->users;
+  if (qp->recv_cq != 0) --cqs_.at(qp->recv_cq)->users;
   if (qp->srq != 0) --srqs_.at(qp->srq)->users;
+  if (qp->xrcd != 0) --xrcds_.at(qp->xrcd)->qps;
   if (qp->hosted) runner_->unhost(*qp);
   qps_.erase(handle);
   --counts(owner).qps;

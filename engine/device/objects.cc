@@ -9,8 +9,15 @@ namespace xroce::device {
 
 namespace {
 
-// ibv_wr_opcode values (transport::WrOpcode mirrors them one for one), and the highest one.
-constexpr uint32_t kLastWrOpcode = static_cast<uint32_t>(transport::WrOpcode::kSendWithInv);
+// ibv_wr_opcode values the device executes (transport::WrOpcode mirrors them one for one):
+// RDMA_WRITE..SEND_WITH_INV, and FLUSH and ATOMIC_WRITE (rdma-core v45 numbering); TSO and the
+// driver opcodes are not offered.
+bool wr_opcode_known(uint32_t opcode) {
+  using transport::WrOpcode;
+  return opcode <= static_cast<uint32_t>(WrOpcode::kSendWithInv) ||
+         opcode == static_cast<uint32_t>(WrOpcode::kFlush) ||
+         opcode == static_cast<uint32_t>(WrOpcode::kAtomicWrite);
+}
 constexpr uint32_t kSendInline = 1u << 3;  // IBV_SEND_INLINE
 // ibv_send_flags the device understands: FENCE, SIGNALED, SOLICITED, INLINE.
 constexpr uint32_t kSendFlagsKnown = 0xf;
@@ -20,6 +27,19 @@ bool takes_qualifying_arm(uint32_t arm, const queues::Cqe& cqe) {
   // IBA 11.4.2.2: solicited-only notification also fires for completions in error.
   return arm == queues::kArmSolicited &&
          ((cqe.flags & queues::kCqeSolicited) != 0 || cqe.status != 0);
+}
+
+// The fields of BIND_MW, ATOMIC_WRITE, FLUSH and XRC (include/xroce/queues.h SendWqe).
+void decode_extended_ops(const queues::SendWqe& w, transport::WorkRequest& wr) {
+  wr.bind = transport::WindowBind{wire::Rkey(w.invalidate_rkey),
+                                  wire::Rkey(w.rkey),
+                                  wire::Lkey(w.mw_lkey),
+                                  w.remote_addr,
+                                  w.compare_add,
+                                  w.mw_access};
+  std::memcpy(wr.atomic_write.data(), &w.compare_add, sizeof(w.compare_add));
+  wr.flush = transport::FlushRequest{w.flush_length, w.flush_type, w.flush_level};
+  wr.xrc_remote_srqn = w.xrc_remote_srqn;
 }
 
 }  // namespace
@@ -41,11 +61,45 @@ CompletionQueue::Push CompletionQueue::push(const queues::Cqe& cqe) {
   return Push::written;
 }
 
+std::optional<transport::XrcSrqTarget> XrcDomainObject::find_srq(std::uint32_t srqn) {
+  std::lock_guard guard(lock_);
+  auto it = srqs_.find(srqn);
+  if (it == srqs_.end()) return std::nullopt;
+  return transport::XrcSrqTarget{it->second->srq.get(), it->second->regions};
+}
+
+void XrcDomainObject::for_each_srq(const std::function<void(SharedReceiveQueue&)>& fn) {
+  std::lock_guard guard(lock_);
+  for (auto& [srqn, srq] : srqs_)
+    fn(*srq);
+}
+
+SharedReceiveQueue* XrcDomainObject::srq(std::uint32_t srqn) {
+  std::lock_guard guard(lock_);
+  auto it = srqs_.find(srqn);
+  return it == srqs_.end() ? nullptr : it->second;
+}
+
+void XrcDomainObject::add(std::uint32_t srqn, SharedReceiveQueue* srq) {
+  std::lock_guard guard(lock_);
+  srqs_[srqn] = srq;
+}
+
+void XrcDomainObject::remove(std::uint32_t srqn) {
+  std::lock_guard guard(lock_);
+  srqs_.erase(srqn);
+}
+
+bool XrcDomainObject::has_srqs() {
+  std::lock_guard guard(lock_);
+  return !srqs_.empty();
+}
+
 wire::Result<DecodedSend, int> decode_send_wqe(const uint8_t* slot, uint32_t slot_bytes,
                                                uint32_t max_sge, uint32_t max_inline) {
   queues::SendWqe w;
   std::memcpy(&w, slot, sizeof(w));
-  if (w.opcode > kLastWrOpcode || (w.send_flags & ~kSendFlagsKnown) != 0) {
+  if (!wr_opcode_known(w.opcode) || (w.send_flags & ~kSendFlagsKnown) != 0) {
     return wire::Err{EINVAL};
   }
   const uint8_t* payload = slot + sizeof(w);
@@ -64,6 +118,7 @@ wire::Result<DecodedSend, int> decode_send_wqe(const uint8_t* slot, uint32_t slo
   wr.ud.av_id = w.ah_handle;
   wr.ud.remote_qpn = wire::Qpn(w.remote_qpn);
   wr.ud.remote_qkey = wire::Qkey(w.remote_qkey);
+  decode_extended_ops(w, wr);
   if ((w.send_flags & kSendInline) != 0) {
     if (w.inline_bytes > max_inline || w.inline_bytes > room) return wire::Err{EINVAL};
     out.inline_data.assign(payload, payload + w.inline_bytes);
@@ -125,6 +180,7 @@ queues::Cqe encode_cqe(const transport::Completion& c) {
   e.src_qp = c.src_qp.value();
   e.sl = c.sl;
   e.flags = c.solicited ? queues::kCqeSolicited : 0;
+  e.timestamp_ns = c.timestamp_ns;
   return e;
 }
 

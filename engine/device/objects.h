@@ -10,8 +10,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 
 #include "device/shared_region.h"
 #include "transport/qp.h"
@@ -59,6 +62,41 @@ struct SharedReceiveQueue {
   std::unique_ptr<transport::Srq> srq;
   uint32_t users = 0;  // QPs attached (EBUSY on destroy)
   int event_fd = -1;   // the owner's async event socket (owned by the control server)
+  // XRC SRQs (IBV_SRQT_XRC): the domain, and the CQ their receive completions go to. The SRQ
+  // number (ibv_get_srq_num) is the SRQ's handle.
+  uint32_t xrcd = 0;
+  uint32_t cq = 0;
+  CompletionQueue* xrc_cq = nullptr;                // the CQ of that handle (held: EBUSY)
+  transport::MemoryRegionTable* regions = nullptr;  // the SRQ's PD
+};
+
+// An XRC domain (ibv_open_xrcd): the XRC SRQs an XRC_RECV QP of the domain may deliver to.
+// Control thread: opens, closes, adds and removes SRQs; the worker of the domain's target QPs
+// looks SRQs up per request (transport::XrcDomain) and pulls their rings. One mutex guards the
+// SRQ map between them; a removed SRQ is freed only after the target's worker let go of it
+// (Device::destroy_srq).
+class XrcDomainObject final : public transport::XrcDomain {
+ public:
+  std::optional<transport::XrcSrqTarget> find_srq(std::uint32_t srqn) override;
+  // Runs fn on every SRQ of the domain (worker side: pulling rings).
+  void for_each_srq(const std::function<void(SharedReceiveQueue&)>& fn);
+  // The SRQ numbered srqn, or nullptr (worker side: where its completions go).
+  SharedReceiveQueue* srq(std::uint32_t srqn);
+  void add(std::uint32_t srqn, SharedReceiveQueue* srq);
+  void remove(std::uint32_t srqn);
+  bool has_srqs();
+
+  std::set<uint64_t> openers;  // ClientIds that opened the domain (each holds one reference)
+  uint64_t inode_dev = 0;      // the shared file's st_dev, 0 for a private domain
+  uint64_t inode = 0;          // the shared file's st_ino
+  uint32_t qps = 0;            // XRC_RECV QPs of the domain (EBUSY on close)
+  // What an XRC_RECV QP's core checks keys against when it has named no SRQ yet: nothing.
+  std::unique_ptr<transport::MemoryAccess> no_memory;
+  std::unique_ptr<transport::MemoryRegionTable> no_regions;
+
+ private:
+  std::mutex lock_;
+  std::map<std::uint32_t, SharedReceiveQueue*> srqs_;
 };
 
 // The address vector id (transport::QpAttr::av_id) of an RC/UC QP's primary path is the QP's
@@ -69,6 +107,7 @@ inline constexpr uint32_t kQpAvTag = 0x80000000u;
 struct QueuePair {
   ClientId owner = 0;
   uint32_t pd = 0;
+  uint32_t xrcd = 0;  // XRC_RECV: its XRC domain
   uint32_t send_cq = 0;
   uint32_t recv_cq = 0;
   uint32_t srq = 0;  // 0 = none

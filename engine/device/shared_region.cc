@@ -50,6 +50,11 @@ wire::Result<SharedRegion, int> SharedRegion::create(const char* name, std::size
   return region;
 }
 
+Fd SharedRegion::share_fd() const {
+  if (!fd_.valid()) return Fd();
+  return Fd(fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0));
+}
+
 wire::Result<Fd, int> create_doorbell() {
   Fd fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!fd.valid()) return wire::Err{errno};

@@ -27,6 +27,10 @@ class SharedRegion {
 
   // The memfd, for the reply that hands it to the client; invalid once taken.
   Fd take_fd() { return std::move(fd_); }
+  // A duplicate of the memfd, which the region keeps: for a region more than one context maps
+  // (an XRC target QP's, which ibv_open_qp hands to each context that opens it). Invalid if
+  // the memfd was taken or cannot be duplicated.
+  Fd share_fd() const;
   void* base() const { return base_; }
   std::size_t bytes() const { return bytes_; }
 

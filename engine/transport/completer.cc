@@ -74,6 +74,7 @@ CompleterState Completer::step(CompleterState s, const Response& r) {
 }
 
 CompleterState Completer::get_wqe() {
+  ctx_.retire_executed();  // local operations the requester finished meanwhile
   if (ctx_.sq_head == ctx_.sq_tail || ctx_.wqe(ctx_.sq_head).stage != WqeStage::kStarted) {
     ++ctx_.counters.ghost_acks;  // nothing outstanding this could answer
     return CompleterState::kDone;
@@ -150,8 +151,18 @@ CompleterState Completer::check_ack(const Response& r, SendWqe& w) {
 }
 
 CompleterState Completer::check_read_response(const Response& r, SendWqe& w) {
-  if (!w.is_read()) return CompleterState::kDrop;
   if (r.hdr.aeth && !r.hdr.aeth->is_ack()) return CompleterState::kDrop;
+  if (w.is_atomic_write() || w.is_flush()) {
+    // Both are answered by a READ RESPONSE ONLY without payload at the request's PSN (rxe's
+    // send_read_response_ack; oA19-15 for FLUSH).
+    if (r.info.position != Position::kOnly || r.psn != w.first_psn) return CompleterState::kDrop;
+    if (!r.payload.empty()) {
+      fatal_status_ = WcStatus::kBadRespErr;
+      return CompleterState::kFatalError;
+    }
+    return CompleterState::kCompAck;
+  }
+  if (!w.is_read()) return CompleterState::kDrop;
   const bool last = r.psn == w.last_psn;
   const bool ends = r.info.ends_message();
   // A replay after a partial-read retry may start with FIRST or MIDDLE (rxe_comp.c check_ack;
@@ -181,7 +192,7 @@ CompleterState Completer::check_nak(const Response& r, SendWqe& w) {
 
 CompleterState Completer::do_read(const Response& r, SendWqe& w) {
   const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, ctx_.mtu());
-  if (!scatter(ctx_.mrs->memory(), w.wr.sg_list, offset, r.payload)) {
+  if (!scatter(*ctx_.mrs, w.wr.sg_list, offset, r.payload)) {
     fatal_status_ = WcStatus::kLocProtErr;
     return CompleterState::kFatalError;
   }
@@ -192,7 +203,7 @@ CompleterState Completer::do_atomic(const Response& r, SendWqe& w) {
   std::uint8_t bytes[8];
   const std::uint64_t orig = *r.hdr.atomic_ack_orig;
   std::memcpy(bytes, &orig, sizeof bytes);  // host order, as the CPU would have read it
-  if (!scatter(ctx_.mrs->memory(), w.wr.sg_list, 0, bytes)) {
+  if (!scatter(*ctx_.mrs, w.wr.sg_list, 0, bytes)) {
     fatal_status_ = WcStatus::kLocProtErr;
     return CompleterState::kFatalError;
   }

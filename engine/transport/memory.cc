@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <cstring>
 
 namespace xroce::transport {
@@ -70,8 +71,41 @@ bool LocalMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add, std::u
   return true;
 }
 
-const MemoryRegion& MemoryRegionTable::register_region(std::uint64_t addr, std::uint64_t length,
-                                                       std::uint32_t access) {
+std::optional<MemoryRegionTable::KeySlot> MemoryRegionTable::locate(std::uint32_t key) const {
+  const std::uint32_t index = index_of(key);
+  if (key_bits_) {
+    const auto it = slot_of_index_.find(index);
+    if (it == slot_of_index_.end()) return std::nullopt;
+    return it->second;
+  }
+  if (index >= kWindowIndexBase) return KeySlot{true, index - kWindowIndexBase};
+  return KeySlot{false, index};
+}
+
+std::uint32_t MemoryRegionTable::new_key(KeySlot at, std::uint32_t old_key, std::uint8_t key_byte) {
+  if (!key_bits_) {
+    const std::uint32_t base = at.window ? kWindowIndexBase : 0;
+    return static_cast<std::uint32_t>(at.slot + base) << kKeyBits | key_byte;
+  }
+  // The slot's last key (if it had one) stops naming it; index 0 is never handed out, so the
+  // zero key of a fresh slot names nothing.
+  slot_of_index_.erase(index_of(old_key));
+  for (;;) {
+    const std::uint32_t key = key_bits_();
+    const std::uint32_t index = index_of(key);
+    if (index != 0 && slot_of_index_.emplace(index, at).second) return key;
+  }
+}
+
+std::uint32_t MemoryRegionTable::next_region_key(std::size_t slot) {
+  const std::uint8_t gen = ++generations_[slot];
+  return new_key(KeySlot{false, slot}, regions_[slot].lkey.value(), gen);
+}
+
+MemoryRegion MemoryRegionTable::register_region(std::uint64_t addr, std::uint64_t length,
+                                                std::uint32_t access,
+                                                std::optional<std::uint64_t> iova) {
+  std::lock_guard guard(lock_);
   std::size_t slot = 0;
   while (slot < regions_.size() && regions_[slot].valid)
     ++slot;
@@ -79,69 +113,214 @@ const MemoryRegion& MemoryRegionTable::register_region(std::uint64_t addr, std::
     regions_.emplace_back();
     generations_.push_back(0);
   }
-  const std::uint8_t gen = ++generations_[slot];
-  const std::uint32_t key = new_key(slot, gen);
-  regions_[slot] = MemoryRegion{addr, length, wire::Lkey(key), wire::Rkey(key), access, true};
+  const std::uint32_t key = next_region_key(slot);
+  regions_[slot] = MemoryRegion{iova.value_or(addr), addr,   length, wire::Lkey(key),
+                                wire::Rkey(key),     access, true,   0};
   return regions_[slot];
 }
 
-std::uint32_t MemoryRegionTable::new_key(std::size_t slot, std::uint8_t generation) {
-  if (!key_bits_) return static_cast<std::uint32_t>(slot) << kGenerationBits | generation;
-  slot_of_index_.erase(regions_[slot].lkey.value() >> kGenerationBits);  // its last key, if any
-  for (;;) {
-    const std::uint32_t key = key_bits_();
-    const std::uint32_t index = key >> kGenerationBits;
-    // Index 0 is never used, so the zero key names nothing.
-    if (index != 0 && slot_of_index_.emplace(index, slot).second) return key;
-  }
-}
-
-std::size_t MemoryRegionTable::slot_of(std::uint32_t key) const {
-  const std::uint32_t index = key >> kGenerationBits;
-  if (!key_bits_) return index;
-  const auto it = slot_of_index_.find(index);
-  return it == slot_of_index_.end() ? regions_.size() : it->second;
-}
-
-const MemoryRegion* MemoryRegionTable::find(std::uint32_t key, bool remote) const {
-  const std::size_t slot = slot_of(key);
-  if (slot >= regions_.size()) return nullptr;
-  const MemoryRegion& mr = regions_[slot];
+MemoryRegion* MemoryRegionTable::region_by_key(std::uint32_t key, bool remote) {
+  const std::optional<KeySlot> at = locate(key);
+  if (!at || at->window || at->slot >= regions_.size()) return nullptr;
+  MemoryRegion& mr = regions_[at->slot];
   if (!mr.valid) return nullptr;
   const std::uint32_t want = remote ? mr.rkey.value() : mr.lkey.value();
   return want == key ? &mr : nullptr;
 }
 
-bool MemoryRegionTable::deregister(wire::Lkey lkey) {
-  const MemoryRegion* mr = find(lkey.value(), false);
+const MemoryRegion* MemoryRegionTable::region_by_key(std::uint32_t key, bool remote) const {
+  return const_cast<MemoryRegionTable*>(this)->region_by_key(key, remote);
+}
+
+MemoryWindow* MemoryRegionTable::window_by_key(std::uint32_t key) {
+  const std::optional<KeySlot> at = locate(key);
+  if (!at || !at->window) return nullptr;
+  const std::size_t slot = at->slot;
+  if (slot >= windows_.size() || !windows_[slot].allocated) return nullptr;
+  return windows_[slot].rkey.value() == key ? &windows_[slot] : nullptr;
+}
+
+const MemoryWindow* MemoryRegionTable::window_by_key(std::uint32_t key) const {
+  return const_cast<MemoryRegionTable*>(this)->window_by_key(key);
+}
+
+int MemoryRegionTable::deregister(wire::Lkey lkey) {
+  std::lock_guard guard(lock_);
+  MemoryRegion* mr = region_by_key(lkey.value(), false);
+  if (mr == nullptr) return EINVAL;
+  if (mr->bound_windows != 0) return EBUSY;
+  mr->valid = false;
+  return 0;
+}
+
+wire::Result<MemoryRegion, int> MemoryRegionTable::reregister(wire::Lkey lkey,
+                                                              const Reregistration& change) {
+  std::lock_guard guard(lock_);
+  MemoryRegion* mr = region_by_key(lkey.value(), false);
+  if (mr == nullptr) return wire::Err{EINVAL};
+  if (mr->bound_windows != 0) return wire::Err{EBUSY};
+  if (change.addr) mr->addr = *change.addr;
+  if (change.length) mr->length = *change.length;
+  if (change.iova) mr->iova = *change.iova;
+  if (change.access) mr->access = *change.access;
+  // New keys: whatever a peer still holds for the old translation or access stops working.
+  const std::uint32_t key = next_region_key(static_cast<std::size_t>(mr - regions_.data()));
+  mr->lkey = wire::Lkey(key);
+  mr->rkey = wire::Rkey(key);
+  return *mr;
+}
+
+std::optional<MemoryRegion> MemoryRegionTable::find_region(wire::Lkey lkey) const {
+  std::lock_guard guard(lock_);
+  const MemoryRegion* mr = region_by_key(lkey.value(), false);
+  if (mr == nullptr) return std::nullopt;
+  return *mr;
+}
+
+wire::Result<wire::Rkey, int> MemoryRegionTable::allocate_window(MwType type) {
+  if (type != MwType::kType1 && type != MwType::kType2) return wire::Err{EINVAL};
+  std::lock_guard guard(lock_);
+  std::size_t slot = 0;
+  while (slot < windows_.size() && windows_[slot].allocated)
+    ++slot;
+  if (slot == windows_.size()) windows_.emplace_back();
+  if (!key_bits_ && slot + kWindowIndexBase >= (1u << 24)) return wire::Err{ENOMEM};
+  MemoryWindow& w = windows_[slot];
+  // A fresh key byte, so an R_Key of the slot's previous window does not name this one.
+  const auto key_byte = static_cast<std::uint8_t>(w.rkey.value() + 1);
+  const std::uint32_t key = new_key(KeySlot{true, slot}, w.rkey.value(), key_byte);
+  w = MemoryWindow{};
+  w.type = type;
+  w.allocated = true;
+  w.rkey = wire::Rkey(key);
+  return w.rkey;
+}
+
+int MemoryRegionTable::deallocate_window(wire::Rkey rkey) {
+  std::lock_guard guard(lock_);
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (!at || !at->window) return EINVAL;
+  const std::size_t slot = at->slot;
+  if (slot >= windows_.size() || !windows_[slot].allocated) return EINVAL;
+  MemoryWindow* w = &windows_[slot];
+  if (w->bound && w->region < regions_.size()) --regions_[w->region].bound_windows;
+  w->allocated = false;
+  w->bound = false;
+  return 0;
+}
+
+std::optional<MemoryWindow> MemoryRegionTable::find_window(wire::Rkey rkey) const {
+  std::lock_guard guard(lock_);
+  const MemoryWindow* w = window_by_key(rkey.value());
+  if (w == nullptr) return std::nullopt;
+  return *w;
+}
+
+bool MemoryRegionTable::bind_allowed(const MemoryWindow& w, const WindowBind& b,
+                                     const MemoryRegion* mr, wire::Qpn qp) const {
+  (void)qp;
+  constexpr std::uint32_t kWindowAccess =
+      access::kRemoteRead | access::kRemoteWrite | access::kRemoteAtomic | access::kZeroBased |
+      access::kLocalWrite | access::kFlushGlobal | access::kFlushPersistent;
+  if ((b.access & ~kWindowAccess) != 0) return false;
+  if (w.type == MwType::kType1 && (b.access & access::kZeroBased) != 0) return false;  // o10-36.2.2
+  if (w.type == MwType::kType2 && w.bound) return false;        // o10-37.2.30: only a Free window
+  if (w.type == MwType::kType2 && b.length == 0) return false;  // o10-37.2.40
+  if (b.length == 0) return true;                               // type 1 unbind
   if (mr == nullptr) return false;
-  regions_[slot_of(lkey.value())].valid = false;
+  if ((mr->access & access::kMwBind) == 0) return false;  // C10-73
+  const bool writable = (b.access & (access::kRemoteWrite | access::kRemoteAtomic)) != 0;
+  if (writable && (mr->access & access::kLocalWrite) == 0) return false;  // C10-74
+  return range_inside(b.va, b.length, mr->iova, mr->length);              // C10-75
+}
+
+bool MemoryRegionTable::bind_window(const WindowBind& b, wire::Qpn qp) {
+  std::lock_guard guard(lock_);
+  MemoryWindow* w = window_by_key(b.window.value());
+  if (w == nullptr) return false;
+  MemoryRegion* mr = b.length == 0 ? nullptr : region_by_key(b.region.value(), false);
+  if (!bind_allowed(*w, b, mr, qp)) return false;
+  if (w->bound) --regions_[w->region].bound_windows;
+  w->rkey = wire::Rkey((w->rkey.value() & ~0xFFu) | (b.new_rkey.value() & 0xFFu));
+  w->bound = b.length != 0;
+  w->va = b.va;
+  w->length = b.length;
+  w->access = b.access;
+  w->qp = qp;
+  if (mr != nullptr) {
+    w->region = static_cast<std::size_t>(mr - regions_.data());
+    ++mr->bound_windows;
+  }
   return true;
 }
 
 bool MemoryRegionTable::invalidate(wire::Rkey rkey) {
-  const MemoryRegion* mr = find(rkey.value(), true);
-  if (mr == nullptr) return false;
-  regions_[slot_of(rkey.value())].valid = false;
+  std::lock_guard guard(lock_);
+  MemoryWindow* w = window_by_key(rkey.value());
+  if (w == nullptr || w->type != MwType::kType2 || !w->bound) return false;
+  --regions_[w->region].bound_windows;
+  w->bound = false;
+  w->length = 0;
+  w->access = 0;
   return true;
 }
 
-wire::Result<const MemoryRegion*, MemError> MemoryRegionTable::check_local(
-    wire::Lkey lkey, std::uint64_t addr, std::uint64_t len, std::uint32_t need) const {
-  const MemoryRegion* mr = find(lkey.value(), false);
+wire::Result<ProcessAddress, MemError> MemoryRegionTable::check_local(wire::Lkey lkey,
+                                                                      std::uint64_t va,
+                                                                      std::uint64_t len,
+                                                                      std::uint32_t need) const {
+  std::lock_guard guard(lock_);
+  const MemoryRegion* mr = region_by_key(lkey.value(), false);
   if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
-  if (!range_inside(addr, len, mr->addr, mr->length)) return wire::Err{MemError::kOutOfBounds};
+  if (!range_inside(va, len, mr->iova, mr->length)) return wire::Err{MemError::kOutOfBounds};
   if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
-  return mr;
+  return mr->addr + (va - mr->iova);
 }
 
-wire::Result<const MemoryRegion*, MemError> MemoryRegionTable::check_remote(
-    wire::Rkey rkey, std::uint64_t addr, std::uint64_t len, std::uint32_t need) const {
-  const MemoryRegion* mr = find(rkey.value(), true);
+wire::Result<ProcessAddress, MemError> MemoryRegionTable::check_remote(
+    wire::Rkey rkey, std::uint64_t va, std::uint64_t len, std::uint32_t need, wire::Qpn qp) const {
+  std::lock_guard guard(lock_);
+  const MemoryRegion* mr = nullptr;
+  std::uint64_t iova = va;
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (at && at->window) {
+    const MemoryWindow* w = window_by_key(rkey.value());
+    // rxe_lookup_mw: a bound window, of this QP if type 2, with the access asked for.
+    if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
+      return wire::Err{MemError::kInvalidKey};
+    }
+    if ((w->access & need) != need) return wire::Err{MemError::kAccessDenied};
+    const bool zero_based = (w->access & access::kZeroBased) != 0;
+    const std::uint64_t first = zero_based ? 0 : w->va;
+    if (!range_inside(va, len, first, w->length)) return wire::Err{MemError::kOutOfBounds};
+    iova = zero_based ? w->va + va : va;
+    mr = &regions_[w->region];
+  } else {
+    mr = region_by_key(rkey.value(), true);
+    if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
+    if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
+  }
+  if (!range_inside(iova, len, mr->iova, mr->length)) return wire::Err{MemError::kOutOfBounds};
+  return mr->addr + (iova - mr->iova);
+}
+
+wire::Result<MemoryRegion, MemError> MemoryRegionTable::remote_region(wire::Rkey rkey,
+                                                                      std::uint32_t need,
+                                                                      wire::Qpn qp) const {
+  std::lock_guard guard(lock_);
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (at && at->window) {
+    const MemoryWindow* w = window_by_key(rkey.value());
+    if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
+      return wire::Err{MemError::kInvalidKey};
+    }
+    if ((w->access & need) != need) return wire::Err{MemError::kAccessDenied};
+    return regions_[w->region];
+  }
+  const MemoryRegion* mr = region_by_key(rkey.value(), true);
   if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
-  if (!range_inside(addr, len, mr->addr, mr->length)) return wire::Err{MemError::kOutOfBounds};
   if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
-  return mr;
+  return *mr;
 }
 
 }  // namespace xroce::transport

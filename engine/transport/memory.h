@@ -1,5 +1,6 @@
 // Registered memory: the abstract "DMA" interface the transport reads and writes through, the
-// table of memory regions that guards it (lkey/rkey, bounds, access flags), and LocalMemory, a
+// table of memory regions and memory windows that guards it (lkey/rkey, bounds, access flags,
+// translation from the addresses requests name to the process's own), and LocalMemory, a
 // plain-buffer implementation for tests and the simulator. The daemon adds process-memory
 // implementations of MemoryAccess (docs/ARCHITECTURE.md decision 5).
 #pragma once
@@ -8,11 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "transport/verbs.h"
+#include "transport/work.h"
 #include "wire/result.h"
 #include "wire/types.h"
 
@@ -30,6 +34,11 @@ class MemoryAccess {
   virtual bool atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, std::uint64_t swap,
                                std::uint64_t* original) = 0;
   virtual bool atomic_fetch_add(std::uint64_t addr, std::uint64_t add, std::uint64_t* original) = 0;
+  // ATOMIC WRITE (oA19-28): the 8 bytes land as one store on a naturally aligned word. The
+  // default is a plain write, atomic for every implementation that has no concurrent writer.
+  virtual bool atomic_write64(std::uint64_t addr, std::span<const std::uint8_t, 8> value) {
+    return write(addr, value);
+  }
 };
 
 // Plain heap buffers at made-up, non-overlapping addresses. Single-threaded.
@@ -57,64 +66,134 @@ class LocalMemory final : public MemoryAccess {
   std::uint64_t next_base_ = 0x10000000;
 };
 
+// A registered region: `length` bytes that requests name from `iova` on (ibv_reg_mr_iova; the
+// buffer's own address for ibv_reg_mr) and that live at `addr` in the registering process.
 struct MemoryRegion {
+  std::uint64_t iova = 0;
   std::uint64_t addr = 0;
   std::uint64_t length = 0;
   wire::Lkey lkey;
   wire::Rkey rkey;
   std::uint32_t access = 0;  // access:: flags
-  bool valid = false;        // false after deregistration or remote invalidation
+  bool valid = false;        // false after deregistration
+  std::uint32_t bound_windows = 0;
+};
+
+// A memory window (IBA 10.6.7): a remote-access view of part of a region, under its own R_Key.
+// Type 1 windows are bound with ibv_bind_mw, type 2 with IBV_WR_BIND_MW (type 2B: reachable
+// only through the QP that bound it, C10-72) and invalidated by LOCAL_INV or SEND_WITH_INV.
+struct MemoryWindow {
+  MwType type = MwType::kType1;
+  wire::Rkey rkey;
+  bool allocated = false;
+  bool bound = false;        // type 2: Valid (bound) vs Free; type 1: bound to a non-empty range
+  std::uint32_t region = 0;  // slot of the region it is bound to
+  std::uint64_t va = 0;      // first iova of the window inside the region
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;  // remote access flags, plus access::kZeroBased
+  wire::Qpn qp;              // type 2: the QP that bound it
 };
 
 enum class MemError : std::uint8_t {
-  kInvalidKey,    // no such key, or the region was invalidated
-  kOutOfBounds,   // range not inside the region
-  kAccessDenied,  // the region's access flags forbid the operation
+  kInvalidKey,    // no such key, the region was deregistered, or the window is not bound here
+  kOutOfBounds,   // range not inside the region or window
+  kAccessDenied,  // the region's or window's access flags forbid the operation
 };
+
+// Where a checked access lands in the registering process.
+using ProcessAddress = std::uint64_t;
 
 // Random bits for new keys, supplied by the caller (this core has no randomness of its own).
 using KeyBits = std::function<std::uint32_t()>;
 
-// The memory regions of one protection domain. A key is a 24-bit index and an 8-bit key byte,
-// as rxe's (index << 8 | rxe_get_next_key()) and mlx5's mkeys are. Without KeyBits the index is
-// the slot and the key byte a generation, so keys are reproducible (simulator, tests) and a
-// stale key never matches a re-used slot. With KeyBits (the daemon's, from the kernel's random
-// source) index and key byte are both random, so that a remote peer cannot guess the key of a
-// live region from any other key: all 32 bits must be guessed.
+// The memory regions and memory windows of one protection domain. A key is a 24-bit index and an
+// 8-bit key byte in the low bits, as rxe's rxe_mr/rxe_mw keys (index << 8 | key byte) and mlx5's
+// mkeys are. A region's key byte is a generation count, so a stale key never matches a re-used
+// slot; a window's is the consumer's (ibv_inc_rkey) from its last bind.
+//
+// Without KeyBits the index is the slot (regions below kWindowIndexBase, windows from it), so
+// keys are reproducible (simulator, tests). With KeyBits (the daemon's, from the kernel's random
+// source) every index is random, as is a region's key byte, so that a remote peer cannot guess a
+// live region's or window's key from any other key: all 32 bits of a region's key must be
+// guessed, and the 24 index bits of a window's (its key byte is the consumer's choice).
+//
+// Threading: the control thread registers, deregisters and allocates, workers check, bind and
+// invalidate; one mutex serialises them (no call does I/O).
 class MemoryRegionTable {
  public:
   explicit MemoryRegionTable(MemoryAccess& memory, KeyBits key_bits = nullptr)
       : memory_(memory), key_bits_(std::move(key_bits)) {}
 
-  const MemoryRegion& register_region(std::uint64_t addr, std::uint64_t length,
-                                      std::uint32_t access);
-  bool deregister(wire::Lkey lkey);
-  // Remote invalidation (SEND_WITH_INV): the rkey stops working.
+  // `iova` defaults to `addr` (ibv_reg_mr).
+  MemoryRegion register_region(std::uint64_t addr, std::uint64_t length, std::uint32_t access,
+                               std::optional<std::uint64_t> iova = std::nullopt);
+  // 0; EINVAL for an unknown key; EBUSY while windows are bound to it (rxe_dereg_mr).
+  int deregister(wire::Lkey lkey);
+  // ibv_rereg_mr on the translation and/or access: the region keeps its slot and takes a new
+  // key byte. EINVAL for an unknown key, EBUSY while windows are bound to it.
+  struct Reregistration {
+    std::optional<std::uint64_t> addr, length, iova;
+    std::optional<std::uint32_t> access;
+  };
+  wire::Result<MemoryRegion, int> reregister(wire::Lkey lkey, const Reregistration& change);
+  std::optional<MemoryRegion> find_region(wire::Lkey lkey) const;
+
+  // ibv_alloc_mw / ibv_dealloc_mw. A type 1 window starts bound to nothing; type 2 Free.
+  wire::Result<wire::Rkey, int> allocate_window(MwType type);
+  // By the window's index: any R_Key it had (its owner deallocates it, whatever key it holds).
+  int deallocate_window(wire::Rkey rkey);
+  std::optional<MemoryWindow> find_window(wire::Rkey rkey) const;
+
+  // IBV_WR_BIND_MW / ibv_bind_mw, executed by `qp` in send-queue order. False for every bind
+  // C10-72..C10-75 and o10-36/o10-37 refuse (the WR completes with IBV_WC_MW_BIND_ERR).
+  bool bind_window(const WindowBind& bind, wire::Qpn qp);
+  // LOCAL_INV and SEND_WITH_INV: only a bound type 2 window can be invalidated (o10-37.2.26;
+  // regions registered with ibv_reg_mr cannot, as in rxe and mlx5). False otherwise.
   bool invalidate(wire::Rkey rkey);
 
   // Local access through an SGE: `need` is access::kLocalWrite when the HCA writes the buffer.
-  wire::Result<const MemoryRegion*, MemError> check_local(wire::Lkey lkey, std::uint64_t addr,
-                                                          std::uint64_t len,
-                                                          std::uint32_t need) const;
-  // Remote access through an R_Key : bounds and the remote access flag `need`.
-  wire::Result<const MemoryRegion*, MemError> check_remote(wire::Rkey rkey, std::uint64_t addr,
-                                                           std::uint64_t len,
-                                                           std::uint32_t need) const;
+  wire::Result<ProcessAddress, MemError> check_local(wire::Lkey lkey, std::uint64_t va,
+                                                     std::uint64_t len, std::uint32_t need) const;
+  // Remote access through an R_Key by QP `qp`: keys, bounds (of the window too) and the remote
+  // access flags `need`. For a zero-based window `va` is an offset into the window.
+  wire::Result<ProcessAddress, MemError> check_remote(wire::Rkey rkey, std::uint64_t va,
+                                                      std::uint64_t len, std::uint32_t need,
+                                                      wire::Qpn qp = wire::Qpn()) const;
+  // The whole region an R_Key reaches (FLUSH with selectivity "memory region"), after the same
+  // checks as check_remote.
+  wire::Result<MemoryRegion, MemError> remote_region(wire::Rkey rkey, std::uint32_t need,
+                                                     wire::Qpn qp = wire::Qpn()) const;
 
   MemoryAccess& memory() { return memory_; }
 
  private:
-  static constexpr std::uint32_t kGenerationBits = 8;
-  const MemoryRegion* find(std::uint32_t key, bool remote) const;
-  // The slot of a key's index; regions_.size() when none.
-  std::size_t slot_of(std::uint32_t key) const;
-  std::uint32_t new_key(std::size_t slot, std::uint8_t generation);
+  static constexpr std::uint32_t kKeyBits = 8;
+  static constexpr std::uint32_t kWindowIndexBase = 1u << 23;
+  static constexpr std::uint32_t index_of(std::uint32_t key) { return key >> kKeyBits; }
+  // The slot a key's index names, in the region table or the window table.
+  struct KeySlot {
+    bool window = false;
+    std::size_t slot = 0;
+  };
+  std::optional<KeySlot> locate(std::uint32_t key) const;
+  // A key for `at` whose index no live key uses; `key_byte` is used as given without KeyBits.
+  std::uint32_t new_key(KeySlot at, std::uint32_t old_key, std::uint8_t key_byte);
+
+  MemoryRegion* region_by_key(std::uint32_t key, bool remote);
+  const MemoryRegion* region_by_key(std::uint32_t key, bool remote) const;
+  MemoryWindow* window_by_key(std::uint32_t key);
+  const MemoryWindow* window_by_key(std::uint32_t key) const;
+  std::uint32_t next_region_key(std::size_t slot);
+  bool bind_allowed(const MemoryWindow& w, const WindowBind& b, const MemoryRegion* mr,
+                    wire::Qpn qp) const;
 
   MemoryAccess& memory_;
   KeyBits key_bits_;
+  mutable std::mutex lock_;
   std::vector<MemoryRegion> regions_;
   std::vector<std::uint8_t> generations_;
-  std::unordered_map<std::uint32_t, std::size_t> slot_of_index_;  // with key_bits_ only
+  std::vector<MemoryWindow> windows_;
+  std::unordered_map<std::uint32_t, KeySlot> slot_of_index_;  // with key_bits_ only
 };
 
 }  // namespace xroce::transport

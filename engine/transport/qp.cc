@@ -7,25 +7,31 @@ namespace xroce::transport {
 
 namespace {
 
+// Which work requests each QP type carries (rxe_opcode.c rxe_wr_opcode_info; IBA 9.2: UC has no
+// READ, atomics or SEND_WITH_INV; ATOMIC WRITE and FLUSH are RC's, as in rxe). An XRC_RECV QP
+// has no send queue.
 bool opcode_allowed(QpType type, WrOpcode op) {
+  const bool rc = type == QpType::kRc || type == QpType::kXrcSend;
+  const bool connected = rc || type == QpType::kUc;
   switch (op) {
     case WrOpcode::kSend:
     case WrOpcode::kSendWithImm:
-      return true;
-    case WrOpcode::kSendWithInv:
+      return connected || type == QpType::kUd;
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kRdmaWriteWithImm:
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw:
+      return connected;
+    case WrOpcode::kSendWithInv:
     case WrOpcode::kRdmaRead:
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd:
+      return rc;
+    case WrOpcode::kAtomicWrite:
+    case WrOpcode::kFlush:
       return type == QpType::kRc;
-    default:
-      return false;  // LOCAL_INV, BIND_MW: not offered by this device
   }
-}
-
-wire::Transport transport_of(QpType type) {
-  return type == QpType::kUd ? wire::Transport::kUd : wire::Transport::kRc;
+  return false;
 }
 
 // The default partition: low 15 bits all ones (rxe_recv.c check_keys; docs/protocol.md §6 item 4).
@@ -94,6 +100,7 @@ void Qp::enter_state(QpState next) {
         ctx_.comp_psn = ctx_.attr.sq_psn;
         ctx_.psn_high = ctx_.attr.sq_psn;
       }
+      if (prev == QpState::kSqe) req_.reset();  // the application cleared the send queue error
       break;
     case QpState::kSqd:
       ctx_.sq_drained_reported = false;
@@ -132,14 +139,25 @@ int Qp::post_send(const WorkRequest& wr) {
   SendWqe& w = ctx_.wqe(ctx_.sq_tail);
   w.wr = wr;
   w.stage = WqeStage::kPosted;
+  w.status = WcStatus::kSuccess;
   w.length = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(sge_bytes(wr.sg_list), std::uint64_t{0xFFFFFFFF}));
-  w.is_inline = (wr.send_flags & send_flags::kInline) != 0;
+  if (w.without_sges()) {
+    // Binds, invalidations, ATOMIC WRITE (its word is in the WQE) and FLUSH gather nothing.
+    w.wr.sg_list.clear();
+    w.length = w.is_atomic_write() ? static_cast<std::uint32_t>(wire::kAtomicWriteBytes) : 0;
+  }
+  w.is_inline = (wr.send_flags & send_flags::kInline) != 0 && !w.without_sges();
   if (w.is_inline) {
     // The data is copied now, so the caller may reuse its buffers (IBV_SEND_INLINE).
     if (w.is_read_or_atomic() || w.length > ctx_.config.max_inline_data) return EINVAL;
-    w.inline_data.resize(w.length);
-    if (!gather(ctx_.mrs->memory(), wr.sg_list, 0, w.inline_data)) return EINVAL;
+    // Inline SGEs name the caller's own memory; their lkeys are not checked (ibv_post_send).
+    w.inline_data.clear();
+    for (const Sge& sge : wr.sg_list) {
+      const std::size_t at = w.inline_data.size();
+      w.inline_data.resize(at + sge.length);
+      if (!ctx_.mrs->memory().read(sge.addr, std::span(w.inline_data).subspan(at))) return EINVAL;
+    }
   }
   ++ctx_.sq_tail;
   if (s == QpState::kErr) flush_send_queue();
@@ -159,7 +177,9 @@ int Qp::post_send_inline(const WorkRequest& wr, std::span<const std::uint8_t> da
 }
 
 int Qp::post_recv(const RecvRequest& wr) {
-  if (ctx_.srq != nullptr || ctx_.state == QpState::kReset) return EINVAL;
+  // XRC QPs have no receive queue (an XRC target receives through its domain's SRQs).
+  const bool xrc = ctx_.config.type == QpType::kXrcSend || ctx_.config.type == QpType::kXrcRecv;
+  if (ctx_.srq != nullptr || xrc || ctx_.state == QpState::kReset) return EINVAL;
   if (wr.sg_list.size() > ctx_.config.max_recv_sge) return EINVAL;
   if (ctx_.rq.size() >= ctx_.config.max_recv_wr) return ENOMEM;
   ctx_.rq.push_back(wr);
@@ -169,6 +189,7 @@ int Qp::post_recv(const RecvRequest& wr) {
 
 void Qp::handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, wire::Bytes payload,
                        const RxMeta& meta) {
+  ctx_.now_ns = now_ns;
   ++ctx_.counters.packets_received;
   ctx_.counters.payload_bytes_received += payload.size();
   if (meta.ecn_ce) {
@@ -182,7 +203,10 @@ void Qp::handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, 
     return;
   }
   const QpState s = ctx_.state;
-  const bool opcode_ok = info.transport() == transport_of(ctx_.config.type);
+  // An XRC initiator only takes responses, an XRC target only requests (IBA 9.9).
+  const QpType type = ctx_.config.type;
+  const bool role_ok = info.is_request ? type != QpType::kXrcSend : type != QpType::kXrcRecv;
+  const bool opcode_ok = info.transport() == ctx_.transport() && role_ok;
   const bool pkey_ok = (hdr.bth.pkey & kPkeyBaseMask) == kPkeyBaseMask;
   const bool receiving = s == QpState::kRtr || s == QpState::kRts || s == QpState::kSqd ||
                          (s == QpState::kSqe && ctx_.config.type == QpType::kUd);
@@ -202,14 +226,16 @@ void Qp::handle_packet(std::uint64_t now_ns, const wire::TransportHeaders& hdr, 
 }
 
 void Qp::handle_timeout(std::uint64_t now_ns) {
+  ctx_.now_ns = now_ns;
   if (ctx_.pacer_deadline_ns != 0 && now_ns >= ctx_.pacer_deadline_ns) ctx_.pacer_deadline_ns = 0;
   if (ctx_.state == QpState::kRts || ctx_.state == QpState::kSqd) comp_.handle_timeout(now_ns);
   settle();
 }
 
 std::optional<Transmit> Qp::poll_transmit(std::uint64_t now_ns, wire::MutableBytes payload) {
+  ctx_.now_ns = now_ns;
   if (ctx_.state == QpState::kReset || ctx_.state == QpState::kInit) return std::nullopt;
-  if (ctx_.config.type == QpType::kRc) {
+  if (ctx_.config.type == QpType::kRc || ctx_.config.type == QpType::kXrcRecv) {
     if (std::optional<Transmit> t = resp_.poll(payload)) {
       settle();
       return t;
@@ -244,6 +270,7 @@ std::optional<std::uint64_t> Qp::next_deadline() const {
 }
 
 void Qp::settle() {
+  ctx_.retire_executed();
   if (ctx_.fatal_pending) enter_error();
   if (ctx_.state == QpState::kSqd && !ctx_.sq_drained_reported && !ctx_.outstanding() &&
       (ctx_.sq_head == ctx_.sq_tail || ctx_.wqe(ctx_.sq_head).stage == WqeStage::kPosted)) {

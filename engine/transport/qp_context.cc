@@ -21,12 +21,16 @@ WcOpcode wc_opcode(WrOpcode op) {
       return WcOpcode::kLocalInv;
     case WrOpcode::kBindMw:
       return WcOpcode::kBindMw;
+    case WrOpcode::kAtomicWrite:
+      return WcOpcode::kAtomicWrite;
+    case WrOpcode::kFlush:
+      return WcOpcode::kFlush;
     default:
       return WcOpcode::kSend;
   }
 }
 
-// Walks the SGEs covering [offset, offset + len) of the message, calling fn(addr, pos, n).
+// Walks the SGEs covering [offset, offset + len) of the message, calling fn(sge, va, pos, n).
 template <typename Fn>
 bool for_each_segment(std::span<const Sge> sges, std::uint64_t offset, std::size_t len, Fn fn) {
   std::size_t done = 0;
@@ -38,7 +42,7 @@ bool for_each_segment(std::span<const Sge> sges, std::uint64_t offset, std::size
     }
     const std::size_t n =
         static_cast<std::size_t>(std::min<std::uint64_t>(sge.length - offset, len - done));
-    if (!fn(sge.addr + offset, done, n)) return false;
+    if (!fn(sge, sge.addr + offset, done, n)) return false;
     done += n;
     offset = 0;
   }
@@ -47,19 +51,21 @@ bool for_each_segment(std::span<const Sge> sges, std::uint64_t offset, std::size
 
 }  // namespace
 
-bool gather(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+bool gather(MemoryRegionTable& mrs, std::span<const Sge> sges, std::uint64_t offset,
             std::span<std::uint8_t> out) {
   return for_each_segment(sges, offset, out.size(),
-                          [&](std::uint64_t addr, std::size_t pos, std::size_t n) {
-                            return mem.read(addr, out.subspan(pos, n));
+                          [&](const Sge& sge, std::uint64_t va, std::size_t pos, std::size_t n) {
+                            const auto addr = mrs.check_local(sge.lkey, va, n, 0);
+                            return addr && mrs.memory().read(*addr, out.subspan(pos, n));
                           });
 }
 
-bool scatter(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+bool scatter(MemoryRegionTable& mrs, std::span<const Sge> sges, std::uint64_t offset,
              std::span<const std::uint8_t> in) {
   return for_each_segment(sges, offset, in.size(),
-                          [&](std::uint64_t addr, std::size_t pos, std::size_t n) {
-                            return mem.write(addr, in.subspan(pos, n));
+                          [&](const Sge& sge, std::uint64_t va, std::size_t pos, std::size_t n) {
+                            const auto addr = mrs.check_local(sge.lkey, va, n, access::kLocalWrite);
+                            return addr && mrs.memory().write(*addr, in.subspan(pos, n));
                           });
 }
 
@@ -78,6 +84,45 @@ bool sges_valid(const MemoryRegionTable& mrs, std::span<const Sge> sges, std::ui
   return true;
 }
 
+wire::Transport QpContext::transport() const {
+  switch (config.type) {
+    case QpType::kUc:
+      return wire::Transport::kUc;
+    case QpType::kUd:
+      return wire::Transport::kUd;
+    case QpType::kXrcSend:
+    case QpType::kXrcRecv:
+      return wire::Transport::kXrc;
+    default:
+      return wire::Transport::kRc;
+  }
+}
+
+void QpContext::push_completion(Completion c) {
+  c.timestamp_ns = now_ns;
+  completions.push_back(c);
+}
+
+void QpContext::retire_executed() {
+  while (sq_head != sq_tail && wqe(sq_head).stage == WqeStage::kExecuted) {
+    SendWqe& w = wqe(sq_head);
+    w.stage = WqeStage::kDone;
+    push_send_completion(w, w.status);
+    ++sq_head;
+    if (w.status != WcStatus::kSuccess) send_queue_error();
+  }
+  if (sq_next < sq_head) sq_next = sq_head;
+}
+
+void QpContext::send_queue_error() {
+  if (config.type == QpType::kUd || config.type == QpType::kUc) {
+    state = QpState::kSqe;
+    attr.qp_state = QpState::kSqe;
+  } else {
+    fatal_pending = true;
+  }
+}
+
 void QpContext::push_send_completion(const SendWqe& w, WcStatus status) {
   // Unsignaled WQEs complete silently unless they fail (ibv_post_send: IBV_SEND_SIGNALED,
   // sq_sig_all).
@@ -91,7 +136,7 @@ void QpContext::push_send_completion(const SendWqe& w, WcStatus status) {
   c.opcode = wc_opcode(w.wr.opcode);
   c.byte_len = w.length;
   c.qp_num = config.qpn;
-  completions.push_back(c);
+  push_completion(c);
 }
 
 void QpContext::restart_retransmit_timer(std::uint64_t now_ns) {

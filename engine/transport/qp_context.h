@@ -31,6 +31,19 @@ class CongestionHooks {
   virtual void on_ce_marked(std::uint64_t now_ns) = 0;  // notification point input
 };
 
+// The XRC SRQs an XRC_RECV QP may deliver to: those of its XRC domain (IBA 11.2.x, o9-xx's
+// "XRC domain" check). The device implements it; the core asks once per request packet.
+struct XrcSrqTarget {
+  Srq* srq = nullptr;
+  MemoryRegionTable* mrs = nullptr;  // the SRQ's PD: what the request's keys are checked against
+};
+class XrcDomain {
+ public:
+  virtual ~XrcDomain() = default;
+  // The SRQ numbered `srqn` if it belongs to this domain, else nullopt.
+  virtual std::optional<XrcSrqTarget> find_srq(std::uint32_t srqn) = 0;
+};
+
 struct QpConfig {
   QpType type = QpType::kRc;
   wire::Qpn qpn;
@@ -45,15 +58,19 @@ struct QpConfig {
   std::uint32_t max_packets_per_ackreq = 64;  // rxe's RXE_MAX_PKT_PER_ACK
   bool sq_sig_all = false;                    // every send WQE completes signaled
   DeviceLimits limits;
+  XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
 };
 
-enum class WqeStage : std::uint8_t { kPosted, kStarted, kDone };
+// kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);
+// it completes with `status` once every WQE before it has completed.
+enum class WqeStage : std::uint8_t { kPosted, kStarted, kExecuted, kDone };
 
 struct SendWqe {
   WorkRequest wr;
   std::vector<std::uint8_t> inline_data;  // copied at post time when send_flags::kInline
   bool is_inline = false;
   WqeStage stage = WqeStage::kPosted;
+  WcStatus status = WcStatus::kSuccess;  // of an executed WQE
   wire::Psn first_psn;
   wire::Psn last_psn;
   std::uint32_t length = 0;
@@ -62,14 +79,29 @@ struct SendWqe {
   bool is_atomic() const {
     return wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd;
   }
-  bool is_read_or_atomic() const { return is_read() || is_atomic(); }
+  bool is_atomic_write() const { return wr.opcode == WrOpcode::kAtomicWrite; }
+  bool is_flush() const { return wr.opcode == WrOpcode::kFlush; }
+  bool is_local() const {
+    return wr.opcode == WrOpcode::kBindMw || wr.opcode == WrOpcode::kLocalInv;
+  }
+  // Answered by a response of its own (READ responses, ATOMIC ACK, or the zero-length READ
+  // RESPONSE ONLY of ATOMIC WRITE and FLUSH), never by a plain ACK; each takes a responder
+  // resource, so max_rd_atomic bounds how many are outstanding.
+  bool is_read_or_atomic() const {
+    return is_read() || is_atomic() || is_atomic_write() || is_flush();
+  }
+  // The HCA writes the local buffers (READ data, the original value of an atomic).
+  bool writes_local() const { return is_read() || is_atomic(); }
+  // Carries no payload from SGEs (the 8 bytes of ATOMIC WRITE travel in the WQE).
+  bool without_sges() const { return is_local() || is_atomic_write() || is_flush(); }
 };
 
-// Copies between a message's byte offset and a scatter/gather list already checked against the
-// MR table. False on an operating failure of the memory.
-bool gather(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+// Copies between a message's byte offset and a scatter/gather list, each SGE translated by the
+// table (ibv_reg_mr_iova). False if a key no longer translates (the region went away under the
+// message) or on an operating failure of the memory.
+bool gather(MemoryRegionTable& mrs, std::span<const Sge> sges, std::uint64_t offset,
             std::span<std::uint8_t> out);
-bool scatter(MemoryAccess& mem, std::span<const Sge> sges, std::uint64_t offset,
+bool scatter(MemoryRegionTable& mrs, std::span<const Sge> sges, std::uint64_t offset,
              std::span<const std::uint8_t> in);
 // Total bytes an SGE list describes, and whether every SGE passes check_local with `need`.
 std::uint64_t sge_bytes(std::span<const Sge> sges);
@@ -106,6 +138,7 @@ struct QpContext {
   std::deque<Completion> completions;
   std::deque<AsyncEvent> events;
   QpCounters counters;
+  std::uint64_t now_ns = 0;    // the latest time an input carried; stamps completions
   RttEstimator rtt;            // the requester times, the completer measures
   bool fatal_pending = false;  // a role found a fatal error; the QP moves to ERR and flushes
   bool sq_drained_reported = false;
@@ -117,8 +150,17 @@ struct QpContext {
     if (config.type == QpType::kUd) return mtu_bytes(config.port_mtu);
     return mtu_bytes(std::min(attr.path_mtu, config.port_mtu));
   }
+  // RC and XRC requesters wait for responses; UC and UD requesters do not.
+  bool reliable() const { return config.type == QpType::kRc || config.type == QpType::kXrcSend; }
+  wire::Transport transport() const;
   bool outstanding() const { return comp_psn != psn_high; }
+  void push_completion(Completion c);
   void push_send_completion(const SendWqe& w, WcStatus status);
+  // Completes the executed WQEs at the head of the send queue, in order.
+  void retire_executed();
+  // A send WQE completed in error: UD and UC stop their send queue (SQE, IBA 10.3.1), RC and
+  // XRC go to ERR.
+  void send_queue_error();
   void restart_retransmit_timer(std::uint64_t now_ns);
 };
 

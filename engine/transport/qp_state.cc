@@ -65,9 +65,15 @@ struct Rule {
   std::uint32_t optional = 0;
 };
 
-// The RC and UD columns of the transition table (UC follows RC but is not spoken yet).
+// The transition table of the kernel's ib_modify_qp_is_ok (drivers/infiniband/core/verbs.c
+// qp_state_table), for the QP types the core speaks. XRC_SEND is the kernel's XRC_INI, XRC_RECV
+// its XRC_TGT.
 Rule rule_for(QpType type, QpState from, QpState to) {
-  const bool ud = type == QpType::kUd;
+  using T = QpType;
+  const bool ud = type == T::kUd;
+  const bool uc = type == T::kUc;
+  const bool ini = type == T::kXrcSend;
+  const bool tgt = type == T::kXrcRecv;
   if (to == QpState::kReset || to == QpState::kErr) return {true, 0, 0};
   switch (from) {
     case QpState::kReset:
@@ -81,39 +87,52 @@ Rule rule_for(QpType type, QpState from, QpState to) {
       }
       if (to == QpState::kRtr) {
         if (ud) return {true, 0, kPkeyIndex | kQkey};
-        return {true, kAv | kPathMtu | kDestQpn | kRqPsn | kMaxDestRdAtomic | kMinRnrTimer,
-                kAltPath | kAccessFlags | kPkeyIndex};
+        const std::uint32_t base = kAv | kPathMtu | kDestQpn | kRqPsn;
+        const std::uint32_t responder = (uc || ini) ? 0 : kMaxDestRdAtomic | kMinRnrTimer;
+        return {true, base | responder, kAltPath | kAccessFlags | kPkeyIndex};
       }
       break;
     case QpState::kRtr:
       if (to == QpState::kRts) {
         if (ud) return {true, kSqPsn, kCurState | kQkey};
+        if (uc) return {true, kSqPsn, kCurState | kAltPath | kAccessFlags | kPathMigState};
+        if (tgt) {
+          return {true, kTimeout | kSqPsn,
+                  kCurState | kAltPath | kAccessFlags | kMinRnrTimer | kPathMigState};
+        }
         return {true, kTimeout | kRetryCnt | kRnrRetry | kSqPsn | kMaxQpRdAtomic,
-                kCurState | kAltPath | kAccessFlags | kMinRnrTimer | kPathMigState};
+                kCurState | kAltPath | kAccessFlags | (ini ? 0 : kMinRnrTimer) | kPathMigState};
       }
       break;
     case QpState::kRts:
       if (to == QpState::kRts) {
         if (ud) return {true, 0, kCurState | kQkey};
-        return {true, 0, kCurState | kAccessFlags | kAltPath | kPathMigState | kMinRnrTimer};
+        const std::uint32_t rnr = (uc || ini) ? 0 : kMinRnrTimer;
+        return {true, 0, kCurState | kAccessFlags | kAltPath | kPathMigState | rnr};
       }
       if (to == QpState::kSqd) return {true, 0, kEnSqdAsyncNotify};
       break;
     case QpState::kSqd:
       if (to == QpState::kRts) {
         if (ud) return {true, 0, kCurState | kQkey};
-        return {true, 0, kCurState | kAltPath | kAccessFlags | kMinRnrTimer | kPathMigState};
+        const std::uint32_t rnr = (uc || ini) ? 0 : kMinRnrTimer;
+        return {true, 0, kCurState | kAltPath | kAccessFlags | rnr | kPathMigState};
       }
       if (to == QpState::kSqd) {
         if (ud) return {true, 0, kPkeyIndex | kQkey};
+        if (uc) return {true, 0, kAv | kAltPath | kAccessFlags | kPkeyIndex | kPathMigState};
+        const std::uint32_t common =
+            kPort | kAv | kTimeout | kAltPath | kAccessFlags | kPkeyIndex | kPathMigState;
+        if (ini) return {true, 0, common | kRetryCnt | kRnrRetry | kMaxQpRdAtomic};
+        if (tgt) return {true, 0, common | kMaxDestRdAtomic | kMinRnrTimer};
         return {true, 0,
-                kPort | kAv | kTimeout | kRetryCnt | kRnrRetry | kMaxQpRdAtomic | kMaxDestRdAtomic |
-                    kAltPath | kAccessFlags | kPkeyIndex | kMinRnrTimer | kPathMigState};
+                common | kRetryCnt | kRnrRetry | kMaxQpRdAtomic | kMaxDestRdAtomic | kMinRnrTimer};
       }
       break;
     case QpState::kSqe:
-      // SQE exists for UD/UC only; an RC QP never enters it.
+      // SQE exists for UD and UC only; RC and XRC QPs never enter it.
       if (to == QpState::kRts && ud) return {true, 0, kCurState | kQkey};
+      if (to == QpState::kRts && uc) return {true, 0, kCurState | kAccessFlags};
       break;
     case QpState::kErr:
       break;

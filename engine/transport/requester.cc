@@ -40,22 +40,27 @@ constexpr std::uint32_t kQkeyUseQpBit = 0x80000000;
 WcStatus Requester::local_check(const SendWqe& w) const {
   if (w.length > ctx_.config.max_msg_bytes) return WcStatus::kLocLenErr;
   if (w.is_atomic() && w.length != 8) return WcStatus::kLocLenErr;
-  if (w.is_inline) return WcStatus::kSuccess;
+  if (w.is_inline || w.without_sges()) return WcStatus::kSuccess;
   // READ and ATOMIC results are written into the local buffers: they need LOCAL_WRITE.
-  const std::uint32_t need = w.is_read_or_atomic() ? access::kLocalWrite : 0;
+  const std::uint32_t need = w.writes_local() ? access::kLocalWrite : 0;
   if (!sges_valid(*ctx_.mrs, w.wr.sg_list, need)) return WcStatus::kLocProtErr;
   return WcStatus::kSuccess;
 }
 
 RequesterState Requester::next_state(std::uint64_t now_ns) {
   if (ctx_.state != QpState::kRts && ctx_.state != QpState::kSqd) return RequesterState::kStopped;
+  if (halted_) return RequesterState::kHalted;
   if (ctx_.rnr_deadline_ns != 0) return RequesterState::kWaitRnrTimer;
+  // A go-back-N restart walks past what already executed (binds are never executed twice).
+  while (ctx_.sq_next != ctx_.sq_tail && ctx_.wqe(ctx_.sq_next).stage == WqeStage::kExecuted)
+    ++ctx_.sq_next;
   if (ctx_.sq_next == ctx_.sq_tail) return RequesterState::kIdle;
   SendWqe& w = ctx_.wqe(ctx_.sq_next);
   if (w.stage == WqeStage::kPosted) {
     if (ctx_.state == QpState::kSqd) return RequesterState::kDrained;
     if ((w.wr.send_flags & send_flags::kFence) && ctx_.outstanding_rd_atomic > 0)
       return RequesterState::kWaitFence;
+    if (w.is_local()) return RequesterState::kLocalOp;
     if (w.is_read_or_atomic() && ctx_.outstanding_rd_atomic >= ctx_.attr.max_rd_atomic)
       return RequesterState::kWaitRdAtomic;
     pending_local_error_ = local_check(w);
@@ -65,7 +70,7 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
                                           : RequesterState::kWaitWindow;
     }
   }
-  if (ctx_.config.type == QpType::kRc && ctx_.outstanding() &&
+  if (ctx_.reliable() && ctx_.outstanding() &&
       static_cast<std::uint32_t>(ctx_.req_psn.distance_from(ctx_.comp_psn)) >=
           ctx_.config.max_unacked_psns)
     return RequesterState::kWaitWindow;
@@ -81,11 +86,18 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
   RequesterState s = next_state(now_ns);
-  // C10-93.1.1 (quoted in rxe_req.c rxe_requester): a UD message longer than the port's MTU
-  // emits no packet, and the CI generates no error for it: it completes successfully unsent.
-  while (s == RequesterState::kSend && ctx_.config.type == QpType::kUd &&
-         ctx_.wqe(ctx_.sq_next).length > ctx_.mtu()) {
-    complete_datagram(ctx_.wqe(ctx_.sq_next));
+  // Local operations (binds, LOCAL_INV) execute here in send-queue order. C10-93.1.1 (quoted in
+  // rxe_req.c rxe_requester): a UD message longer than the port's MTU emits no packet, and the
+  // CI generates no error for it: it completes successfully unsent.
+  for (;;) {
+    if (s == RequesterState::kLocalOp) {
+      execute_local(ctx_.wqe(ctx_.sq_next));
+    } else if (s == RequesterState::kSend && ctx_.config.type == QpType::kUd &&
+               ctx_.wqe(ctx_.sq_next).length > ctx_.mtu()) {
+      complete_datagram(ctx_.wqe(ctx_.sq_next));
+    } else {
+      break;
+    }
     s = next_state(now_ns);
   }
   if (s == RequesterState::kLocalError) {
@@ -97,14 +109,14 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
 
   SendWqe& w = ctx_.wqe(ctx_.sq_next);
   if (w.stage == WqeStage::kPosted) start_wqe(w);
-  Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_rc(w, payload);
+  Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_connected(w, payload);
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
-  if (ctx_.config.type == QpType::kRc)
+  if (ctx_.reliable())
     ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
-  if (ctx_.config.type == QpType::kRc && ctx_.retransmit_deadline_ns == 0) {
+  if (ctx_.reliable() && ctx_.retransmit_deadline_ns == 0) {
     const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);
     if (timeout_ns != 0) ctx_.retransmit_deadline_ns = now_ns + timeout_ns;
   }
@@ -115,7 +127,7 @@ RequesterState Requester::start_wqe(SendWqe& w) {
   const std::uint32_t mtu = ctx_.mtu();
   w.stage = WqeStage::kStarted;
   w.first_psn = ctx_.req_psn;
-  const std::uint32_t n = w.is_atomic() ? 1 : packets_for(w.length, mtu);
+  const std::uint32_t n = w.is_read() || !w.is_read_or_atomic() ? packets_for(w.length, mtu) : 1;
   w.last_psn = w.first_psn + (n - 1);
   if (w.is_read_or_atomic()) ++ctx_.outstanding_rd_atomic;
   return RequesterState::kSend;
@@ -127,7 +139,26 @@ bool Requester::copy_payload(const SendWqe& w, std::uint64_t offset, std::span<s
                 out.begin());
     return true;
   }
-  return gather(ctx_.mrs->memory(), w.wr.sg_list, offset, out);
+  return gather(*ctx_.mrs, w.wr.sg_list, offset, out);
+}
+
+// BIND_MW and LOCAL_INV take effect now, in send-queue order, so a WQE behind them already
+// finds the window bound or invalidated (rxe_do_local_ops). They complete in order with the
+// rest; a failure stops the requester and, once reported, moves the QP to ERR.
+void Requester::execute_local(SendWqe& w) {
+  MemoryRegionTable& mrs = *ctx_.mrs;
+  w.stage = WqeStage::kExecuted;
+  w.status = WcStatus::kSuccess;
+  if (w.wr.opcode == WrOpcode::kBindMw) {
+    if (!mrs.bind_window(w.wr.bind, ctx_.config.qpn)) {
+      w.status = WcStatus::kMwBindErr;
+      ++ctx_.counters.mw_bind_errors;
+    }
+  } else if (!mrs.invalidate(w.wr.invalidate_rkey)) {
+    w.status = WcStatus::kLocQpOpErr;
+  }
+  if (w.status != WcStatus::kSuccess) halted_ = true;
+  ++ctx_.sq_next;
 }
 
 void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload) {
@@ -140,35 +171,69 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   const auto chunk = static_cast<std::uint32_t>(std::min<std::uint64_t>(mtu, remaining));
 
   wire::TransportHeaders& h = t.hdr;
-  h.bth.opcode = send_write_opcode(w.wr.opcode, first, last);
+  h.bth.opcode = wire::in_transport(send_write_opcode(w.wr.opcode, first, last), ctx_.transport());
   const wire::HeaderSet hs = h.info().headers;
   if (hs.has(wire::Header::kReth)) h.reth = wire::Reth{w.wr.remote_addr, w.wr.rkey, w.length};
   if (hs.has(wire::Header::kImmDt)) h.imm = w.wr.imm_data;
   if (hs.has(wire::Header::kIeth)) h.ieth = w.wr.invalidate_rkey;
-  h.bth.solicited = last && (w.wr.send_flags & send_flags::kSolicited);
-  // AckReq on every message end, and periodically inside long messages (rxe_req.c init_req_packet;
-  // docs/protocol.md §3.3).
-  h.bth.ack_req = last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq;
+  // SE only where a receive completes: SEND and WRITE_WITH_IMM (rxe init_req_packet).
+  const bool completes_recv = h.info().operation == wire::Operation::kSend || h.info().with_imm;
+  h.bth.solicited = last && completes_recv && (w.wr.send_flags & send_flags::kSolicited);
+  // AckReq on every message end, and periodically inside long messages (rxe_req.c
+  // init_req_packet; docs/protocol.md §3.3); never on UC, which nothing acknowledges (rxe:
+  // ack_req stays 0 for UC and UD).
+  h.bth.ack_req =
+      ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq);
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
   t.payload_len = chunk;
   ++ctx_.req_psn;
-  if (last) ++ctx_.sq_next;
+  if (!last) return;
+  ++ctx_.sq_next;
+  // UC: no acknowledgement will come; the message is done once it left.
+  if (!ctx_.reliable()) w.stage = WqeStage::kExecuted;
 }
 
-Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
+void Requester::build_atomic_write(SendWqe& w, Transmit& t, wire::MutableBytes payload) {
+  wire::TransportHeaders& h = t.hdr;
+  h.bth.opcode = wire::in_transport(Opcode::kRcAtomicWrite, ctx_.transport());
+  h.bth.ack_req = true;
+  h.reth =
+      wire::Reth{w.wr.remote_addr, w.wr.rkey, static_cast<std::uint32_t>(wire::kAtomicWriteBytes)};
+  std::copy(w.wr.atomic_write.begin(), w.wr.atomic_write.end(), payload.begin());
+  t.payload_len = static_cast<std::uint32_t>(wire::kAtomicWriteBytes);
+  ++ctx_.req_psn;
+  ++ctx_.sq_next;
+}
+
+// FLUSH carries no payload (oA19-2): the FETH says what to reach, the RETH where.
+void Requester::build_flush(SendWqe& w, Transmit& t) {
+  wire::TransportHeaders& h = t.hdr;
+  h.bth.opcode = wire::in_transport(Opcode::kRcFlush, ctx_.transport());
+  h.bth.ack_req = true;
+  h.feth = wire::Feth{w.wr.flush.placement, w.wr.flush.selectivity};
+  h.reth = wire::Reth{w.wr.remote_addr, w.wr.rkey, w.wr.flush.length};
+  ++ctx_.req_psn;
+  ++ctx_.sq_next;
+}
+
+Transmit Requester::build_connected(SendWqe& w, wire::MutableBytes payload) {
   Transmit t;
   t.av_id = ctx_.attr.av_id;
   t.retransmission = ctx_.req_psn.before(ctx_.psn_high);
   wire::TransportHeaders& h = t.hdr;
   h.bth.dest_qp = ctx_.attr.dest_qp_num;
   h.bth.psn = ctx_.req_psn;
-  if (w.is_read()) {
+  if (w.is_atomic_write()) {
+    build_atomic_write(w, t, payload);
+  } else if (w.is_flush()) {
+    build_flush(w, t);
+  } else if (w.is_read()) {
     // A retried READ asks only for what is missing (IBA 9.4.4; docs/protocol.md §3.8).
     const std::uint64_t offset =
         std::uint64_t{static_cast<std::uint32_t>(ctx_.req_psn.distance_from(w.first_psn))} *
         ctx_.mtu();
-    h.bth.opcode = Opcode::kRcReadRequest;
+    h.bth.opcode = wire::in_transport(Opcode::kRcReadRequest, ctx_.transport());
     h.bth.ack_req = true;
     h.reth = wire::Reth{w.wr.remote_addr + offset, w.wr.rkey,
                         static_cast<std::uint32_t>(w.length - offset)};
@@ -176,7 +241,8 @@ Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
     ++ctx_.sq_next;
   } else if (w.is_atomic()) {
     const bool cas = w.wr.opcode == WrOpcode::kAtomicCmpAndSwp;
-    h.bth.opcode = cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd;
+    h.bth.opcode =
+        wire::in_transport(cas ? Opcode::kRcCompareSwap : Opcode::kRcFetchAdd, ctx_.transport());
     h.bth.ack_req = true;
     h.atomic_eth = wire::AtomicEth{w.wr.remote_addr, w.wr.rkey, cas ? w.wr.swap : w.wr.compare_add,
                                    cas ? w.wr.compare_add : 0};
@@ -185,7 +251,11 @@ Transmit Requester::build_rc(SendWqe& w, wire::MutableBytes payload) {
   } else {
     build_send_write(w, t, payload);
   }
+  // XRC (IBA 9.2): every request names the target's XRC SRQ.
+  if (h.info().headers.has(wire::Header::kXrcEth)) h.xrc_srqn = w.wr.xrc_remote_srqn;
   if (ctx_.req_psn.after(ctx_.psn_high)) ctx_.psn_high = ctx_.req_psn;
+  // Nothing answers UC: every PSN sent is as good as acknowledged.
+  if (!ctx_.reliable()) ctx_.comp_psn = ctx_.req_psn;
   return t;
 }
 
@@ -224,11 +294,7 @@ void Requester::finish_local_error(SendWqe& w, WcStatus status) {
   ctx_.push_send_completion(w, status);
   ++ctx_.sq_next;
   ++ctx_.sq_head;
-  if (ctx_.config.type == QpType::kUd) {
-    ctx_.state = QpState::kSqe;  // UD send errors stop the send queue only
-  } else {
-    ctx_.fatal_pending = true;
-  }
+  ctx_.send_queue_error();
 }
 
 void Requester::retry() {

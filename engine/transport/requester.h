@@ -1,6 +1,8 @@
 // The requester: turns send WQEs into request packets (segmentation, PSN assignment, AckReq,
-// fences, the rd/atomic limit, the PSN window) and restarts from the completer's PSN on retry
-// (go-back-N, docs/protocol.md §3.8). Modelled on rxe_req.c.
+// fences, the rd/atomic limit, the PSN window), executes local operations (memory window binds
+// and LOCAL_INV) in send-queue order, and restarts from the completer's PSN on retry (go-back-N,
+// docs/protocol.md §3.8). RC and XRC requesters wait for responses; a UC requester's WQE is done
+// once its last packet left (IBA 9.8.2: no acknowledgements). Modelled on rxe_req.c.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@ namespace xroce::transport {
 enum class RequesterState : std::uint8_t {
   kIdle,          // nothing posted that can go
   kSend,          // the WQE at sq_next has a packet ready
+  kLocalOp,       // the WQE at sq_next is a bind or LOCAL_INV to execute now
   kWaitFence,     // IBV_SEND_FENCE: prior READ/ATOMIC still outstanding
   kWaitRdAtomic,  // max_rd_atomic READ/ATOMIC already outstanding
   kWaitWindow,    // max_unacked_psns in flight
@@ -21,6 +24,7 @@ enum class RequesterState : std::uint8_t {
   kWaitPacer,     // congestion control holds the next packet
   kDrained,       // SQD: no new WQE may start
   kLocalError,    // the WQE fails a local check (length, protection): complete it in error
+  kHalted,        // a local operation failed: nothing more is sent; the QP goes to ERR
   kStopped,       // QP not in a sending state
 };
 
@@ -29,19 +33,26 @@ class Requester {
   explicit Requester(QpContext& ctx) : ctx_(ctx) {}
 
   // Produces the next request packet, its payload written into `payload` (>= mtu bytes).
+  // Local operations reached on the way are executed first.
   std::optional<Transmit> poll(std::uint64_t now_ns, wire::MutableBytes payload);
   // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE.
   void retry();
-  void reset() { packets_since_ackreq_ = 0; }
+  void reset() {
+    packets_since_ackreq_ = 0;
+    halted_ = false;
+  }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
 
  private:
   RequesterState next_state(std::uint64_t now_ns);
   RequesterState start_wqe(SendWqe& w);
   WcStatus local_check(const SendWqe& w) const;
-  Transmit build_rc(SendWqe& w, wire::MutableBytes payload);
+  void execute_local(SendWqe& w);
+  Transmit build_connected(SendWqe& w, wire::MutableBytes payload);
   Transmit build_ud(SendWqe& w, wire::MutableBytes payload);
   void build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
+  void build_atomic_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);
+  void build_flush(SendWqe& w, Transmit& t);
   void finish_local_error(SendWqe& w, WcStatus status);
   void complete_datagram(SendWqe& w);
   bool copy_payload(const SendWqe& w, std::uint64_t offset, std::span<std::uint8_t> out);
@@ -49,6 +60,7 @@ class Requester {
   QpContext& ctx_;
   std::uint32_t packets_since_ackreq_ = 0;
   WcStatus pending_local_error_ = WcStatus::kSuccess;
+  bool halted_ = false;
 };
 
 }  // namespace xroce::transport

@@ -18,6 +18,12 @@ int Srq::set_limit(std::uint32_t srq_limit) {
   return 0;
 }
 
+int Srq::resize(std::uint32_t max_wr) {
+  if (max_wr == 0 || max_wr < wqes_.size() || (armed_ && max_wr < limit_)) return EINVAL;
+  max_wr_ = max_wr;
+  return 0;
+}
+
 std::optional<RecvRequest> Srq::take() {
   if (wqes_.empty()) return std::nullopt;
   RecvRequest wr = std::move(wqes_.front());

@@ -19,6 +19,10 @@ class Srq {
   int post_recv(const RecvRequest& wr);
   // Arms the limit event (srq_limit > 0) or disarms it (0). EINVAL if above max_wr.
   int set_limit(std::uint32_t srq_limit);
+  // ibv_modify_srq(IBV_SRQ_MAX_WR): EINVAL below the WQEs posted now or the armed limit, as
+  // rxe_srq_chk_attr refuses (and 0).
+  int resize(std::uint32_t max_wr);
+  std::uint32_t max_wr() const { return max_wr_; }
 
   // Takes the oldest receive WQE; raises the limit event when the count falls below the limit.
   std::optional<RecvRequest> take();

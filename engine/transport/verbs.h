@@ -7,7 +7,8 @@
 
 namespace xroce::transport {
 
-enum class QpType : std::uint8_t { kRc = 2, kUc = 3, kUd = 4 };
+// kXrcSend is an XRC initiator (requester only), kXrcRecv an XRC target (responder only).
+enum class QpType : std::uint8_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10 };
 
 enum class QpState : std::uint8_t {
   kReset = 0,
@@ -54,6 +55,8 @@ enum class WcOpcode : std::uint8_t {
   kFetchAdd = 4,
   kBindMw = 5,
   kLocalInv = 6,
+  kFlush = 8,  // rdma-core v45's IBV_WC_FLUSH (v44 has no FLUSH verb)
+  kAtomicWrite = 9,
   kRecv = 1 << 7,
   kRecvRdmaWithImm = (1 << 7) + 1,
 };
@@ -69,6 +72,8 @@ enum class WrOpcode : std::uint8_t {
   kLocalInv = 7,
   kBindMw = 8,
   kSendWithInv = 9,
+  kFlush = 14,  // rdma-core v45's IBV_WR_FLUSH (v44 has no FLUSH verb)
+  kAtomicWrite = 15,
 };
 
 // Flag words stay plain integers because they cross the provider ABI as ibv_* masks; the
@@ -104,7 +109,15 @@ inline constexpr std::uint32_t kRemoteWrite = 1u << 1;
 inline constexpr std::uint32_t kRemoteRead = 1u << 2;
 inline constexpr std::uint32_t kRemoteAtomic = 1u << 3;
 inline constexpr std::uint32_t kMwBind = 1u << 4;
+inline constexpr std::uint32_t kZeroBased = 1u << 5;  // memory windows: VAs are window offsets
+inline constexpr std::uint32_t kOnDemand = 1u << 6;
+// rdma-core v45's IBV_ACCESS_FLUSH_GLOBAL / _PERSISTENT: a region FLUSH may target.
+inline constexpr std::uint32_t kFlushGlobal = 1u << 8;
+inline constexpr std::uint32_t kFlushPersistent = 1u << 9;
 }  // namespace access
+
+// ibv_mw_type.
+enum class MwType : std::uint8_t { kType1 = 1, kType2 = 2 };
 
 namespace qp_attr {
 inline constexpr std::uint32_t kState = 1u << 0;
@@ -144,6 +157,7 @@ enum class AsyncEventType : std::uint8_t {
   kQpAccessErr = 3,
   kCommEst = 4,
   kSqDrained = 5,
+  kSrqErr = 14,
   kSrqLimitReached = 15,
   kQpLastWqeReached = 16,
 };

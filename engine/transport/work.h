@@ -24,6 +24,25 @@ struct UdDestination {
   wire::Qkey remote_qkey;  // high-order bit set: use the QP's own Q_Key (verbs)
 };
 
+// A memory window bind (IBV_WR_BIND_MW, or ibv_bind_mw for a type 1 window): the window's
+// current R_Key, the R_Key it takes (its low 8 bits are the consumer's key), and
+// ibv_mw_bind_info.
+struct WindowBind {
+  wire::Rkey window;
+  wire::Rkey new_rkey;
+  wire::Lkey region;  // ignored for a zero-length (unbinding) bind
+  std::uint64_t va = 0;
+  std::uint64_t length = 0;
+  std::uint32_t access = 0;  // access:: remote flags and kZeroBased
+};
+
+// FLUSH's operands beyond remote_addr and rkey (rdma-core v45 ibv_wr_flush: len, type, level).
+struct FlushRequest {
+  std::uint32_t length = 0;
+  std::uint8_t placement = 0;    // wire::flush_placement bits
+  std::uint8_t selectivity = 0;  // wire::FlushSelectivity
+};
+
 // ibv_send_wr, one at a time.
 struct WorkRequest {
   std::uint64_t wr_id = 0;
@@ -37,6 +56,10 @@ struct WorkRequest {
   std::uint64_t compare_add = 0;  // CmpSwap compare, or FetchAdd add value
   std::uint64_t swap = 0;
   UdDestination ud;
+  WindowBind bind;                             // BIND_MW
+  std::array<std::uint8_t, 8> atomic_write{};  // ATOMIC_WRITE: the 8 bytes, in memory order
+  FlushRequest flush;                          // FLUSH
+  std::uint32_t xrc_remote_srqn = 0;           // XRC_SEND: the target XRC SRQ (XRCETH)
 };
 
 // ibv_recv_wr.
@@ -60,6 +83,11 @@ struct Completion {
   // does (roce_sl::); UCX's UD transport reads it (uct_ud_iface_check_grh).
   std::uint8_t sl = 0;
   bool solicited = false;  // the message carried SE (for solicited-only CQ notification)
+  // When the completion was made, in the caller's clock (the latest now_ns the QP was given):
+  // IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.
+  std::uint64_t timestamp_ns = 0;
+  // XRC_RECV receives: the XRC SRQ that supplied the receive WQE. Its CQ takes the completion.
+  std::uint32_t xrc_srqn = 0;
 
   // Receive completions go to the QP's receive CQ, the rest to its send CQ.
   bool is_recv() const { return (static_cast<unsigned>(opcode) & 0x80) != 0; }
@@ -107,7 +135,12 @@ struct QpCounters {
   std::uint64_t ud_no_recv_drops = 0;
   std::uint64_t cnps_received = 0;
   std::uint64_t ecn_ce_received = 0;
-  std::uint64_t remote_access_errors = 0;  // responder: requests NAKed for a remote access error
+  // Faults a peer or the application caused, each with what the rules make of it.
+  std::uint64_t rkey_violations = 0;        // R_Key, bounds or access refused (NAK remote access)
+  std::uint64_t invalid_requests = 0;       // NAK invalid request sent (class C)
+  std::uint64_t mw_bind_errors = 0;         // binds refused (IBV_WC_MW_BIND_ERR)
+  std::uint64_t uc_dropped_messages = 0;    // UC messages dropped by the responder (class D/E)
+  std::uint64_t xrc_domain_violations = 0;  // XRCETH naming an SRQ outside the target's XRCD
 };
 
 }  // namespace xroce::transport

@@ -55,7 +55,9 @@ bool presence_matches(const TransportHeaders& h, HeaderSet want, bool* missing) 
     *missing = !present;
     return false;
   };
-  return check(h.deth.has_value(), Header::kDeth) && check(h.reth.has_value(), Header::kReth) &&
+  return check(h.deth.has_value(), Header::kDeth) &&
+         check(h.xrc_srqn.has_value(), Header::kXrcEth) &&
+         check(h.feth.has_value(), Header::kFeth) && check(h.reth.has_value(), Header::kReth) &&
          check(h.atomic_eth.has_value(), Header::kAtomicEth) &&
          check(h.aeth.has_value(), Header::kAeth) &&
          check(h.atomic_ack_orig.has_value(), Header::kAtomicAckEth) &&
@@ -101,12 +103,22 @@ std::optional<HeaderError> decode_transport_headers_into(Bytes bytes, TransportH
   h.bth = decode_bth(p);
   if (h.bth.tver != 0) return HeaderError::kBadTver;
   p += kBthBytes;
-  // Header order after the BTH (docs/protocol.md §1.5): DETH, RETH|AtomicETH|AETH, ImmDt|IETH,
-  // AtomicAckETH after AETH.
+  // Header order after the BTH (docs/protocol.md §1.5): DETH, XRCETH, FETH, RETH|AtomicETH|AETH,
+  // ImmDt|IETH, AtomicAckETH after AETH.
   const HeaderSet hs = info->headers;
   if (hs.has(Header::kDeth)) {
     h.deth = Deth{Qkey(load_be32(p)), Qpn(load_be24(p + 5))};
     p += kDethBytes;
+  }
+  if (hs.has(Header::kXrcEth)) {
+    h.xrc_srqn = load_be24(p + 1);
+    p += kXrcEthBytes;
+  }
+  if (hs.has(Header::kFeth)) {
+    const std::uint32_t bits = load_be32(p);
+    h.feth =
+        Feth{static_cast<std::uint8_t>(bits & 0xF), static_cast<std::uint8_t>(bits >> 4 & 0x3)};
+    p += kFethBytes;
   }
   if (hs.has(Header::kReth)) {
     h.reth = Reth{load_be64(p), Rkey(load_be32(p + 8)), load_be32(p + 12)};
@@ -160,6 +172,15 @@ Result<std::size_t, HeaderError> encode_transport_headers(const TransportHeaders
     p[4] = 0;
     store_be24(p + 5, h.deth->src_qp.value());
     p += kDethBytes;
+  }
+  if (h.xrc_srqn) {
+    p[0] = 0;
+    store_be24(p + 1, *h.xrc_srqn & 0xFFFFFF);
+    p += kXrcEthBytes;
+  }
+  if (h.feth) {
+    store_be32(p, std::uint32_t{h.feth->placement & 0xFu} | (h.feth->selectivity & 0x3u) << 4);
+    p += kFethBytes;
   }
   if (h.reth) {
     store_be64(p, h.reth->va);

@@ -52,6 +52,24 @@ struct AtomicEth {
   bool operator==(const AtomicEth&) const = default;
 };
 
+// FLUSH's extended header (IBA 1.5 annex): what the flush must reach (placement type) and
+// over which range (selectivity). rxe_hdr.h's feth: placement type in bits 3:0, selectivity in
+// bits 5:4 of one big-endian word.
+enum class FlushSelectivity : std::uint8_t {
+  kRange = 0,         // the RETH's VA and length
+  kMemoryRegion = 1,  // the whole region the R_Key names (VA and length ignored)
+};
+namespace flush_placement {
+inline constexpr std::uint8_t kGlobal = 1u << 0;      // global visibility
+inline constexpr std::uint8_t kPersistent = 1u << 1;  // persistence
+}  // namespace flush_placement
+
+struct Feth {
+  std::uint8_t placement = flush_placement::kGlobal;  // 4 bits
+  std::uint8_t selectivity = 0;                       // 2 bits: FlushSelectivity
+  bool operator==(const Feth&) const = default;
+};
+
 // NAK codes carried in AETH bits 4:0 when the type is NAK (rxe_hdr.h AETH_NAK_*; docs/protocol.md
 // §3.4).
 enum class NakCode : std::uint8_t {
@@ -99,6 +117,8 @@ std::optional<std::uint32_t> aeth_credits(std::uint8_t code);
 struct TransportHeaders {
   Bth bth;
   std::optional<Deth> deth;
+  std::optional<std::uint32_t> xrc_srqn;  // XRCETH: the XRC SRQ number (24 bits)
+  std::optional<Feth> feth;
   std::optional<Reth> reth;
   std::optional<AtomicEth> atomic_eth;
   std::optional<Aeth> aeth;

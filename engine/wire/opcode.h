@@ -1,6 +1,6 @@
 // The opcode table: every protocol fact about an opcode, declared once (docs/protocol.md §2;
-// rxe_opcode.c). Header lengths and offsets are derived from it; nothing else in the engine lists
-// opcodes.
+// rxe_opcode.c; the IBA 1.5 annex for FLUSH and ATOMIC WRITE). Header lengths and offsets are
+// derived from it; nothing else in the engine lists opcodes.
 #pragma once
 
 #include <array>
@@ -36,6 +36,8 @@ enum class Opcode : std::uint8_t {
   kRcFetchAdd = 0x14,
   kRcSendLastInv = 0x16,
   kRcSendOnlyInv = 0x17,
+  kRcFlush = 0x1C,        // IBA 1.5 (oA19-*); rxe since Linux 6.2
+  kRcAtomicWrite = 0x1D,  // IBA 1.5 (oA19-*); rxe since Linux 6.2
   // UC
   kUcSendFirst = 0x20,
   kUcSendMiddle = 0x21,
@@ -49,6 +51,30 @@ enum class Opcode : std::uint8_t {
   kUcWriteLastImm = 0x29,
   kUcWriteOnly = 0x2A,
   kUcWriteOnlyImm = 0x2B,
+  // XRC (IBA 9.2: RC's operations, each request with an XRCETH after the BTH)
+  kXrcSendFirst = 0xA0,
+  kXrcSendMiddle = 0xA1,
+  kXrcSendLast = 0xA2,
+  kXrcSendLastImm = 0xA3,
+  kXrcSendOnly = 0xA4,
+  kXrcSendOnlyImm = 0xA5,
+  kXrcWriteFirst = 0xA6,
+  kXrcWriteMiddle = 0xA7,
+  kXrcWriteLast = 0xA8,
+  kXrcWriteLastImm = 0xA9,
+  kXrcWriteOnly = 0xAA,
+  kXrcWriteOnlyImm = 0xAB,
+  kXrcReadRequest = 0xAC,
+  kXrcReadResponseFirst = 0xAD,
+  kXrcReadResponseMiddle = 0xAE,
+  kXrcReadResponseLast = 0xAF,
+  kXrcReadResponseOnly = 0xB0,
+  kXrcAck = 0xB1,
+  kXrcAtomicAck = 0xB2,
+  kXrcCompareSwap = 0xB3,
+  kXrcFetchAdd = 0xB4,
+  kXrcSendLastInv = 0xB6,
+  kXrcSendOnlyInv = 0xB7,
   // UD
   kUdSendOnly = 0x64,
   kUdSendOnlyImm = 0x65,
@@ -69,6 +95,8 @@ enum class Header : std::uint16_t {
   kIeth = 1 << 5,
   kAtomicAckEth = 1 << 6,
   kCnpPad = 1 << 7,  // the 16 reserved bytes of a CNP
+  kXrcEth = 1 << 8,  // XRC requests: the destination XRC SRQ
+  kFeth = 1 << 9,    // FLUSH: placement type and selectivity
 };
 
 class HeaderSet {
@@ -100,6 +128,8 @@ enum class Operation : std::uint8_t {
   kAtomicAck,
   kCompareSwap,
   kFetchAdd,
+  kAtomicWrite,  // 8 bytes placed atomically; answered by a READ RESPONSE ONLY of no payload
+  kFlush,        // makes prior writes visible or persistent; answered as ATOMIC WRITE
   kCnp,
 };
 
@@ -113,6 +143,10 @@ inline constexpr std::size_t kAtomicAckEthBytes = 8;
 inline constexpr std::size_t kImmDtBytes = 4;
 inline constexpr std::size_t kIethBytes = 4;
 inline constexpr std::size_t kCnpPadBytes = 16;
+inline constexpr std::size_t kXrcEthBytes = 4;
+inline constexpr std::size_t kFethBytes = 4;
+// ATOMIC WRITE carries exactly one naturally aligned 64-bit word (oA19-28).
+inline constexpr std::size_t kAtomicWriteBytes = 8;
 inline constexpr std::size_t kIcrcBytes = 4;
 
 struct OpcodeInfo {
@@ -139,6 +173,8 @@ struct OpcodeInfo {
   constexpr std::size_t header_bytes() const {
     std::size_t n = kBthBytes;
     if (headers.has(Header::kDeth)) n += kDethBytes;
+    if (headers.has(Header::kXrcEth)) n += kXrcEthBytes;
+    if (headers.has(Header::kFeth)) n += kFethBytes;
     if (headers.has(Header::kReth)) n += kRethBytes;
     if (headers.has(Header::kAtomicEth)) n += kAtomicEthBytes;
     if (headers.has(Header::kAeth)) n += kAethBytes;
@@ -163,7 +199,8 @@ constexpr OpcodeInfo resp(Opcode o, std::string_view n, Op op, P p, HeaderSet h,
 }
 }  // namespace detail
 
-// Every opcode the project speaks. RD and XRC are absent: neither rxe nor xroce implements them.
+// Every opcode the project speaks. RD is absent: neither rxe nor xroce implements it. XRC is
+// RC with an XRCETH on every request; its responses carry none.
 inline constexpr auto kOpcodeTable = [] {
   using namespace detail;
   using O = Opcode;
@@ -202,6 +239,8 @@ inline constexpr auto kOpcodeTable = [] {
           false, true),
       req(O::kRcSendOnlyInv, "SEND_ONLY_WITH_INVALIDATE", Op::kSend, P::kOnly, H::kIeth, true,
           false, true),
+      req(O::kRcFlush, "FLUSH", Op::kFlush, P::kOnly, H::kFeth | H::kReth, false),
+      req(O::kRcAtomicWrite, "ATOMIC_WRITE", Op::kAtomicWrite, P::kOnly, H::kReth, true),
       req(O::kUcSendFirst, "UC_SEND_FIRST", Op::kSend, P::kFirst, H::kNone, true),
       req(O::kUcSendMiddle, "UC_SEND_MIDDLE", Op::kSend, P::kMiddle, H::kNone, true),
       req(O::kUcSendLast, "UC_SEND_LAST", Op::kSend, P::kLast, H::kNone, true),
@@ -218,6 +257,45 @@ inline constexpr auto kOpcodeTable = [] {
       req(O::kUcWriteOnly, "UC_RDMA_WRITE_ONLY", Op::kWrite, P::kOnly, H::kReth, true),
       req(O::kUcWriteOnlyImm, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Op::kWrite, P::kOnly,
           H::kReth | H::kImmDt, true, true),
+      req(O::kXrcSendFirst, "XRC_SEND_FIRST", Op::kSend, P::kFirst, H::kXrcEth, true),
+      req(O::kXrcSendMiddle, "XRC_SEND_MIDDLE", Op::kSend, P::kMiddle, H::kXrcEth, true),
+      req(O::kXrcSendLast, "XRC_SEND_LAST", Op::kSend, P::kLast, H::kXrcEth, true),
+      req(O::kXrcSendLastImm, "XRC_SEND_LAST_WITH_IMMEDIATE", Op::kSend, P::kLast,
+          H::kXrcEth | H::kImmDt, true, true),
+      req(O::kXrcSendOnly, "XRC_SEND_ONLY", Op::kSend, P::kOnly, H::kXrcEth, true),
+      req(O::kXrcSendOnlyImm, "XRC_SEND_ONLY_WITH_IMMEDIATE", Op::kSend, P::kOnly,
+          H::kXrcEth | H::kImmDt, true, true),
+      req(O::kXrcWriteFirst, "XRC_RDMA_WRITE_FIRST", Op::kWrite, P::kFirst, H::kXrcEth | H::kReth,
+          true),
+      req(O::kXrcWriteMiddle, "XRC_RDMA_WRITE_MIDDLE", Op::kWrite, P::kMiddle, H::kXrcEth, true),
+      req(O::kXrcWriteLast, "XRC_RDMA_WRITE_LAST", Op::kWrite, P::kLast, H::kXrcEth, true),
+      req(O::kXrcWriteLastImm, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", Op::kWrite, P::kLast,
+          H::kXrcEth | H::kImmDt, true, true),
+      req(O::kXrcWriteOnly, "XRC_RDMA_WRITE_ONLY", Op::kWrite, P::kOnly, H::kXrcEth | H::kReth,
+          true),
+      req(O::kXrcWriteOnlyImm, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", Op::kWrite, P::kOnly,
+          H::kXrcEth | H::kReth | H::kImmDt, true, true),
+      req(O::kXrcReadRequest, "XRC_RDMA_READ_REQUEST", Op::kReadRequest, P::kOnly,
+          H::kXrcEth | H::kReth, false),
+      resp(O::kXrcReadResponseFirst, "XRC_RDMA_READ_RESPONSE_FIRST", Op::kReadResponse, P::kFirst,
+           H::kAeth, true),
+      resp(O::kXrcReadResponseMiddle, "XRC_RDMA_READ_RESPONSE_MIDDLE", Op::kReadResponse,
+           P::kMiddle, H::kNone, true),
+      resp(O::kXrcReadResponseLast, "XRC_RDMA_READ_RESPONSE_LAST", Op::kReadResponse, P::kLast,
+           H::kAeth, true),
+      resp(O::kXrcReadResponseOnly, "XRC_RDMA_READ_RESPONSE_ONLY", Op::kReadResponse, P::kOnly,
+           H::kAeth, true),
+      resp(O::kXrcAck, "XRC_ACKNOWLEDGE", Op::kAck, P::kOnly, H::kAeth, false),
+      resp(O::kXrcAtomicAck, "XRC_ATOMIC_ACKNOWLEDGE", Op::kAtomicAck, P::kOnly,
+           H::kAeth | H::kAtomicAckEth, false),
+      req(O::kXrcCompareSwap, "XRC_COMPARE_SWAP", Op::kCompareSwap, P::kOnly,
+          H::kXrcEth | H::kAtomicEth, false),
+      req(O::kXrcFetchAdd, "XRC_FETCH_ADD", Op::kFetchAdd, P::kOnly, H::kXrcEth | H::kAtomicEth,
+          false),
+      req(O::kXrcSendLastInv, "XRC_SEND_LAST_WITH_INVALIDATE", Op::kSend, P::kLast,
+          H::kXrcEth | H::kIeth, true, false, true),
+      req(O::kXrcSendOnlyInv, "XRC_SEND_ONLY_WITH_INVALIDATE", Op::kSend, P::kOnly,
+          H::kXrcEth | H::kIeth, true, false, true),
       req(O::kUdSendOnly, "UD_SEND_ONLY", Op::kSend, P::kOnly, H::kDeth, true),
       req(O::kUdSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", Op::kSend, P::kOnly,
           H::kDeth | H::kImmDt, true, true),
@@ -258,5 +336,39 @@ static_assert(opcode_info(Opcode::kUcSendOnly).transport() == Transport::kUc);
 static_assert(opcode_info(Opcode::kUdSendOnly).transport() == Transport::kUd);
 static_assert(opcode_info(Opcode::kCnp).transport() == Transport::kCnp);
 static_assert(!opcode_info(Opcode::kRcReadResponseMiddle).headers.has(Header::kAeth));
+static_assert(opcode_info(Opcode::kRcFlush).header_bytes() == 12 + 4 + 16);  // BTH|FETH|RETH
+static_assert(opcode_info(Opcode::kRcAtomicWrite).header_bytes() == 12 + 16);
+static_assert(opcode_info(Opcode::kXrcSendOnly).header_bytes() == 12 + 4);
+static_assert(opcode_info(Opcode::kXrcWriteOnlyImm).header_bytes() == 12 + 4 + 16 + 4);
+static_assert(opcode_info(Opcode::kXrcCompareSwap).header_bytes() == 12 + 4 + 28);
+static_assert(opcode_info(Opcode::kXrcAck).header_bytes() == 12 + 4);
+static_assert(opcode_info(Opcode::kXrcSendOnly).transport() == Transport::kXrc);
+
+// Every operation of RC, UC and XRC sits at the same low five bits in each transport (IBA 9.2),
+// so the requester picks the RC opcode and moves it into the QP's transport.
+constexpr Opcode in_transport(Opcode rc_opcode, Transport t) {
+  return static_cast<Opcode>((static_cast<std::uint8_t>(rc_opcode) & 0x1F) |
+                             static_cast<std::uint8_t>(t) << 5);
+}
+static_assert(in_transport(Opcode::kRcWriteOnlyImm, Transport::kUc) == Opcode::kUcWriteOnlyImm);
+static_assert(in_transport(Opcode::kRcSendOnlyInv, Transport::kXrc) == Opcode::kXrcSendOnlyInv);
+static_assert(in_transport(Opcode::kRcAck, Transport::kXrc) == Opcode::kXrcAck);
+// The same operation and position in every transport that has the opcode. (Table indices,
+// not pointers: GCC's sanitizers make pointer comparisons non-constant.)
+constexpr bool mirrors_rc(const OpcodeInfo& here) {
+  const std::uint8_t i = detail::kOpcodeIndex[static_cast<std::uint8_t>(here.opcode) & 0x1F];
+  if (i == detail::kNoOpcode) return false;
+  const OpcodeInfo& rc = kOpcodeTable[i];
+  return here.operation == rc.operation && here.position == rc.position &&
+         here.is_request == rc.is_request && here.with_imm == rc.with_imm &&
+         here.with_inv == rc.with_inv;
+}
+static_assert([] {
+  for (const OpcodeInfo& info : kOpcodeTable) {
+    const Transport t = info.transport();
+    if ((t == Transport::kUc || t == Transport::kXrc) && !mirrors_rc(info)) return false;
+  }
+  return true;
+}());
 
 }  // namespace xroce::wire

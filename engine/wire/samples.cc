@@ -66,8 +66,15 @@ TransportHeaders sample_headers(const OpcodeInfo& info, std::uint32_t index) {
   const HeaderSet hs = info.headers;
   // Not the GSI Q_Key: Wireshark would parse the payload of a GSI packet as a MAD.
   if (hs.has(Header::kDeth)) h.deth = Deth{Qkey(0x11110000 + index), Qpn(0x42)};
+  if (hs.has(Header::kXrcEth)) h.xrc_srqn = 0x00A00000 + index;
+  if (hs.has(Header::kFeth)) {
+    h.feth = Feth{static_cast<std::uint8_t>(1 + index % 3), static_cast<std::uint8_t>(index % 2)};
+  }
   if (hs.has(Header::kReth)) {
-    const std::uint32_t len = info.operation == Operation::kReadRequest ? 4096 + index : 1000;
+    const std::uint32_t len = info.operation == Operation::kReadRequest ? 4096 + index
+                              : info.operation == Operation::kAtomicWrite
+                                  ? static_cast<std::uint32_t>(kAtomicWriteBytes)
+                                  : 1000;
     h.reth = Reth{0x00007F0000001000ull + index * 0x1000ull, Rkey(0x00AB0000 + index), len};
   }
   if (hs.has(Header::kAtomicEth)) {

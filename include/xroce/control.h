@@ -102,6 +102,15 @@ enum class Op : uint16_t {
   // The next page of the last TextReply that said `more` (any size of text travels in pages of
   // at most kMaxMessageBytes). ENOENT when nothing is pending.
   text_next,  // (empty) -> TextReply
+  // Memory windows, re-registration, XRC domains, SRQ resize, ODP advice.
+  alloc_mw,    // AllocMwRequest -> MwReply
+  dealloc_mw,  // HandleRequest -> (empty)
+  rereg_mr,    // ReregMrRequest -> RegMrReply (the region's keys change)
+  open_xrcd,   // OpenXrcdRequest (+ fd of the file naming a shared domain) -> HandleReply
+  close_xrcd,  // HandleRequest -> (empty); EBUSY while SRQs or QPs use the domain
+  open_qp,     // OpenQpRequest -> CreateQpReply + fds [ring memfd, doorbell eventfd]
+  resize_srq,  // ResizeSrqRequest -> SrqReply + fds [new ring memfd]
+  advise_mr,   // AdviseMrRequest -> (empty)
 };
 
 struct Header {
@@ -147,6 +156,16 @@ struct DeviceAttr {
   uint16_t max_pkeys;
   uint8_t phys_port_cnt;
   uint8_t reserved = 0;
+  // ibv_device_attr_ex beyond ibv_device_attr.
+  uint64_t device_cap_flags_ex;  // the kernel's 64-bit flags (IB_UVERBS_DEVICE_*)
+  uint32_t max_mw;
+  uint32_t odp_general_caps;  // ibv_odp_general_caps
+  uint32_t odp_rc_caps;       // ibv_odp_transport_cap_bits
+  uint32_t odp_uc_caps;
+  uint32_t odp_ud_caps;
+  uint32_t odp_xrc_caps;
+  uint64_t completion_timestamp_mask;
+  uint64_t hca_core_clock_khz;
 };
 
 struct PortRequest {
@@ -283,14 +302,16 @@ struct QpCap {
 };
 
 struct CreateQpRequest {
-  uint32_t pd;
-  uint32_t send_cq;
-  uint32_t recv_cq;
+  uint32_t pd;       // 0 for XRC_RECV
+  uint32_t send_cq;  // 0 for XRC_RECV
+  uint32_t recv_cq;  // 0 for XRC_RECV (and optional for XRC_SEND)
   uint32_t srq;      // 0 = none
-  uint32_t qp_type;  // ibv_qp_type: IBV_QPT_RC or IBV_QPT_UD
+  uint32_t qp_type;  // ibv_qp_type: RC, UC, UD, XRC_SEND, XRC_RECV
   uint32_t sq_sig_all;
   QpCap cap;
   uint64_t cookie;
+  uint32_t xrcd;  // XRC_RECV: the XRC domain (open_xrcd handle)
+  uint32_t reserved = 0;
 };
 
 struct CreateQpReply {
@@ -348,6 +369,10 @@ struct CreateSrqRequest {
   uint32_t max_sge;
   uint32_t srq_limit;
   uint64_t cookie;
+  uint32_t srq_type;  // ibv_srq_type: IBV_SRQT_BASIC or IBV_SRQT_XRC
+  uint32_t xrcd;      // XRC: the XRC domain
+  uint32_t cq;        // XRC: the CQ its receive completions go to
+  uint32_t reserved = 0;
 };
 
 struct SrqAttr {
@@ -361,7 +386,7 @@ struct SrqReply {
   SrqAttr attr;  // what the device gave
   uint32_t slots;
   uint32_t slot_bytes;
-  uint32_t reserved = 0;
+  uint32_t srqn;  // the SRQ number (ibv_get_srq_num), what an XRCETH names
   uint64_t region_bytes;
 };
 
@@ -386,6 +411,65 @@ struct CcSetRequest {
 struct CcProfileRequest {
   char name[kNameBytes];
   char profile[16];
+};
+
+struct AllocMwRequest {
+  uint32_t pd;
+  uint32_t type;  // ibv_mw_type
+};
+
+struct MwReply {
+  uint32_t handle;
+  uint32_t rkey;  // the window's R_Key until its first bind
+};
+
+// ibv_rereg_mr: `flags` is ibv_rereg_mr_flags (CHANGE_TRANSLATION 1, CHANGE_PD 2,
+// CHANGE_ACCESS 4); the fields the flags do not name are ignored.
+struct ReregMrRequest {
+  uint32_t mr_handle;
+  uint32_t flags;
+  uint32_t pd;
+  uint32_t access;
+  uint64_t addr;
+  uint64_t length;
+};
+
+// ibv_open_xrcd: with an fd (passed with the request) the domain is the one of that file's
+// inode, shared by every context that opens it; `oflags` as ibv_xrcd_init_attr (O_CREAT,
+// O_EXCL). Without one, a domain of this context alone.
+struct OpenXrcdRequest {
+  uint32_t oflags;
+  uint32_t reserved = 0;
+};
+
+// ibv_open_qp: another handle on an XRC_RECV QP of a domain this context has open.
+struct OpenQpRequest {
+  uint32_t xrcd;
+  uint32_t qpn;
+  uint32_t qp_type;  // IBV_QPT_XRC_RECV
+  uint32_t reserved = 0;
+  uint64_t cookie;
+};
+
+struct ResizeSrqRequest {
+  uint32_t handle;
+  uint32_t max_wr;
+};
+
+// ibv_advise_mr: the SGEs are checked against the PD's regions (what a device prefetching would
+// reach); up to kMaxAdviseSge of them.
+inline constexpr uint32_t kMaxAdviseSge = 32;
+struct AdviseSge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+struct AdviseMrRequest {
+  uint32_t pd;
+  uint32_t advice;  // ibv_advise_mr_advice
+  uint32_t flags;
+  uint32_t num_sge;
+  AdviseSge sge[kMaxAdviseSge];
 };
 
 struct CreateAhRequest {

@@ -126,7 +126,14 @@ inline constexpr uint32_t kMaxInlineData = 256;  // as rxe (and transport::QpCon
 
 // A send WQE: the fixed part, then `num_sge` Sge, or `inline_bytes` bytes of inline data when
 // send_flags has IBV_SEND_INLINE. All integers in host order except imm_data, which holds
-// ibv_send_wr.imm_data as the application gave it (network order).
+// ibv_send_wr.imm_data as the application gave it (network order). Per opcode:
+//   BIND_MW       invalidate_rkey: the window's current R_Key; rkey: the R_Key it takes;
+//                 remote_addr, compare_add: the bound range (ibv_mw_bind_info addr, length);
+//                 mw_lkey, mw_access: the region and the window's access flags
+//   LOCAL_INV     invalidate_rkey
+//   ATOMIC_WRITE  remote_addr, rkey; compare_add: the 8 bytes, in memory order
+//   FLUSH         remote_addr, rkey, flush_length, flush_type, flush_level (rdma-core v45)
+//   XRC_SEND QPs  xrc_remote_srqn: the target XRC SRQ of every request
 struct SendWqe {
   uint64_t wr_id;
   uint32_t opcode;      // ibv_wr_opcode
@@ -134,7 +141,7 @@ struct SendWqe {
   uint32_t num_sge;
   uint32_t inline_bytes;
   uint32_t imm_data;         // SEND_WITH_IMM, RDMA_WRITE_WITH_IMM (network order)
-  uint32_t invalidate_rkey;  // SEND_WITH_INV
+  uint32_t invalidate_rkey;  // SEND_WITH_INV, LOCAL_INV, BIND_MW (see above)
   uint64_t remote_addr;      // RDMA and atomics
   uint32_t rkey;
   uint32_t reserved0;
@@ -145,9 +152,16 @@ struct SendWqe {
   uint32_t remote_qpn;
   uint32_t remote_qkey;
   uint32_t reserved1;
+  uint32_t mw_lkey;
+  uint32_t mw_access;
+  uint32_t xrc_remote_srqn;
+  uint32_t flush_length;
+  uint8_t flush_type;   // placement type: IBV_FLUSH_GLOBAL / IBV_FLUSH_PERSISTENT bits
+  uint8_t flush_level;  // selectivity: IBV_FLUSH_RANGE, IBV_FLUSH_MR
+  uint8_t reserved2[6];
   // followed by Sge[num_sge] or inline bytes
 };
-static_assert(sizeof(SendWqe) == 80);
+static_assert(sizeof(SendWqe) == 104);
 static_assert(std::is_trivially_copyable_v<SendWqe>);
 
 // A receive WQE (RQ and SRQ): the fixed part, then Sge[num_sge].
@@ -163,7 +177,9 @@ static_assert(sizeof(RecvWqe) == 16);
 inline constexpr uint8_t kCqeSolicited = 1;  // the message carried SE
 
 // A completion: every ibv_wc field. imm_data is in network order as ibv_wc holds it; for
-// IBV_WC_WITH_INV it holds the invalidated rkey in host order (the ibv_wc union).
+// IBV_WC_WITH_INV it holds the invalidated rkey in host order (the ibv_wc union). timestamp_ns
+// is when the device made the completion, in CLOCK_MONOTONIC nanoseconds (the device's clock:
+// hca_core_clock 1 GHz; IBV_WC_EX_WITH_COMPLETION_TIMESTAMP).
 struct Cqe {
   uint64_t wr_id;
   uint32_t status;  // ibv_wc_status
@@ -179,7 +195,9 @@ struct Cqe {
   uint8_t sl;
   uint8_t dlid_path_bits;
   uint8_t flags;  // kCqeSolicited
-  uint8_t reserved[17];
+  uint8_t reserved;
+  uint64_t timestamp_ns;
+  uint8_t reserved2[8];
 };
 static_assert(sizeof(Cqe) == 64);
 static_assert(std::is_trivially_copyable_v<Cqe>);

@@ -32,9 +32,10 @@ TEST_P(ConformWire, EveryCasePassesAgainstXroce) {
   const std::string pcap = (std::filesystem::temp_directory_path() /
                             ("conform-" + port + "-" + std::to_string(getpid()) + ".pcap"))
                                .string();
-  const RunResult r = pair.exec(
-      1, {xroce_bin(), "conform", "--dev", pair.netdev(1), "--peer", pair.ip(0), "--json", "--pcap", pcap},
-      seconds(600));
+  const RunResult r = pair.exec(1,
+                                {xroce_bin(), "conform", "--dev", pair.netdev(1), "--peer",
+                                 pair.ip(0), "--json", "--pcap", pcap},
+                                seconds(600));
   const auto j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << "status " << r.status << ":\n" << r.output;
   const int pass = j["summary"]["pass"];

@@ -281,6 +281,28 @@ TEST_F(DeviceTest, UnsupportedVerbsFailAsOnARealDevice) {
   EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
 }
 
+// Memory windows, ATOMIC_WRITE, UC, rereg_mr, iova, ODP, XRC and completion timestamps between
+// two QPs of one device (looped back inside the daemon, through its requester and responder);
+// every check in verbs_probe_transport.cc is on the data or the completion status.
+TEST_F(DeviceTest, TransportVerbsMoveDataAndEnforceAccess) {
+  Host host("xre2e-transport", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  auto r = app(host, {probe_bin(), "xre0", "transport"});
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+  for (const char* name :
+       {"write_through_window_data", "write_after_local_inv_rem_access_err",
+        "write_beyond_window_rem_access_err", "recv_with_inv_names_the_key",
+        "write_after_send_with_inv_rem_access_err", "write_through_type1_window_data",
+        "atomic_write_data", "uc_recv_data_and_imm", "uc_write_data",
+        "write_after_rereg_lands_in_new_buffer", "write_by_iova_data", "odp_write_data",
+        "xrc_send_data", "open_qp", "completion_timestamp_in_range"}) {
+    EXPECT_NE(r.output.find(std::string("check ") + name + " ok"), std::string::npos)
+        << name << "\n"
+        << r.output;
+  }
+}
+
 TEST_F(DeviceTest, CompletionChannelsComeFromThePreloadLibrary) {
   Host host("xre2e-channel", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);

@@ -176,8 +176,8 @@ int dma_loopback(ibv_context* ctx, int atomics) {
   }
   const bool made = loop.qp[0] != nullptr && loop.qp[1] != nullptr &&
                     ibv_query_gid(ctx, 1, 0, &gid) == 0 &&
-                    connect_rc(loop.qp[0], loop.qp[1]->qp_num, gid) &&
-                    connect_rc(loop.qp[1], loop.qp[0]->qp_num, gid);
+                    connect_qp(loop.qp[0], loop.qp[1]->qp_num, gid) &&
+                    connect_qp(loop.qp[1], loop.qp[0]->qp_num, gid);
   auto* target = static_cast<std::uint8_t*>(map_anonymous(kRegionBytes));
   auto* local = static_cast<std::uint8_t*>(map_anonymous(kRegionBytes));
   check(made && target != nullptr && local != nullptr, "setup");

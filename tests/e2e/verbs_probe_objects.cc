@@ -88,10 +88,14 @@ void check_cq_errors(ibv_context* ctx, const ibv_device_attr& dev) {
         "cq_bad_vector_einval");
   ibv_cq_init_attr_ex ex{};
   ex.cqe = kCqe;
+  // Completion timestamps are offered; a flow tag (a steering feature the device lacks) is not.
   ex.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* stamped = ibv_create_cq_ex(ctx, &ex);
+  check(stamped != nullptr && ibv_destroy_cq(ibv_cq_ex_to_cq(stamped)) == 0,
+        "cq_ex_timestamp_supported");
+  ex.wc_flags = IBV_WC_EX_WITH_FLOW_TAG;
   errno = 0;
-  check(ibv_create_cq_ex(ctx, &ex) == nullptr && errno == EOPNOTSUPP,
-        "cq_ex_timestamp_unsupported");
+  check(ibv_create_cq_ex(ctx, &ex) == nullptr && errno == EOPNOTSUPP, "cq_ex_flow_tag_unsupported");
   ex.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_IMM;
   ibv_cq_ex* cq_ex = ibv_create_cq_ex(ctx, &ex);
   check(cq_ex != nullptr, "create_cq_ex");
@@ -224,10 +228,10 @@ void check_qp_ex(ibv_context* ctx, ibv_pd* pd, ibv_cq* cq, ibv_mr* mr) {
   init.cap.max_recv_sge = 1;
   init.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   init.pd = pd;
-  init.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_BIND_MW;
+  // TSO is a UD/raw-packet operation: an RC QP does not offer it.
+  init.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_TSO;
   errno = 0;
-  check(ibv_create_qp_ex(ctx, &init) == nullptr && errno == EOPNOTSUPP,
-        "qp_ex_bind_mw_unsupported");
+  check(ibv_create_qp_ex(ctx, &init) == nullptr && errno == EOPNOTSUPP, "qp_ex_tso_unsupported");
   init.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
   ibv_qp* qp = ibv_create_qp_ex(ctx, &init);
   ibv_qp_ex* qpx = qp != nullptr ? ibv_qp_to_qp_ex(qp) : nullptr;

@@ -1,9 +1,13 @@
 // Simulation: the real transport on two nodes over the seeded simulated network. Safety under
-// faults (nothing lost, corrupted, duplicated or misordered at the verbs level) over many
-// seeds; liveness without faults (everything completes, nothing is ever retransmitted).
+// faults (nothing lost, corrupted, duplicated or misordered at the verbs level; UC may lose
+// whole messages, nothing else) over many seeds; liveness without faults (everything
+// completes, nothing is ever retransmitted, no UC message lost). The mix holds every RC
+// opcode, ATOMIC WRITE, FLUSH, memory-window binds with local and remote invalidation, and
+// UC SENDs and WRITEs.
 // Every failure prints its seed and the `xroce sim` command that reproduces it.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -22,9 +26,9 @@ std::string describe(const ScenarioConfig& c, const Summary& s) {
   return "seed " + std::to_string(c.seed) + ": " + s.failure +
          "\n  reproduce: " + reproduce_command(c) + "\n  posted " + std::to_string(s.posted) +
          " completed " + std::to_string(s.completed) + " received " + std::to_string(s.received) +
-         " lost " + std::to_string(s.lost) + " retransmitted " +
-         std::to_string(s.retransmitted_packets) + " timeouts " + std::to_string(s.timeouts) +
-         " sim_time_us " + std::to_string(s.sim_time_us);
+         " lost " + std::to_string(s.lost) + " uc_lost " + std::to_string(s.uc_lost) +
+         " retransmitted " + std::to_string(s.retransmitted_packets) + " timeouts " +
+         std::to_string(s.timeouts) + " sim_time_us " + std::to_string(s.sim_time_us);
 }
 
 // Seeds vary the scenario too: MTU, QP count, message sizes, and which faults dominate.
@@ -53,20 +57,37 @@ TEST(SimWorkload, FaultySeedsLoseNothing) {
   std::uint64_t retransmitted = 0;
   std::uint64_t bad_frames = 0;
   std::uint64_t unsignaled = 0;
+  std::uint64_t uc_lost = 0;
+  std::uint64_t binds = 0;
+  std::uint64_t invalidations = 0;
+  std::array<std::uint64_t, kOpKinds> by_kind{};
   for (std::uint64_t seed = 1; seed <= n; ++seed) {
     const ScenarioConfig c = scenario_for(seed, true);
     const Summary s = run_scenario(c);
     ASSERT_TRUE(s.ok()) << describe(c, s);
     ASSERT_EQ(s.completed, s.posted) << describe(c, s);
     ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
+    // Every bind was invalidated again, by LOCAL_INV or SEND_WITH_INV.
+    ASSERT_EQ(s.window_binds, s.invalidations) << describe(c, s);
     retransmitted += s.retransmitted_packets;
     bad_frames += s.frames_dropped_bad;
     unsignaled += s.posted_unsignaled;
+    uc_lost += s.uc_lost;
+    binds += s.window_binds;
+    invalidations += s.invalidations;
+    for (std::size_t k = 0; k < kOpKinds; ++k)
+      by_kind[k] += s.posted_by_kind[k];
   }
-  // The faults were real: the transport had to recover, and the ICRC caught corruption.
+  // The faults were real: the transport had to recover, the ICRC caught corruption, and UC
+  // lost messages (which is all UC may do).
   EXPECT_GT(retransmitted, 0u);
   EXPECT_GT(bad_frames, 0u);
   EXPECT_GT(unsignaled, 0u);
+  EXPECT_GT(uc_lost, 0u);
+  EXPECT_GT(binds, 0u);
+  EXPECT_GT(invalidations, 0u);
+  for (std::size_t k = 0; k < kOpKinds; ++k)
+    EXPECT_GT(by_kind[k], 0u) << to_string(static_cast<OpKind>(k)) << " never posted";
 }
 
 TEST(SimWorkload, CleanSeedsCompleteWithoutRetransmission) {
@@ -80,6 +101,7 @@ TEST(SimWorkload, CleanSeedsCompleteWithoutRetransmission) {
     ASSERT_EQ(s.timeouts, 0u) << describe(c, s);
     ASSERT_EQ(s.naks_sent, 0u) << describe(c, s);
     ASSERT_EQ(s.frames_dropped_bad, 0u) << describe(c, s);
+    ASSERT_EQ(s.uc_lost, 0u) << describe(c, s);
   }
 }
 
@@ -106,6 +128,24 @@ TEST(SimWorkload, SameSeedSameRun) {
   EXPECT_EQ(a.retransmitted_packets, b.retransmitted_packets);
 }
 
+// UC under heavy loss and reordering: many messages lost, every one that arrived intact and in
+// order, and the senders never see an error.
+TEST(SimWorkload, UcLosesMessagesAndNothingElse) {
+  for (std::uint64_t seed = 501; seed < 501 + seeds(20); ++seed) {
+    ScenarioConfig c = scenario_for(seed, true);
+    c.mix = *Mix::parse("uc");
+    c.qps = 0;
+    c.uc_qps = 2;
+    c.loss = 0.1;
+    c.reorder = 0.05;
+    const Summary s = run_scenario(c);
+    ASSERT_TRUE(s.ok()) << describe(c, s);
+    ASSERT_EQ(s.completed, s.posted) << describe(c, s);
+    ASSERT_GT(s.uc_lost, 0u) << describe(c, s);
+    ASSERT_GT(s.received, 0u) << describe(c, s);
+  }
+}
+
 TEST(SimWorkload, MixParsesAndPrints) {
   auto m = Mix::parse("write=3,atomic");
   ASSERT_TRUE(m);
@@ -116,6 +156,13 @@ TEST(SimWorkload, MixParsesAndPrints) {
   EXPECT_FALSE(Mix::parse("bogus"));
   EXPECT_FALSE(Mix::parse("send=0"));
   EXPECT_EQ(Mix::parse("all"), Mix{});
+  auto groups = Mix::parse("mw=2,uc,atomic_write,flush");
+  ASSERT_TRUE(groups);
+  EXPECT_EQ(groups->weight[static_cast<std::size_t>(OpKind::kMwWrite)], 2u);
+  EXPECT_EQ(groups->weight[static_cast<std::size_t>(OpKind::kSendInv)], 2u);
+  EXPECT_EQ(groups->weight[static_cast<std::size_t>(OpKind::kUcWriteImm)], 1u);
+  EXPECT_EQ(groups->weight[static_cast<std::size_t>(OpKind::kRead)], 0u);
+  EXPECT_EQ(Mix::parse(groups->to_string()), groups);
 }
 
 }  // namespace

@@ -56,6 +56,9 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"data_errors", s.data_errors},
           {"completion_errors", s.completion_errors},
           {"lost", s.lost},
+          {"uc_lost", s.uc_lost},
+          {"window_binds", s.window_binds},
+          {"invalidations", s.invalidations},
           {"retransmitted_packets", s.retransmitted_packets},
           {"naks_sent", s.naks_sent},
           {"timeouts", s.timeouts},
@@ -67,6 +70,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"mix", c.mix.to_string()},
           {"nodes", c.nodes},
           {"qps", c.qps},
+          {"uc_qps", c.uc_qps},
           {"failure", s.failure}};
 }
 
@@ -352,10 +356,12 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--seed", c.seed, "Seed of the run (workload and network)");
   cmd->add_option("--ops", c.ops, "Operations to post, both directions together");
   cmd->add_option("--nodes", c.nodes, "Hosts on the simulated switch (2..250)");
-  cmd->add_option("--qps", c.qps, "QP pairs between every two nodes");
+  cmd->add_option("--qps", c.qps, "RC QP pairs between every two nodes");
+  cmd->add_option("--uc-qps", c.uc_qps, "UC QP pairs between every two nodes (UC kinds)");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
-                  "read, cas, faa, atomic");
+                  "read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, "
+                  "uc_write_imm; groups atomic, mw, uc");
   cmd->add_option("--mtu", f->mtu, "Path MTU in bytes (256, 512, 1024, 2048, 4096)");
   cmd->add_option("--loss", c.loss, "Frame loss probability per hop");
   cmd->add_option("--reorder", c.reorder, "Frame reordering probability");

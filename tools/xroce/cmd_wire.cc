@@ -126,6 +126,10 @@ json headers_json(const w::TransportHeaders& h) {
               {"resv7", b.resv7},
               {"psn", b.psn.value()}};
   if (h.deth) j["deth"] = {{"qkey", h.deth->qkey.value()}, {"src_qp", h.deth->src_qp.value()}};
+  if (h.xrc_srqn) j["xrceth"] = {{"xrc_srqn", *h.xrc_srqn}};
+  if (h.feth) {
+    j["feth"] = {{"placement_type", h.feth->placement}, {"selectivity", h.feth->selectivity}};
+  }
   if (h.reth) {
     j["reth"] = {
         {"va", h.reth->va}, {"rkey", h.reth->rkey.value()}, {"dma_length", h.reth->dma_length}};
@@ -178,6 +182,11 @@ std::string headers_text(const w::TransportHeaders& h) {
   if (h.deth)
     s += fmt::format(" deth qkey=0x{:08x} src_qp=0x{:06x}", h.deth->qkey.value(),
                      h.deth->src_qp.value());
+  if (h.xrc_srqn) s += fmt::format(" xrceth srqn=0x{:06x}", *h.xrc_srqn);
+  if (h.feth) {
+    s += fmt::format(" feth placement=0x{:x} selectivity={}", h.feth->placement,
+                     h.feth->selectivity);
+  }
   if (h.reth)
     s += fmt::format(" reth va=0x{:x} rkey=0x{:x} len={}", h.reth->va, h.reth->rkey.value(),
                      h.reth->dma_length);

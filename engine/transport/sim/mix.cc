@@ -7,9 +7,18 @@
 namespace xroce::transport::sim {
 
 namespace {
-constexpr std::array<const char*, kOpKinds> kNames = {"send",      "send_imm", "send_inv", "write",
-                                                      "write_imm", "read",     "cas",      "faa"};
+constexpr std::array<const char*, kOpKinds> kNames = {
+    "send", "send_imm",     "send_inv", "write",    "write_imm", "read",     "cas",
+    "faa",  "atomic_write", "flush",    "mw_write", "uc_send",   "uc_write", "uc_write_imm"};
+
+// Names that stand for several kinds.
+bool in_group(std::string_view name, OpKind k) {
+  if (name == "atomic") return k == OpKind::kCmpSwap || k == OpKind::kFetchAdd;
+  if (name == "mw") return k == OpKind::kSendInv || k == OpKind::kMwWrite;
+  if (name == "uc") return is_uc(k);
+  return false;
 }
+}  // namespace
 
 const char* to_string(OpKind k) {
   return kNames[static_cast<std::size_t>(k)];
@@ -35,7 +44,7 @@ std::optional<Mix> Mix::parse(std::string_view text) {
     }
     bool found = false;
     for (std::size_t i = 0; i < kOpKinds; ++i) {
-      if (item == kNames[i] || (item == "atomic" && (i == 6 || i == 7))) {
+      if (item == kNames[i] || in_group(item, static_cast<OpKind>(i))) {
         m.weight[i] = w;
         found = true;
       }
@@ -64,12 +73,15 @@ std::string Mix::to_string() const {
 
 std::string reproduce_command(const ScenarioConfig& c) {
   char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --mix %s --mtu %u --loss %g "
-                "--reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g",
-                static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops),
-                c.nodes, c.qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder,
-                c.dup, c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps);
+  std::snprintf(
+      buf, sizeof buf,
+      "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --uc-qps %u --mix %s --mtu %u "
+      "--loss %g --reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g "
+      "--max-msg %u --outstanding %u",
+      static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops), c.nodes,
+      c.qps, c.uc_qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
+      c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps, c.max_msg_bytes,
+      c.max_outstanding);
   return buf;
 }
 

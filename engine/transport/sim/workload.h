@@ -1,8 +1,12 @@
 // The workload driver: nodes running the real transport core, joined by the deterministic
 // simulated network (engine/net/sim) through the real frame codec (wire/frame.h, so corruption
-// is caught by the ICRC). It posts random mixes of every RC opcode and size over several QP
-// pairs in both directions and checks every byte at the target, every completion's status and
-// order, and that no work is lost or completed twice. Pure and seeded: one seed, one run.
+// is caught by the ICRC). It posts random mixes of every RC opcode and size, ATOMIC WRITE and
+// FLUSH, memory-window binds with WRITEs through the windows and their local or remote
+// invalidation, and UC SENDs and WRITEs, over several RC and UC QP pairs in both directions.
+// It checks every byte at the target, every completion's status and order, that no work is
+// lost or completed twice, that invalidated windows refuse access, and for UC that a message
+// is either received whole and in order or not at all (a loss, counted). Pure and seeded: one
+// seed, one run.
 #pragma once
 
 #include <array>
@@ -18,22 +22,34 @@ namespace xroce::transport::sim {
 enum class OpKind : std::uint8_t {
   kSend,
   kSendImm,
-  kSendInv,
+  kSendInv,  // bind a window at the peer, WRITE through it, SEND_WITH_INV to invalidate it
   kWrite,
   kWriteImm,
   kRead,
   kCmpSwap,
   kFetchAdd,
+  kAtomicWrite,
+  kFlush,
+  kMwWrite,  // bind a window at the peer, WRITE through it, the peer's LOCAL_INV ends it
+  kUcSend,   // UC: SEND or SEND_WITH_IMM
+  kUcWrite,
+  kUcWriteImm,
 };
-inline constexpr std::size_t kOpKinds = 8;
+inline constexpr std::size_t kOpKinds = 14;
 const char* to_string(OpKind k);
+// Whether the kind runs on UC QP pairs (else on RC ones).
+constexpr bool is_uc(OpKind k) {
+  return k == OpKind::kUcSend || k == OpKind::kUcWrite || k == OpKind::kUcWriteImm;
+}
 
 // Relative weights of the operations the driver posts.
 struct Mix {
-  std::array<std::uint32_t, kOpKinds> weight{1, 1, 1, 1, 1, 1, 1, 1};
+  std::array<std::uint32_t, kOpKinds> weight{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
   // "all", or comma-separated kind[=weight] with kinds send, send_imm, send_inv, write,
-  // write_imm, read, cas, faa (and the groups "atomic" = cas+faa). nullopt if malformed.
+  // write_imm, read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, uc_write_imm,
+  // and the groups "atomic" = cas+faa, "mw" = send_inv+mw_write, "uc" = the three UC kinds.
+  // nullopt if malformed.
   static std::optional<Mix> parse(std::string_view text);
   std::string to_string() const;
   bool operator==(const Mix&) const = default;
@@ -43,7 +59,8 @@ struct ScenarioConfig {
   std::uint64_t seed = 1;
   std::uint64_t ops = 1000;  // operations posted in total, both directions
   std::uint32_t nodes = 2;   // hosts on one switch (2..250)
-  std::uint32_t qps = 4;     // QP pairs between every two nodes; traffic flows both ways
+  std::uint32_t qps = 4;     // RC QP pairs between every two nodes; traffic flows both ways
+  std::uint32_t uc_qps = 1;  // UC QP pairs between every two nodes (for the UC kinds)
   Mix mix;
   PathMtu mtu = PathMtu::k1024;
   double loss = 0, reorder = 0, dup = 0, corrupt = 0;  // per frame, on each host's egress
@@ -64,6 +81,9 @@ struct Summary {
   std::uint64_t data_errors = 0;
   std::uint64_t completion_errors = 0;  // wrong status, order, duplicate or unexpected
   std::uint64_t lost = 0;               // posted work never completed / never received
+  std::uint64_t uc_lost = 0;            // UC messages the network lost (IBA: UC may lose them)
+  std::uint64_t window_binds = 0;       // memory-window binds that completed
+  std::uint64_t invalidations = 0;      // windows invalidated (LOCAL_INV or SEND_WITH_INV)
   std::uint64_t retransmitted_packets = 0;
   std::uint64_t naks_sent = 0;
   std::uint64_t timeouts = 0;

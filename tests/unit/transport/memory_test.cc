@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cerrno>
 #include <random>
 #include <set>
 #include <vector>
@@ -76,15 +77,162 @@ TEST_F(MrTableTest, RemoteCheckNeedsTheRemoteFlag) {
 
 TEST_F(MrTableTest, DeregisteredAndInvalidatedKeysStopWorkingAndAreNotReused) {
   const MemoryRegion a = mrs.register_region(base, 64, access::kRemoteRead);
-  ASSERT_TRUE(mrs.deregister(a.lkey));
+  ASSERT_EQ(mrs.deregister(a.lkey), 0);
   EXPECT_EQ(mrs.check_remote(a.rkey, base, 8, access::kRemoteRead).error(), MemError::kInvalidKey);
-  EXPECT_FALSE(mrs.deregister(a.lkey));
+  EXPECT_EQ(mrs.deregister(a.lkey), EINVAL);
   const MemoryRegion b = mrs.register_region(base, 64, access::kRemoteRead);
-  EXPECT_NE(b.rkey, a.rkey);  // same slot, new generation
+  EXPECT_EQ(b.lkey.value() >> 8, a.lkey.value() >> 8);  // the slot is re-used...
   EXPECT_EQ(mrs.check_remote(a.rkey, base, 8, access::kRemoteRead).error(), MemError::kInvalidKey);
-  ASSERT_TRUE(mrs.invalidate(b.rkey));
-  EXPECT_FALSE(mrs.check_remote(b.rkey, base, 8, access::kRemoteRead));
+  // ...and a region registered with ibv_reg_mr cannot be invalidated (o10-37.2.26: only type 2
+  // windows; rxe_invalidate_mr refuses user regions too).
   EXPECT_FALSE(mrs.invalidate(b.rkey));
+  EXPECT_TRUE(mrs.check_remote(b.rkey, base, 8, access::kRemoteRead));
+}
+
+// ibv_reg_mr_iova: requests name addresses from the iova on; the check hands back where the
+// bytes are in the process.
+TEST(MemoryRegionTable, IovaTranslatesToTheProcessAddress) {
+  LocalMemory mem;
+  MemoryRegionTable mrs(mem);
+  const std::uint64_t base = mem.allocate(4096);
+  const MemoryRegion mr = mrs.register_region(base, 4096, access::kLocalWrite | access::kRemoteRead,
+                                              std::uint64_t{0x1000});
+  EXPECT_EQ(mr.iova, 0x1000u);
+  EXPECT_EQ(*mrs.check_remote(mr.rkey, 0x1010, 16, access::kRemoteRead), base + 0x10);
+  EXPECT_EQ(*mrs.check_local(mr.lkey, 0x1FFF, 1, access::kLocalWrite), base + 0xFFF);
+  EXPECT_EQ(mrs.check_remote(mr.rkey, base, 8, access::kRemoteRead).error(),
+            MemError::kOutOfBounds);  // the process address is not a name the region answers to
+  EXPECT_EQ(mrs.check_local(mr.lkey, 0x0FFF, 2, 0).error(), MemError::kOutOfBounds);
+}
+
+// ibv_rereg_mr: translation and access change under new keys; the old keys stop working.
+TEST(MemoryRegionTable, ReregisterChangesTranslationAccessAndKeys) {
+  LocalMemory mem;
+  MemoryRegionTable mrs(mem);
+  const std::uint64_t a = mem.allocate(256);
+  const std::uint64_t b = mem.allocate(512);
+  const MemoryRegion mr = mrs.register_region(a, 256, access::kLocalWrite | access::kRemoteWrite);
+  auto moved = mrs.reregister(mr.lkey, {b, 512, b, access::kLocalWrite});
+  ASSERT_TRUE(moved);
+  EXPECT_NE(moved->rkey, mr.rkey);
+  EXPECT_EQ(mrs.check_local(mr.lkey, a, 1, 0).error(), MemError::kInvalidKey);
+  EXPECT_EQ(*mrs.check_local(moved->lkey, b + 500, 12, access::kLocalWrite), b + 500);
+  EXPECT_EQ(mrs.check_remote(moved->rkey, b, 8, access::kRemoteWrite).error(),
+            MemError::kAccessDenied);
+  EXPECT_EQ(mrs.reregister(mr.lkey, {}).error(), EINVAL);
+}
+
+class MemoryWindowTest : public ::testing::Test {
+ protected:
+  static constexpr wire::Qpn kQp{0x42};
+  static constexpr wire::Qpn kOtherQp{0x43};
+  LocalMemory mem;
+  MemoryRegionTable mrs{mem};
+  std::uint64_t base = mem.allocate(4096);
+  MemoryRegion mr =
+      mrs.register_region(base, 4096, access::kLocalWrite | access::kRemoteWrite | access::kMwBind);
+
+  WindowBind bind(wire::Rkey w, std::uint64_t va, std::uint64_t len, std::uint32_t acc) {
+    return WindowBind{
+        w, wire::Rkey((w.value() & ~0xFFu) | ((w.value() + 1) & 0xFF)), mr.lkey, va, len, acc};
+  }
+};
+
+// C10-72/o10-37.2.30: a type 2 window binds once (Free -> Valid), only its QP reaches it, and
+// accesses stay inside the window, not merely inside the region.
+TEST_F(MemoryWindowTest, Type2BindsOnceAndAnswersOnlyItsQpWithinItsBounds) {
+  const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
+  EXPECT_EQ(mrs.check_remote(w, base, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kInvalidKey);  // Free: nothing to reach
+  const WindowBind b = bind(w, base + 256, 512, access::kRemoteWrite);
+  ASSERT_TRUE(mrs.bind_window(b, kQp));
+  EXPECT_FALSE(mrs.bind_window(bind(b.new_rkey, base, 64, access::kRemoteWrite), kQp));
+  EXPECT_EQ(*mrs.check_remote(b.new_rkey, base + 256, 512, access::kRemoteWrite, kQp), base + 256);
+  EXPECT_EQ(mrs.check_remote(w, base + 256, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kInvalidKey);  // the key byte moved on with the bind
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, base + 256, 8, access::kRemoteWrite, kOtherQp).error(),
+            MemError::kInvalidKey);
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, base + 255, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kOutOfBounds);
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, base + 256, 8, access::kRemoteRead, kQp).error(),
+            MemError::kAccessDenied);
+  EXPECT_EQ(mrs.deregister(mr.lkey), EBUSY);  // rxe_dereg_mr: windows still bound
+  // LOCAL_INV / SEND_WITH_INV: Valid -> Free, then it can be bound again.
+  ASSERT_TRUE(mrs.invalidate(b.new_rkey));
+  EXPECT_FALSE(mrs.invalidate(b.new_rkey));
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, base + 256, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kInvalidKey);
+  EXPECT_TRUE(mrs.bind_window(bind(b.new_rkey, base, 64, access::kRemoteWrite), kOtherQp));
+  EXPECT_EQ(mrs.deallocate_window(
+                wire::Rkey((b.new_rkey.value() & ~0xFFu) | ((b.new_rkey.value() + 1) & 0xFF))),
+            0);
+  EXPECT_EQ(mrs.deregister(mr.lkey), 0);
+}
+
+// The bind rules of rxe_check_bind_mw: C10-73 (MW_BIND on the region), C10-74 (a writable
+// window needs a locally writable region), C10-75 (inside the region), o10-36.2.2 (no zero-based
+// type 1), o10-37.2.40 (no zero-length type 2).
+TEST_F(MemoryWindowTest, BindRulesRefuseWhatTheSpecForbids) {
+  const wire::Rkey w2 = *mrs.allocate_window(MwType::kType2);
+  const wire::Rkey w1 = *mrs.allocate_window(MwType::kType1);
+  EXPECT_FALSE(mrs.bind_window(bind(w2, base + 4000, 97, access::kRemoteWrite), kQp));  // C10-75
+  EXPECT_FALSE(mrs.bind_window(bind(w2, base, 0, access::kRemoteWrite), kQp));
+  EXPECT_FALSE(mrs.bind_window(bind(w1, base, 64, access::kRemoteWrite | access::kZeroBased), kQp));
+  EXPECT_FALSE(mrs.bind_window(bind(w2, base, 64, access::kOnDemand), kQp));
+  const MemoryRegion no_bind = mrs.register_region(base, 64, access::kLocalWrite);
+  WindowBind b = bind(w2, base, 64, access::kRemoteRead);
+  b.region = no_bind.lkey;
+  EXPECT_FALSE(mrs.bind_window(b, kQp));  // C10-73
+  const MemoryRegion ro = mrs.register_region(base, 64, access::kMwBind);
+  b = bind(w2, base, 64, access::kRemoteWrite);
+  b.region = ro.lkey;
+  EXPECT_FALSE(mrs.bind_window(b, kQp));  // C10-74
+  b.access = access::kRemoteRead;
+  EXPECT_TRUE(mrs.bind_window(b, kQp));
+}
+
+// Type 1 windows: bound and re-bound by ibv_bind_mw, unbound by a zero-length bind, reachable
+// from any QP of the PD, never invalidated by LOCAL_INV / SEND_WITH_INV (o10-37.2.26).
+TEST_F(MemoryWindowTest, Type1RebindsAndUnbindsButIsNeverInvalidated) {
+  const wire::Rkey w = *mrs.allocate_window(MwType::kType1);
+  const WindowBind b = bind(w, base, 128, access::kRemoteWrite);
+  ASSERT_TRUE(mrs.bind_window(b, kQp));
+  EXPECT_TRUE(mrs.check_remote(b.new_rkey, base + 64, 64, access::kRemoteWrite, kOtherQp));
+  EXPECT_FALSE(mrs.invalidate(b.new_rkey));
+  const WindowBind again = bind(b.new_rkey, base + 128, 128, access::kRemoteWrite);
+  ASSERT_TRUE(mrs.bind_window(again, kQp));
+  EXPECT_EQ(mrs.check_remote(again.new_rkey, base, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kOutOfBounds);
+  const WindowBind off = bind(again.new_rkey, 0, 0, 0);
+  ASSERT_TRUE(mrs.bind_window(off, kQp));
+  EXPECT_EQ(mrs.check_remote(off.new_rkey, base + 128, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kInvalidKey);
+  EXPECT_EQ(mrs.deregister(mr.lkey), 0);  // an unbound window holds nothing
+}
+
+// IBV_ACCESS_ZERO_BASED: remote VAs are offsets from the window's start.
+TEST_F(MemoryWindowTest, ZeroBasedWindowTakesOffsets) {
+  const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
+  const WindowBind b = bind(w, base + 1024, 256, access::kRemoteWrite | access::kZeroBased);
+  ASSERT_TRUE(mrs.bind_window(b, kQp));
+  EXPECT_EQ(*mrs.check_remote(b.new_rkey, 0, 256, access::kRemoteWrite, kQp), base + 1024);
+  EXPECT_EQ(*mrs.check_remote(b.new_rkey, 255, 1, access::kRemoteWrite, kQp), base + 1279);
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, 200, 57, access::kRemoteWrite, kQp).error(),
+            MemError::kOutOfBounds);
+  EXPECT_EQ(mrs.check_remote(b.new_rkey, base + 1024, 8, access::kRemoteWrite, kQp).error(),
+            MemError::kOutOfBounds);
+}
+
+TEST_F(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
+  EXPECT_EQ(mrs.allocate_window(static_cast<MwType>(3)).error(), EINVAL);
+  const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
+  EXPECT_FALSE(mrs.check_remote(w, base, 8, 0, kQp));
+  EXPECT_EQ(mrs.deallocate_window(wire::Rkey(w.value() + 0x100)), EINVAL);  // no such window
+  EXPECT_EQ(mrs.deallocate_window(wire::Rkey(w.value() ^ 0x1)), 0);         // any key byte of it
+  EXPECT_FALSE(mrs.check_remote(w, base, 8, 0, kQp));
+  EXPECT_EQ(mrs.deallocate_window(w), EINVAL);
+  const wire::Rkey again = *mrs.allocate_window(MwType::kType2);
+  EXPECT_NE(again, w);  // the slot is re-used under a different key byte
 }
 
 // With random key bits (the daemon's), a key says nothing of the next one: neither the index
@@ -103,7 +251,7 @@ TEST(MrTableRandomKeys, KeysComeFromTheGivenBitsAndStayUnique) {
   std::set<std::uint32_t> indices;
   std::vector<MemoryRegion> live;
   for (int i = 0; i < 200; ++i) {
-    const MemoryRegion& r = mrs.register_region(base, 64, access::kRemoteRead);
+    const MemoryRegion r = mrs.register_region(base, 64, access::kRemoteRead);
     EXPECT_EQ(r.lkey.value(), r.rkey.value());
     EXPECT_NE(r.rkey.value() >> 8, 0u);
     EXPECT_TRUE(indices.insert(r.rkey.value() >> 8).second) << "index reused while live";
@@ -120,16 +268,56 @@ TEST(MrTableRandomKeys, KeysComeFromTheGivenBitsAndStayUnique) {
   const wire::Rkey wrong_byte(live[7].rkey.value() ^ 0x01);
   EXPECT_EQ(mrs.check_remote(wrong_byte, base, 8, access::kRemoteRead).error(),
             MemError::kInvalidKey);
-  ASSERT_TRUE(mrs.deregister(live[3].lkey));
+  ASSERT_EQ(mrs.deregister(live[3].lkey), 0);
   EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
             MemError::kInvalidKey);
-  const MemoryRegion& again = mrs.register_region(base, 64, access::kRemoteRead);  // slot reused
+  const MemoryRegion again = mrs.register_region(base, 64, access::kRemoteRead);  // slot reused
   EXPECT_NE(again.rkey, live[3].rkey);
   EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
             MemError::kInvalidKey);
   EXPECT_TRUE(mrs.check_remote(again.rkey, base, 8, access::kRemoteRead));
   EXPECT_EQ(mrs.check_remote(wire::Rkey(0), base, 8, access::kRemoteRead).error(),
             MemError::kInvalidKey);
+}
+
+// A window's R_Key is as unguessable as a region's: a random index no region or other window
+// uses, which its binds keep while the low 8 bits become the key byte the consumer chose
+// (ibv_inc_rkey); a deallocated window's keys match nothing, whatever the slot holds next.
+TEST(MrTableRandomKeys, WindowKeysAreRandomAndKeepTheConsumersKeyByte) {
+  LocalMemory mem;
+  const std::uint64_t base = mem.allocate(4096);
+  std::mt19937 rng(20261202);
+  MemoryRegionTable mrs(mem, [&] { return static_cast<std::uint32_t>(rng()); });
+  const MemoryRegion mr =
+      mrs.register_region(base, 4096, access::kLocalWrite | access::kRemoteWrite | access::kMwBind);
+  std::set<std::uint32_t> indices{mr.rkey.value() >> 8};
+  std::vector<wire::Rkey> windows;
+  for (int i = 0; i < 64; ++i) {
+    const wire::Rkey w = *mrs.allocate_window(i % 2 == 0 ? MwType::kType2 : MwType::kType1);
+    EXPECT_NE(w.value() >> 8, 0u);
+    EXPECT_TRUE(indices.insert(w.value() >> 8).second) << "index shared with another key";
+    windows.push_back(w);
+  }
+  int sequential = 0;
+  for (std::size_t i = 1; i < windows.size(); ++i)
+    sequential += (windows[i].value() >> 8) == (windows[i - 1].value() >> 8) + 1 ? 1 : 0;
+  EXPECT_LT(sequential, 3);
+
+  constexpr wire::Qpn kQp{0x42};
+  const wire::Rkey w = windows[0];
+  const wire::Rkey bound((w.value() & ~0xFFu) | 0xA5);  // the consumer's key byte
+  ASSERT_TRUE(mrs.bind_window(WindowBind{w, bound, mr.lkey, base, 64, access::kRemoteWrite}, kQp));
+  EXPECT_EQ(*mrs.check_remote(bound, base + 8, 8, access::kRemoteWrite, kQp), base + 8);
+  EXPECT_EQ(mrs.check_remote(wire::Rkey(bound.value() ^ 0x100), base, 8, access::kRemoteWrite, kQp)
+                .error(),
+            MemError::kInvalidKey);  // a neighbouring index is no key at all
+  ASSERT_TRUE(mrs.invalidate(bound));
+  ASSERT_EQ(mrs.deallocate_window(bound), 0);
+  const wire::Rkey next = *mrs.allocate_window(MwType::kType2);  // takes the freed slot
+  EXPECT_NE(next.value() >> 8, bound.value() >> 8);
+  EXPECT_FALSE(mrs.find_window(bound));
+  EXPECT_EQ(mrs.deallocate_window(bound), EINVAL);
+  EXPECT_TRUE(mrs.find_window(next));
 }
 
 }  // namespace

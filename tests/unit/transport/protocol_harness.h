@@ -38,6 +38,7 @@ struct QpOptions {
   std::uint8_t max_dest_rd_atomic = 4;
   std::uint32_t access = access::kRemoteWrite | access::kRemoteRead | access::kRemoteAtomic;
   Srq* srq = nullptr;
+  XrcDomain* xrc = nullptr;
   std::uint32_t sq_psn = kSqPsn;
   std::uint32_t rq_psn = kRqPsn;
   PathMtu path_mtu = PathMtu::k256;
@@ -68,6 +69,7 @@ class ProtocolTest : public ::testing::Test {
     QpConfig cfg;
     cfg.type = o.type;
     cfg.qpn = kLocalQpn;
+    cfg.xrc = o.xrc;
     cfg.port_mtu = o.port_mtu;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
@@ -90,20 +92,26 @@ class ProtocolTest : public ::testing::Test {
     a.rnr_retry = o.rnr_retry;
     a.av_id = 9;
     namespace m = qp_attr;
-    const bool ud = o.type == QpType::kUd;
+    const QpType t = o.type;
+    const bool ud = t == QpType::kUd;
     a.qp_state = QpState::kInit;
     ASSERT_EQ(
         qp->modify(a, m::kState | m::kPkeyIndex | m::kPort | (ud ? m::kQkey : m::kAccessFlags)), 0);
+    // The masks of ib_modify_qp_is_ok's table for each type.
+    const std::uint32_t path = m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn;
+    const bool responder = t == QpType::kRc || t == QpType::kXrcRecv;
     a.qp_state = QpState::kRtr;
-    ASSERT_EQ(qp->modify(a, ud ? m::kState
-                               : m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn |
-                                     m::kMaxDestRdAtomic | m::kMinRnrTimer),
+    ASSERT_EQ(qp->modify(
+                  a, m::kState |
+                         (ud ? 0 : path | (responder ? m::kMaxDestRdAtomic | m::kMinRnrTimer : 0))),
               0);
     a.qp_state = QpState::kRts;
-    ASSERT_EQ(qp->modify(a, ud ? m::kState | m::kSqPsn
-                               : m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn |
-                                     m::kMaxQpRdAtomic),
-              0);
+    const std::uint32_t requester =
+        m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn | m::kMaxQpRdAtomic;
+    const std::uint32_t rts = ud || t == QpType::kUc  ? m::kSqPsn
+                              : t == QpType::kXrcRecv ? m::kTimeout | m::kSqPsn
+                                                      : requester;
+    ASSERT_EQ(qp->modify(a, m::kState | rts), 0);
   }
 
   // Drains every packet the QP wants to send now.

@@ -482,7 +482,7 @@ TEST_F(RequesterTest, ReadIntoMemoryWithoutLocalWriteIsALocalProtectionError) {
 }
 
 TEST_F(RequesterTest, WrongShapedWorkRequestsAreRefusedAtPost) {
-  auto w = wr(WrOpcode::kLocalInv, 1, {});
+  auto w = wr(static_cast<WrOpcode>(10), 1, {});  // IBV_WR_TSO: not offered
   EXPECT_EQ(qp->post_send(w), EINVAL);
   w = wr(WrOpcode::kSend, 1, std::vector<Sge>(9, sge(local, 1)));
   EXPECT_EQ(qp->post_send(w), EINVAL);  // max_send_sge = 8

@@ -258,7 +258,7 @@ TEST_F(ResponderTest, RkeyViolationIsARemoteAccessError) {
   EXPECT_EQ(e->type, AsyncEventType::kQpAccessErr);
   EXPECT_EQ(e->qpn, qp->qpn());
   EXPECT_FALSE(qp->poll_event());
-  EXPECT_EQ(qp->counters().remote_access_errors, 1u);
+  EXPECT_EQ(qp->counters().rkey_violations, 1u);
 }
 
 TEST_F(ResponderTest, OutOfBoundsAndMissingMrAccessAreRemoteAccessErrors) {
@@ -288,7 +288,7 @@ TEST_F(ResponderTest, UnexpectedOpcodeIsAnInvalidRequest) {
   const auto e = qp->poll_event();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->type, AsyncEventType::kQpReqErr);
-  EXPECT_EQ(qp->counters().remote_access_errors, 0u);
+  EXPECT_EQ(qp->counters().rkey_violations, 0u);
 
   make_qp(QpOptions{});
   ASSERT_EQ(qp->post_recv(recv(1, {sge(local, 1024)})), 0);
@@ -381,18 +381,46 @@ TEST_F(ResponderTest, PathMtuAboveThePortMtuJudgesLengthsByThePortMtu) {
   expect_ack(out[0], kRqPsn + 3, Aeth::nak(1, NakCode::kInvalidRequest));
 }
 
-TEST_F(ResponderTest, SendWithInvalidateInvalidatesTheRkey) {
+// o10-37.2.x: SEND_WITH_INV invalidates the type 2 window its IETH names; the receive
+// completion reports the R_Key with IBV_WC_WITH_INV.
+TEST_F(ResponderTest, SendWithInvalidateInvalidatesATypeTwoWindow) {
   const std::uint64_t buf = mem.allocate(64);
-  const MemoryRegion mr = mrs.register_region(buf, 64, access::kRemoteRead);
+  const MemoryRegion mr =
+      mrs.register_region(buf, 64, access::kLocalWrite | access::kRemoteRead | access::kMwBind);
+  const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
+  const wire::Rkey bound((w.value() & ~0xFFu) | 0x07);
+  ASSERT_TRUE(mrs.bind_window({w, bound, mr.lkey, buf, 64, access::kRemoteRead}, kLocalQpn));
   ASSERT_EQ(qp->post_recv(recv(1, {sge(local, 64)})), 0);
   auto h = packet(Opcode::kRcSendOnlyInv, kRqPsn, true);
-  h.ieth = mr.rkey;
+  h.ieth = bound;
   receive(h, data(8));
   const auto c = completions();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].wc_flags, wc_flags::kWithInv);
-  EXPECT_EQ(c[0].invalidated_rkey, mr.rkey);
-  EXPECT_FALSE(mrs.check_remote(mr.rkey, buf, 8, access::kRemoteRead));
+  EXPECT_EQ(c[0].invalidated_rkey, bound);
+  EXPECT_FALSE(mrs.check_remote(bound, buf, 8, access::kRemoteRead, kLocalQpn));
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn, Aeth::ack(1));
+}
+
+// A region registered with ibv_reg_mr cannot be invalidated (o10-37.2.26 lets only type 2
+// windows; rxe_invalidate_mr refuses user regions): NAK invalid request, the receive WQE
+// completes in error and the QP goes to ERR.
+TEST_F(ResponderTest, SendWithInvalidateOfARegionIsAnInvalidRequest) {
+  ASSERT_EQ(qp->post_recv(recv(1, {sge(local, 64)})), 0);
+  auto h = packet(Opcode::kRcSendOnlyInv, kRqPsn, true);
+  h.ieth = local_mr.rkey;
+  receive(h, data(8));
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn, Aeth::nak(0, NakCode::kInvalidRequest));
+  const auto c = completions();
+  ASSERT_GE(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kRemInvReqErr);
+  EXPECT_EQ(qp->state(), QpState::kErr);
+  EXPECT_EQ(qp->counters().invalid_requests, 1u);
+  EXPECT_TRUE(mrs.check_remote(local_mr.rkey, local, 8, access::kRemoteRead));
 }
 
 TEST_F(ResponderTest, SrqSuppliesReceiveWqesAndRaisesTheLimitEvent) {

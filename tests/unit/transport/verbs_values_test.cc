@@ -19,7 +19,21 @@ constexpr bool same(A a, B b) {
 }
 static_assert(same(QpState::kReset, IBV_QPS_RESET) && same(QpState::kErr, IBV_QPS_ERR) &&
               same(QpState::kSqe, IBV_QPS_SQE));
-static_assert(same(QpType::kRc, IBV_QPT_RC) && same(QpType::kUd, IBV_QPT_UD));
+static_assert(same(QpType::kRc, IBV_QPT_RC) && same(QpType::kUc, IBV_QPT_UC) &&
+              same(QpType::kUd, IBV_QPT_UD) && same(QpType::kXrcSend, IBV_QPT_XRC_SEND) &&
+              same(QpType::kXrcRecv, IBV_QPT_XRC_RECV));
+static_assert(same(WcStatus::kMwBindErr, IBV_WC_MW_BIND_ERR));
+static_assert(same(WcOpcode::kBindMw, IBV_WC_BIND_MW) &&
+              same(WcOpcode::kLocalInv, IBV_WC_LOCAL_INV) &&
+              same(WcOpcode::kAtomicWrite, IBV_WC_ATOMIC_WRITE));
+static_assert(same(WrOpcode::kLocalInv, IBV_WR_LOCAL_INV) &&
+              same(WrOpcode::kBindMw, IBV_WR_BIND_MW) &&
+              same(WrOpcode::kAtomicWrite, IBV_WR_ATOMIC_WRITE));
+static_assert(access::kMwBind == IBV_ACCESS_MW_BIND &&
+              access::kZeroBased == IBV_ACCESS_ZERO_BASED &&
+              access::kOnDemand == IBV_ACCESS_ON_DEMAND);
+static_assert(same(MwType::kType1, IBV_MW_TYPE_1) && same(MwType::kType2, IBV_MW_TYPE_2));
+static_assert(same(AsyncEventType::kSrqErr, IBV_EVENT_SRQ_ERR));
 static_assert(same(WcStatus::kLocLenErr, IBV_WC_LOC_LEN_ERR) &&
               same(WcStatus::kWrFlushErr, IBV_WC_WR_FLUSH_ERR) &&
               same(WcStatus::kRemInvReqErr, IBV_WC_REM_INV_REQ_ERR) &&

@@ -143,6 +143,8 @@ TransportHeaders full_headers(const OpcodeInfo& info) {
   h.bth.resv7 = 0x2A;
   h.bth.psn = Psn(0xFFFFFF);
   if (info.headers.has(Header::kDeth)) h.deth = Deth{Qkey(0x80010000), Qpn(0x123456)};
+  if (info.headers.has(Header::kXrcEth)) h.xrc_srqn = 0xFEDCBA;
+  if (info.headers.has(Header::kFeth)) h.feth = Feth{0xF, 0x3};
   if (info.headers.has(Header::kReth)) h.reth = Reth{0xFEDCBA9876543210, Rkey(0x99), 1u << 31};
   if (info.headers.has(Header::kAtomicEth)) {
     h.atomic_eth = AtomicEth{0x1000, Rkey(0x77), 0x1111222233334444, 0x5555666677778888};

@@ -35,6 +35,8 @@ TEST(Headers, RoundTripsEveryOpcode) {
     h.bth.psn = Psn(0xFFFFFE);
     h.bth.becn = info.opcode == Opcode::kCnp;
     if (info.headers.has(Header::kDeth)) h.deth = Deth{Qkey(0x80010000), Qpn(7)};
+    if (info.headers.has(Header::kXrcEth)) h.xrc_srqn = 0x123456;
+    if (info.headers.has(Header::kFeth)) h.feth = Feth{flush_placement::kPersistent, 1};
     if (info.headers.has(Header::kReth)) h.reth = Reth{0x1122334455667788, Rkey(0x99), 4096};
     if (info.headers.has(Header::kAtomicEth)) h.atomic_eth = AtomicEth{8, Rkey(1), 2, 3};
     if (info.headers.has(Header::kAeth)) h.aeth = Aeth::nak(9, NakCode::kRemoteAccessError);
@@ -73,6 +75,32 @@ TEST(Headers, EncodeRefusesHeadersTheOpcodeDoesNotCarry) {
   h.reth = Reth{};
   h.imm = 1;
   EXPECT_EQ(encode_transport_headers(h, buf).error(), HeaderError::kUnexpectedHeader);
+}
+
+// The bytes of a FLUSH as rxe builds it (rxe_hdr.h feth_init: placement type in bits 3:0,
+// selectivity in bits 5:4) and of an XRC SEND ONLY (XRCETH: a reserved byte, then the SRQ
+// number).
+TEST(Headers, FethAndXrcEthLayout) {
+  TransportHeaders flush;
+  flush.bth.opcode = Opcode::kRcFlush;
+  flush.feth = Feth{flush_placement::kGlobal | flush_placement::kPersistent,
+                    static_cast<std::uint8_t>(FlushSelectivity::kMemoryRegion)};
+  flush.reth = Reth{0x1000, Rkey(0x42), 64};
+  std::array<std::uint8_t, 32> buf{};
+  ASSERT_EQ(*encode_transport_headers(flush, buf), 32u);
+  EXPECT_EQ(buf[12], 0x00);
+  EXPECT_EQ(buf[15], 0x13);       // selectivity 1, placement 3
+  EXPECT_EQ(buf[16 + 7], 0x00);   // RETH follows the FETH
+  EXPECT_EQ(buf[16 + 11], 0x42);  // R_Key low byte
+  TransportHeaders xrc;
+  xrc.bth.opcode = Opcode::kXrcSendOnly;
+  xrc.xrc_srqn = 0xABCDEF;
+  std::array<std::uint8_t, 16> xb{};
+  ASSERT_EQ(*encode_transport_headers(xrc, xb), 16u);
+  EXPECT_EQ(xb[12], 0x00);
+  EXPECT_EQ(xb[13], 0xAB);
+  EXPECT_EQ(xb[15], 0xEF);
+  EXPECT_EQ(decode_transport_headers(xb)->xrc_srqn, 0xABCDEFu);
 }
 
 TEST(Aeth, SyndromeKinds) {

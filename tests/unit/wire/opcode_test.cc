@@ -18,7 +18,7 @@ TEST(OpcodeTable, EveryEntryIsFoundByItsValue) {
 }
 
 TEST(OpcodeTable, UnknownOpcodesAreRejected) {
-  for (std::uint8_t v : {0x15, 0x18, 0x1C, 0x1D, 0x40, 0x80, 0xA0, 0xFF}) {
+  for (std::uint8_t v : {0x15, 0x18, 0x1E, 0x35, 0x40, 0x80, 0xB5, 0xBC, 0xFF}) {
     EXPECT_EQ(find_opcode(v), nullptr) << int(v);
   }
 }
@@ -33,10 +33,12 @@ TEST(OpcodeTable, RequestsAndResponsesMatchProtocolReference) {
   }
 }
 
-TEST(OpcodeTable, RethOnlyOnWriteStartAndRead) {
+TEST(OpcodeTable, RethOnlyOnWriteStartReadAtomicWriteAndFlush) {
   for (const auto& info : kOpcodeTable) {
     const bool want = (info.operation == Operation::kWrite && info.starts_message()) ||
-                      info.operation == Operation::kReadRequest;
+                      info.operation == Operation::kReadRequest ||
+                      info.operation == Operation::kAtomicWrite ||
+                      info.operation == Operation::kFlush;
     EXPECT_EQ(info.headers.has(Header::kReth), want) << info.name;
   }
 }
@@ -49,6 +51,29 @@ TEST(OpcodeTable, ImmediateAndInvalidateOnlyEndMessages) {
     EXPECT_EQ(info.with_imm, info.headers.has(Header::kImmDt)) << info.name;
     EXPECT_EQ(info.with_inv, info.headers.has(Header::kIeth)) << info.name;
   }
+}
+
+// IBA 9.2: every XRC request carries an XRCETH right after the BTH; XRC responses never do.
+TEST(OpcodeTable, XrcEthOnEveryXrcRequestOnly) {
+  for (const auto& info : kOpcodeTable) {
+    const bool want = info.transport() == Transport::kXrc && info.is_request;
+    EXPECT_EQ(info.headers.has(Header::kXrcEth), want) << info.name;
+  }
+}
+
+// IBA 1.5 annex: FLUSH (0x1C) is BTH|FETH|RETH with no payload (oA19-2); ATOMIC WRITE (0x1D)
+// is BTH|RETH with an 8-byte payload. Both are RC requests that fit in one packet.
+TEST(OpcodeTable, FlushAndAtomicWrite) {
+  const OpcodeInfo& flush = opcode_info(Opcode::kRcFlush);
+  EXPECT_EQ(static_cast<int>(flush.opcode), 0x1C);
+  EXPECT_TRUE(flush.is_request);
+  EXPECT_FALSE(flush.has_payload);
+  EXPECT_EQ(flush.position, Position::kOnly);
+  EXPECT_TRUE(flush.headers.has(Header::kFeth) && flush.headers.has(Header::kReth));
+  const OpcodeInfo& aw = opcode_info(Opcode::kRcAtomicWrite);
+  EXPECT_EQ(static_cast<int>(aw.opcode), 0x1D);
+  EXPECT_TRUE(aw.is_request && aw.has_payload);
+  EXPECT_EQ(aw.header_bytes(), 28u);
 }
 
 TEST(OpcodeTable, HeaderLengths) {
