@@ -17,8 +17,6 @@ constexpr uint32_t kQpTypeUc = 3;
 constexpr uint32_t kQpTypeUd = 4;
 constexpr uint32_t kQpTypeXrcSend = 9;
 constexpr uint32_t kQpTypeXrcRecv = 10;
-constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
-constexpr uint32_t kSrqTypeXrc = 1;
 constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
 constexpr uint32_t kSrqLimit = 2;
 
