@@ -32,6 +32,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
+
+#include "xroce/fd_passing.h"
 
 namespace {
 
@@ -42,37 +45,18 @@ double ns_per(Clock::time_point start, int n) {
 }
 
 void send_fd(int sock, int fd) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof(buf);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &msg, 0) < 0) std::perror("sendmsg");
+  const char byte = 0;
+  if (int err = xroce::send_message(sock, xroce::bytes_of_object(byte), std::span(&fd, 1))) {
+    std::fprintf(stderr, "sendmsg: %s\n", std::strerror(err));
+  }
 }
 
+// The descriptor (the caller owns it), or -1.
 int recv_fd(int sock) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof(buf);
-  if (recvmsg(sock, &msg, 0) <= 0) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr) return -1;
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
+  std::byte byte{};
+  xroce::ReceivedMessage message;
+  if (xroce::receive_message(sock, std::span(&byte, 1), message) != 0 || message.closed) return -1;
+  return message.take(0).release();
 }
 
 // The command libibverbs writes for CREATE_COMP_CHANNEL: ib_uverbs_cmd_hdr + response pointer.

@@ -1,20 +1,26 @@
 // Cost of one registered-memory access from the daemon into a client process, per DMA path
-// (dma.h): cross-memory attach (process_vm_readv/writev plus the pidfd liveness check) against
-// the shared mapping (memcpy / CPU atomics). A forked child plays the application.
+// (dma.h): cross-memory access (pread/pwrite on the client's own /proc/self/mem) against the
+// shared mapping (memcpy / CPU atomics). A forked child plays the application, handing over what
+// the provider hands over at hello. process_vm_readv is measured beside it for comparison.
 // Run: <build>/bin/bench/bench_dma
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "device/dma.h"
-#include "provider/shared_mr.h"
+#include "xroce/fd_passing.h"
+#include "xroce/shared_mr.h"
 
 namespace {
 
@@ -31,21 +37,6 @@ struct Client {
   std::unique_ptr<ProcessMemory> memory;
 };
 
-int receive_fd(int sock) {
-  char byte;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(sock, &msg, 0) != 1) return -1;
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof fd);
-  return fd;
-}
-
 [[noreturn]] void child_main(int sock) {
   auto map = [] {
     void* p =
@@ -55,25 +46,14 @@ int receive_fd(int sock) {
   };
   void* plain = map();
   void* shared = map();
-  const int memfd = xroce::provider::share_region(shared, kBufferBytes);
+  const int fds[] = {xroce::control::share_region(shared, kBufferBytes),
+                     ::open("/proc/self/mem", O_RDWR | O_CLOEXEC),
+                     ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)};
   const std::uint64_t addrs[2] = {reinterpret_cast<std::uint64_t>(plain),
                                   reinterpret_cast<std::uint64_t>(shared)};
-  char byte = 'F';
-  ::send(sock, addrs, sizeof addrs, 0);
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &memfd, sizeof memfd);
-  ::sendmsg(sock, &msg, 0);
-  ::read(sock, &byte, 1);  // until the parent closes the socket
+  (void)xroce::send_message(sock, xroce::bytes_of_object(addrs), fds);
+  char byte;
+  (void)!::read(sock, &byte, 1);  // until the parent closes the socket
   ::_exit(0);
 }
 
@@ -90,11 +70,17 @@ Client& client() {
     ::close(sv[1]);
     c.sock = sv[0];
     std::uint64_t addrs[2];
-    ::recv(c.sock, addrs, sizeof addrs, MSG_WAITALL);
+    xroce::ReceivedMessage message;
+    if (xroce::receive_message(c.sock, std::as_writable_bytes(std::span(addrs)), message) != 0 ||
+        message.bytes != sizeof addrs || message.fds.size() != 3) {
+      std::abort();
+    }
     c.plain = addrs[0];
     c.shared = addrs[1];
-    c.memory = std::make_unique<ProcessMemory>(c.pid);
-    c.shared_ok = c.memory->add_shared(receive_fd(c.sock), c.shared, kBufferBytes) == 0;
+    c.memory = std::make_unique<ProcessMemory>(
+        c.pid, xroce::Fd(static_cast<int>(::syscall(SYS_pidfd_open, c.pid, 0))), message.take(1),
+        message.take(2));
+    c.shared_ok = c.memory->add_shared(message.take(0).release(), c.shared, kBufferBytes) == 0;
     return c;
   }();
   return c;
@@ -146,15 +132,16 @@ void BM_FetchAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_FetchAdd)->Arg(0)->Arg(1);
 
-// The liveness check cross-memory accesses add (one poll() on the pidfd).
-void BM_PidfdCheck(benchmark::State& state) {
-  xroce::device::ClientProcess process(client().pid);
+// The check the daemon makes of a context's image on each control request (the pidfd, and one
+// byte of the maps descriptor).
+void BM_ImageCheck(benchmark::State& state) {
   for (auto _ : state)
-    benchmark::DoNotOptimize(process.alive());
+    benchmark::DoNotOptimize(client().memory->image().alive());
 }
-BENCHMARK(BM_PidfdCheck);
+BENCHMARK(BM_ImageCheck);
 
-// process_vm_readv alone, to separate the system call from the check.
+// process_vm_readv, the system call cross-memory access used before it went through the
+// client's own mem file, for comparison with BM_Read/0/64.
 void BM_RawProcessVmReadv64(benchmark::State& state) {
   std::uint8_t out[64];
   for (auto _ : state) {

@@ -112,10 +112,10 @@ Cq* make_cq(ibv_context* ctx, uint32_t cqe, ibv_comp_channel* channel, uint32_t 
     return nullptr;
   }
   control::CqReply reply{};
-  int fd = -1;
+  Fd region;
   int err = call_fds(ctx, control::Op::create_cq, &request, sizeof(request), &reply, sizeof(reply),
-                     &fd, 1);
-  if (err == 0) err = fd < 0 ? EIO : attach_ring(cq, reply, fd);
+                     std::span(&region, 1));
+  if (err == 0) err = attach_ring(cq, reply, region.release());
   if (err != 0) {
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
@@ -285,13 +285,12 @@ int resize_cq(ibv_cq* ibcq, int cqe) {
   cq->ring.release(cq->consumer);
   control::ResizeCqRequest request{cq->handle, static_cast<uint32_t>(cqe)};
   control::CqReply reply{};
-  int fd = -1;
+  Fd region;
   if (int err = call_fds(ibcq->context, control::Op::resize_cq, &request, sizeof(request), &reply,
-                         sizeof(reply), &fd, 1)) {
+                         sizeof(reply), std::span(&region, 1))) {
     return err;
   }
-  if (fd < 0) return EIO;
-  return attach_ring(cq, reply, fd);
+  return attach_ring(cq, reply, region.release());
 }
 
 int poll_cq(ibv_cq* ibcq, int ne, ibv_wc* wc) {

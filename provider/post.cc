@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "provider/device_death.h"
 #include "provider/queues.h"
 
 namespace xroce::provider {
@@ -195,6 +196,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     ++qp->sq_next;
   }
   if (qp->sq_next != start) publish(qp->sq, qp->sq_next, qp->doorbell_fd);
+  if (device_dead(ibqp->context)) flush_send_queue_locked(*qp);
   return err;
 }
 
@@ -205,7 +207,10 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return EINVAL;  // a QP on an SRQ has no receive queue of its own
   }
   std::lock_guard guard(qp->rq_lock);
-  return post_recv_list(qp->rq, qp->rq_next, qp->cap.max_recv_sge, qp->doorbell_fd, wr, bad_wr);
+  const int err =
+      post_recv_list(qp->rq, qp->rq_next, qp->cap.max_recv_sge, qp->doorbell_fd, wr, bad_wr);
+  if (device_dead(ibqp->context)) flush_recv_queue_locked(*qp);
+  return err;
 }
 
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
@@ -233,6 +238,7 @@ int wr_complete(ibv_qp_ex* ibqp) {
     qp->sq_next = qp->batch_start;
   } else if (qp->sq_next != qp->batch_start) {
     publish(qp->sq, qp->sq_next, qp->doorbell_fd);
+    if (device_dead(qp->vqp.qp.context)) flush_send_queue_locked(*qp);
   }
   qp->batch_wqe = nullptr;
   qp->sq_lock.unlock();

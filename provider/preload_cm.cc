@@ -36,11 +36,12 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "daemon/control_client.h"
 #include "xroce/control.h"
+#include "xroce/control_client.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ constexpr int kControlTimeoutMs = 30'000;
 struct Channel {
   std::atomic<int> fd{-1};
   std::mutex lock;  // serialises this channel's commands on its control connection
-  xroce::daemon::ControlClient* control = nullptr;
+  xroce::control::ControlClient* control = nullptr;
   std::uint32_t file = 0;  // the daemon's name for the channel (MIGRATE_ID)
 };
 
@@ -100,7 +101,7 @@ std::string control_socket_path() {
 
 int open_channel(int flags) {
   const std::string socket = control_socket_path();
-  auto* control = new xroce::daemon::ControlClient();
+  auto* control = new xroce::control::ControlClient();
   if (socket.empty() || control->connect(socket, kControlTimeoutMs) != 0) {
     delete control;
     errno = ENODEV;
@@ -113,7 +114,8 @@ int open_channel(int flags) {
     return -1;
   }
   xroce::control::HandleReply reply{};
-  if (int err = control->call(xroce::control::Op::cm_open, nullptr, 0, &reply, sizeof reply, efd)) {
+  if (int err = control->call(xroce::control::Op::cm_open, nullptr, 0, &reply, sizeof reply,
+                              std::span(&efd, 1))) {
     delete control;
     next<CloseFn>(g_libc_close, "close")(efd);
     errno = err == EIO ? ENODEV : err;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "provider/device_death.h"
 #include "provider/queues.h"
 #include "provider/windows_xrc.h"
 
@@ -54,17 +55,12 @@ int resize_srq(Srq* srq, uint32_t max_wr) {
   std::lock_guard guard(srq->lock);
   control::ResizeSrqRequest request{srq->handle, max_wr};
   control::SrqReply reply{};
-  int fds[2] = {-1, -1};
-  int err = call_fds(srq->srq.context, control::Op::resize_srq, &request, sizeof(request), &reply,
-                     sizeof(reply), fds, 2);
-  if (err == 0 && fds[0] < 0) err = EIO;
-  if (fds[1] >= 0) close(fds[1]);  // the same doorbell as before
-  if (err != 0) {
-    if (fds[0] >= 0) close(fds[0]);
-    return err;
-  }
+  Fd region;
+  const int err = call_fds(srq->srq.context, control::Op::resize_srq, &request, sizeof(request),
+                           &reply, sizeof(reply), std::span(&region, 1));
+  if (err != 0) return err;
   Mapping mapping;
-  if (int map_err = mapping.map(fds[0], reply.region_bytes)) return map_err;
+  if (int map_err = mapping.map(region.release(), reply.region_bytes)) return map_err;
   srq->mapping.unmap();
   srq->mapping = mapping;
   srq->ring = queues::Ring(mapping.base, reply.slots, reply.slot_bytes);
@@ -124,13 +120,21 @@ void init_qp_fields(ibv_qp& qp, ibv_context* ctx, const ibv_qp_init_attr_ex& att
 }
 
 int attach_rings(Qp* qp, const control::CreateQpReply& reply, int region_fd) {
+  const queues::QpRegionLayout layout = queues::qp_region_layout(
+      reply.send_slots, reply.send_slot_bytes, reply.recv_slots, reply.recv_slot_bytes);
+  if (layout.total_bytes > reply.region_bytes || layout.recv_offset != reply.recv_offset) {
+    close(region_fd);
+    return EIO;  // not the layout include/xroce/queues.h defines
+  }
   Mapping mapping;
   if (int err = mapping.map(region_fd, reply.region_bytes)) return err;
   qp->mapping = mapping;
   auto* base = static_cast<uint8_t*>(mapping.base);
   qp->sq = queues::Ring(base, reply.send_slots, reply.send_slot_bytes);
+  qp->sq_shadow = queues::WrIdShadow(base + layout.send_shadow_offset, reply.send_slots);
   if (reply.recv_slots != 0) {
     qp->rq = queues::Ring(base + reply.recv_offset, reply.recv_slots, reply.recv_slot_bytes);
+    qp->rq_shadow = queues::WrIdShadow(base + layout.recv_shadow_offset, reply.recv_slots);
   }
   return 0;
 }
@@ -171,17 +175,11 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
                                attr.cap.max_recv_sge, attr.cap.max_inline_data};
   request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
   control::CreateQpReply reply{};
-  int fds[2] = {-1, -1};
+  Fd region;
   int err = call_fds(ctx, control::Op::create_qp, &request, sizeof(request), &reply, sizeof(reply),
-                     fds, 2);
-  if (err == 0 && (fds[0] < 0 || fds[1] < 0)) err = EIO;
-  if (err == 0) {
-    err = attach_rings(qp, reply, fds[0]);
-    fds[0] = -1;
-  }
+                     std::span(&region, 1));
+  if (err == 0) err = attach_rings(qp, reply, region.release());
   if (err != 0) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
       (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
@@ -190,7 +188,7 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
     errno = err;
     return nullptr;
   }
-  qp->doorbell_fd = fds[1];
+  qp->doorbell_fd = context_doorbell(ctx);
   qp->handle = reply.handle;
   qp->cap = reply.cap;
   qp->sq_sig_all = attr.sq_sig_all != 0;
@@ -203,6 +201,7 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
   attr.cap.max_send_sge = reply.cap.max_send_sge;
   attr.cap.max_recv_sge = reply.cap.max_recv_sge;
   attr.cap.max_inline_data = reply.cap.max_inline_data;
+  register_qp(ctx, qp);
   return &qp->vqp.qp;
 }
 
@@ -217,17 +216,11 @@ ibv_qp* attach_opened_qp(ibv_context* ctx, const control::OpenQpRequest& base, v
   control::OpenQpRequest request = base;
   request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
   control::CreateQpReply reply{};
-  int fds[2] = {-1, -1};
-  int err =
-      call_fds(ctx, control::Op::open_qp, &request, sizeof(request), &reply, sizeof(reply), fds, 2);
-  if (err == 0 && (fds[0] < 0 || fds[1] < 0)) err = EIO;
-  if (err == 0) {
-    err = attach_rings(qp, reply, fds[0]);
-    fds[0] = -1;
-  }
+  Fd region;
+  int err = call_fds(ctx, control::Op::open_qp, &request, sizeof(request), &reply, sizeof(reply),
+                     std::span(&region, 1));
+  if (err == 0) err = attach_rings(qp, reply, region.release());
   if (err != 0) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
       (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
@@ -236,7 +229,7 @@ ibv_qp* attach_opened_qp(ibv_context* ctx, const control::OpenQpRequest& base, v
     errno = err;
     return nullptr;
   }
-  qp->doorbell_fd = fds[1];
+  qp->doorbell_fd = context_doorbell(ctx);
   qp->handle = reply.handle;
   qp->cap = reply.cap;
   ibv_qp_init_attr_ex attr{};
@@ -379,8 +372,8 @@ int destroy_qp(ibv_qp* ibqp) {
           call(ibqp->context, control::Op::destroy_qp, &request, sizeof(request), nullptr, 0)) {
     return err;
   }
+  unregister_qp(ibqp->context, qp);
   qp->mapping.unmap();
-  close(qp->doorbell_fd);
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);
   delete qp;
@@ -396,17 +389,11 @@ Srq* make_srq(ibv_context* ctx, const control::CreateSrqRequest& base) {
   control::CreateSrqRequest request = base;
   request.cookie = reinterpret_cast<uint64_t>(&srq->srq);
   control::SrqReply reply{};
-  int fds[2] = {-1, -1};
+  Fd region;
   int err = call_fds(ctx, control::Op::create_srq, &request, sizeof(request), &reply, sizeof(reply),
-                     fds, 2);
-  if (err == 0 && (fds[0] < 0 || fds[1] < 0)) err = EIO;
-  if (err == 0) {
-    err = srq->mapping.map(fds[0], reply.region_bytes);
-    fds[0] = -1;
-  }
+                     std::span(&region, 1));
+  if (err == 0) err = srq->mapping.map(region.release(), reply.region_bytes);
   if (err != 0) {
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
     if (reply.handle != 0) {
       control::HandleRequest release{reply.handle};
       (void)call(ctx, control::Op::destroy_srq, &release, sizeof(release), nullptr, 0);
@@ -415,7 +402,7 @@ Srq* make_srq(ibv_context* ctx, const control::CreateSrqRequest& base) {
     errno = err;
     return nullptr;
   }
-  srq->doorbell_fd = fds[1];
+  srq->doorbell_fd = context_doorbell(ctx);
   srq->handle = reply.handle;
   srq->max_wr = reply.attr.max_wr;
   srq->max_sge = reply.attr.max_sge;
@@ -476,7 +463,6 @@ int destroy_srq(ibv_srq* ibsrq) {
     return err;
   }
   srq->mapping.unmap();
-  close(srq->doorbell_fd);
   delete srq;
   return 0;
 }

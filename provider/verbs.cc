@@ -10,9 +10,9 @@
 #include <new>
 
 #include "provider/queues.h"
-#include "provider/shared_mr.h"
 #include "provider/windows_xrc.h"
 #include "provider/xroce.h"
+#include "xroce/shared_mr.h"
 
 namespace xroce::provider {
 
@@ -148,7 +148,7 @@ struct SharedBacking {
 SharedBacking try_share(void* addr, size_t length) {
   SharedBacking b;
   if (!wants_shared_mapping()) return b;
-  b.memfd = share_region(addr, length);
+  b.memfd = control::share_region(addr, length);
   if (b.memfd < 0) return SharedBacking{};
   struct stat st {};
   if (fstat(b.memfd, &st) == 0) b.inode = st.st_ino;
@@ -173,7 +173,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
       err == 0 && reply.dma == static_cast<uint32_t>(control::MrDma::kSharedMapping);
   // The daemon did not map it (or the registration failed): give the application its private
   // pages back, as they were before.
-  if (backing.memfd >= 0 && !shared) (void)unshare_region(addr, length, backing.inode);
+  if (backing.memfd >= 0 && !shared) (void)control::unshare_region(addr, length, backing.inode);
   if (err != 0) {
     errno = err;
     return nullptr;
@@ -182,7 +182,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
   if (mr == nullptr) {
     control::HandleRequest release{reply.mr_handle};
     (void)call(pd->context, control::Op::dereg_mr, &release, sizeof(release), nullptr, 0);
-    if (shared) (void)unshare_region(addr, length, backing.inode);
+    if (shared) (void)control::unshare_region(addr, length, backing.inode);
     errno = ENOMEM;
     return nullptr;
   }
@@ -207,7 +207,7 @@ int dereg_mr(verbs_mr* vmr) {
   auto* mr = reinterpret_cast<Mr*>(vmr);
   // The daemon has dropped its mapping: the pages become private again (a later registration
   // can share them anew). Skipped by unshare_region if the application unmapped them already.
-  if (mr->shared) (void)unshare_region(mr->addr, mr->length, mr->memfd_inode);
+  if (mr->shared) (void)control::unshare_region(mr->addr, mr->length, mr->memfd_inode);
   delete mr;
   return 0;
 }
@@ -230,7 +230,7 @@ int rereg_mr(verbs_mr* vmr, int flags, ibv_pd* pd, void* addr, size_t length, in
     return err;
   }
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) != 0) {
-    if (mr->shared) (void)unshare_region(mr->addr, mr->length, mr->memfd_inode);
+    if (mr->shared) (void)control::unshare_region(mr->addr, mr->length, mr->memfd_inode);
     mr->shared = false;
     mr->addr = addr;
     mr->length = length;

@@ -1,5 +1,6 @@
 #include "provider/xroce.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "provider/device_death.h"
 #include "provider/queues.h"
 #include "provider/verbs.h"
 
@@ -60,6 +62,9 @@ void uninit_device(verbs_device* vdev) {
   delete reinterpret_cast<Device*>(vdev);
 }
 
+// A context is a connection to the daemon on which we say hello with the context's event
+// socket and our own /proc/self/mem and /proc/self/maps: the daemon reaches the memory we
+// register only through them, with our own rights, and only while this program image runs.
 int connect_context(Context* ctx, Device* dev) {
   ctx->state = new (std::nothrow) ContextState;
   if (ctx->state == nullptr) return ENOMEM;
@@ -68,20 +73,25 @@ int connect_context(Context* ctx, Device* dev) {
   }
   int events[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) != 0) return errno;
+  Fd app_end(events[0]);
+  Fd daemon_end(events[1]);
+  Fd mem(open("/proc/self/mem", O_RDWR | O_CLOEXEC));
+  Fd maps(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
+  if (!mem.valid() || !maps.valid()) return errno;
   control::HelloRequest hello{};
   std::snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", dev->vdev.device.name);
   control::HelloReply reply{};
-  const int err = ctx->state->control.call(control::Op::hello, &hello, sizeof(hello), &reply,
-                                           sizeof(reply), events[1]);
-  close(events[1]);
-  if (err != 0) {
-    close(events[0]);
+  const int passed[] = {daemon_end.get(), mem.get(), maps.get()};
+  if (int err = ctx->state->control.call_fds(control::Op::hello, &hello, sizeof(hello), &reply,
+                                             sizeof(reply), std::span(&ctx->state->doorbell, 1),
+                                             passed)) {
     return err;
   }
   // ibv_get_async_event() reads struct ib_uverbs_async_event_desc records from async_fd; the
-  // daemon writes exactly those (control::AsyncEvent), and EOF when it goes away.
-  ctx->ibv_ctx.context.async_fd = events[0];
-  return 0;
+  // daemon writes exactly those (control::AsyncEvent), and so do we when it dies.
+  ctx->ibv_ctx.context.async_fd = app_end.release();
+  ctx->state->event_writer = std::move(daemon_end);
+  return start_death_watch(ctx);
 }
 
 verbs_context* alloc_context(ibv_device* ibdev, int cmd_fd, void* private_data) {
@@ -128,32 +138,60 @@ __attribute__((constructor)) void register_driver() {
 
 void free_context(ibv_context* ibctx) {
   Context* ctx = to_context(ibctx);
+  stop_death_watch(ctx->state);
   delete ctx->state;  // closes the control connection: the daemon releases what we held
   verbs_uninit_context(&ctx->ibv_ctx);
   std::free(ctx);
 }
 
+namespace {
+
+// Verbs that give an object back: on a dead device the object is gone already.
+bool releases(control::Op op) {
+  switch (op) {
+    case control::Op::dealloc_pd:
+    case control::Op::dereg_mr:
+    case control::Op::destroy_cq:
+    case control::Op::destroy_qp:
+    case control::Op::destroy_srq:
+    case control::Op::destroy_ah:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
          void* reply, std::size_t reply_len, int pass_fd) {
   ContextState* state = to_context(ctx)->state;
+  // A device that died released everything (device_death.h).
+  if (state->dead.load() && releases(op)) return 0;
   std::lock_guard guard(state->lock);
-  const int err = state->control.call(op, request, request_len, reply, reply_len, pass_fd);
+  const int err = pass_fd >= 0 ? state->control.call(op, request, request_len, reply, reply_len,
+                                                     std::span(&pass_fd, 1))
+                               : state->control.call(op, request, request_len, reply, reply_len);
   return err == ETIMEDOUT ? EIO : err;
 }
 
 int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
-             void* reply, std::size_t reply_len, int* fds, int max_fds) {
+             void* reply, std::size_t reply_len, std::span<Fd> fds) {
   ContextState* state = to_context(ctx)->state;
   std::lock_guard guard(state->lock);
-  const int err = state->control.call_fds(op, request, request_len, reply, reply_len, fds, max_fds);
+  const int err = state->control.call_fds(op, request, request_len, reply, reply_len, fds);
   return err == ETIMEDOUT ? EIO : err;
+}
+
+int context_doorbell(ibv_context* ctx) {
+  return to_context(ctx)->state->doorbell.get();
 }
 
 uint32_t channel_handle(ibv_comp_channel* channel) {
   ContextState* state = to_context(channel->context)->state;
   std::lock_guard guard(state->lock);
   auto it = state->channels.find(channel);
-  return it == state->channels.end() ? 0 : it->second;
+  return it == state->channels.end() ? 0 : it->second.handle;
 }
 
 // The channel's fd is one end of a socketpair made here, in the application, as the kernel
@@ -165,7 +203,8 @@ ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   control::HandleReply reply{};
   const int err =
       call(ctx, control::Op::create_comp_channel, nullptr, 0, &reply, sizeof(reply), ends[1]);
-  close(ends[1]);
+  // Kept, to announce flush completions should the device die (device_death.h).
+  Fd daemon_end(ends[1]);
   // libibverbs frees the channel with free() in ibv_destroy_comp_channel.
   auto* channel = static_cast<ibv_comp_channel*>(std::calloc(1, sizeof(ibv_comp_channel)));
   if (err != 0 || channel == nullptr) {
@@ -180,7 +219,7 @@ ibv_comp_channel* create_comp_channel(ibv_context* ctx) {
   {
     ContextState* state = to_context(ctx)->state;
     std::lock_guard guard(state->lock);
-    state->channels[channel] = reply.handle;
+    state->channels[channel] = ContextState::Channel{reply.handle, std::move(daemon_end)};
   }
   return channel;
 }

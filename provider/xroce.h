@@ -6,12 +6,17 @@
 // (or NULL with errno set); nothing throws across the C ABI.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
+#include <span>
+#include <thread>
 
-#include "daemon/control_client.h"
+#include "xroce/control_client.h"
+#include "xroce/fd.h"
 #include "xroce/provider_abi.h"
 #include "xroce/queues.h"
 
@@ -26,10 +31,27 @@ static_assert(offsetof(Device, ext) == sizeof(verbs_device));
 
 // What a context keeps beside the verbs_context that libibverbs allocates for us (calloc'd, so
 // it holds only a pointer to this C++ object).
+struct Qp;
+
 struct ContextState {
   std::mutex lock;  // serialises the control connection and guards `channels`
-  daemon::ControlClient control;
-  std::map<ibv_comp_channel*, uint32_t> channels;  // completion channel -> daemon handle
+  control::ControlClient control;
+  struct Channel {
+    uint32_t handle = 0;  // the daemon's
+    Fd daemon_end;        // a copy of the end the daemon writes events on (device_death.h)
+  };
+  std::map<ibv_comp_channel*, Channel> channels;
+  // The context's doorbell (Op::hello's reply): every QP and SRQ of the context rings it.
+  Fd doorbell;
+  // Device death (device_death.h): a copy of the daemon's end of the async event socket, the
+  // QPs to flush, and the watcher.
+  Fd event_writer;
+  std::atomic<bool> dead{false};
+  std::atomic<bool> closing{false};
+  std::mutex objects_lock;  // guards qps
+  std::set<Qp*> qps;
+  std::mutex flush_lock;  // the provider writing flush completions into CQ rings
+  std::thread watcher;
 };
 
 struct Context {
@@ -77,7 +99,9 @@ struct Qp {
   bool sq_sig_all = false;
   Mapping mapping;
   queues::Ring sq;
-  queues::Ring rq;       // not valid() on an SRQ
+  queues::Ring rq;  // not valid() on an SRQ
+  queues::WrIdShadow sq_shadow;
+  queues::WrIdShadow rq_shadow;
   uint32_t sq_next = 0;  // private producer indices
   uint32_t rq_next = 0;
   int doorbell_fd = -1;
@@ -117,9 +141,12 @@ inline Context* to_context(ibv_context* ctx) {
 int call(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
          void* reply, std::size_t reply_len, int pass_fd = -1);
 
-// A control call whose reply carries descriptors (control::kMaxReplyFds at most).
+// A control call whose reply carries exactly fds.size() descriptors (owned by the caller).
 int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t request_len,
-             void* reply, std::size_t reply_len, int* fds, int max_fds);
+             void* reply, std::size_t reply_len, std::span<Fd> fds);
+
+// The context's doorbell eventfd (owned by the context).
+int context_doorbell(ibv_context* ctx);
 
 // ibv_create_comp_channel for xroce contexts, reached through libxroce-preload.so.
 ibv_comp_channel* create_comp_channel(ibv_context* ctx);

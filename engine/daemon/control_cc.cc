@@ -18,8 +18,8 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/control_body.h"
-#include "daemon/control_server.h"
+#include "daemon/control_ops.h"
+#include "xroce/control_message.h"
 
 namespace xroce::daemon {
 
@@ -30,15 +30,6 @@ constexpr std::string_view kNpEnable = "np_enable";
 constexpr std::string_view kLineRate = "line_rate_mbps";
 constexpr double kDefaultLineRateMbps = 100'000;
 constexpr std::int64_t kMaxLineRateMbps = 10'000'000;  // 10 Tb/s
-
-std::string text_reply(const std::string& text) {
-  control::TextReply head{static_cast<uint32_t>(text.size())};
-  return std::string(reinterpret_cast<const char*>(&head), sizeof head) + text;
-}
-
-std::string bounded(const char* text, std::size_t capacity) {
-  return std::string(text, strnlen(text, capacity));
-}
 
 // rp_enable/3 -> rp_enable.3 (the CLI's spelling) and back.
 std::string display_name(std::string_view table_name) {
@@ -147,12 +138,11 @@ nlohmann::ordered_json cc_json(const std::string& device, const cc::CcDevice& cc
 
 std::string result_reply(const std::string& device, const cc::CcDevice& cc,
                          const std::string& profile) {
-  return text_reply(
-      nlohmann::ordered_json{{"ok", true}, {"cc", cc_json(device, cc, profile)}}.dump());
+  return nlohmann::ordered_json{{"ok", true}, {"cc", cc_json(device, cc, profile)}}.dump();
 }
 
 std::string error_reply(const std::string& message) {
-  return text_reply(nlohmann::ordered_json{{"ok", false}, {"error", message}}.dump());
+  return nlohmann::ordered_json{{"ok", false}, {"error", message}}.dump();
 }
 
 // The profile a parameter set is, or "<profile>+custom" when a `cc set` moved it off one (the
@@ -171,14 +161,14 @@ std::string base_profile(const std::string& label) {
 
 }  // namespace
 
-double ControlServer::line_rate_mbps(const std::string& netdev) {
+double line_rate_mbps(const std::string& netdev) {
   std::ifstream speed("/sys/class/net/" + netdev + "/speed");
   long long mbps = 0;
   if (speed >> mbps && mbps > 0) return static_cast<double>(mbps);
   return kDefaultLineRateMbps;  // reading it fails with EINVAL on veth and other virtual links
 }
 
-void ControlServer::push_cc(ServedDevice& served) {
+void push_cc(ServedDevice& served) {
   if (!served.runner) return;
   Datapath& datapath = served.runner->datapath();
   const cc::CcDevice cc = served.cc;
@@ -190,25 +180,19 @@ void ControlServer::push_cc(ServedDevice& served) {
   }
 }
 
-ControlServer::Reply ControlServer::cc_show(const std::string& body) {
-  control::NameRequest request{};
-  if (body.size() != sizeof request || !parse(body, request)) return {EINVAL, {}};
-  const std::string name = bounded(request.name, sizeof request.name);
-  const auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
-  return {0, text_reply(cc_json(name, it->second.cc, it->second.cc_profile).dump())};
+namespace ops {
+
+Reply cc_show(OpContext& ctx) {
+  const ServedDevice& served = *ctx.served;
+  return {0, {}, cc_json(served.model->name(), served.cc, served.cc_profile).dump(), {}};
 }
 
-ControlServer::Reply ControlServer::cc_set(const Client& client, const std::string& body) {
-  control::CcSetRequest request{};
-  if (client.uid != 0) return {EPERM, {}};
-  if (!parse(body, request) || body.size() != sizeof request + request.length) return {EINVAL, {}};
-  const std::string name = bounded(request.name, sizeof request.name);
-  const auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
-  ServedDevice& served = it->second;
+Reply cc_set(OpContext& ctx, const control::CcSetRequest& request) {
+  if (ctx.body.size() != sizeof request + request.length) return Reply::error(EINVAL);
+  ServedDevice& served = *ctx.served;
+  const std::string& name = served.model->name();
   cc::CcDevice next = served.cc;
-  const std::string_view text(body.data() + sizeof request, request.length);
+  const std::string_view text = ctx.body.substr(sizeof request, request.length);
   std::size_t start = 0;
   bool any = false;
   while (start < text.size()) {
@@ -217,33 +201,30 @@ ControlServer::Reply ControlServer::cc_set(const Client& client, const std::stri
     const std::string_view line = text.substr(start, end - start);
     start = end + 1;
     if (line.empty()) continue;
-    if (auto error = apply(next, line)) return {0, error_reply(*error)};
+    if (auto error = apply(next, line)) return {0, {}, error_reply(*error), {}};
     any = true;
   }
-  if (!any) return {0, error_reply("nothing to set: give NAME=VALUE ...")};
+  if (!any) return {0, {}, error_reply("nothing to set: give NAME=VALUE ..."), {}};
   served.cc = next;
   served.cc_profile = profile_label(served.cc.params, base_profile(served.cc_profile));
   push_cc(served);
-  return {0, result_reply(name, served.cc, served.cc_profile)};
+  return {0, {}, result_reply(name, served.cc, served.cc_profile), {}};
 }
 
-ControlServer::Reply ControlServer::cc_profile(const Client& client, const std::string& body) {
-  control::CcProfileRequest request{};
-  if (client.uid != 0) return {EPERM, {}};
-  if (body.size() != sizeof request || !parse(body, request)) return {EINVAL, {}};
-  const std::string name = bounded(request.name, sizeof request.name);
-  const std::string profile = bounded(request.profile, sizeof request.profile);
-  const auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
+Reply cc_profile(OpContext& ctx, const control::CcProfileRequest& request) {
+  const std::string profile = control::bounded_name(request.profile, sizeof request.profile);
   auto params = cc::profile_by_name(profile);
-  if (!params) return {0, error_reply("unknown profile '" + profile + "'; known: connectx, paper")};
-  ServedDevice& served = it->second;
+  if (!params) {
+    return {0, {}, error_reply("unknown profile '" + profile + "'; known: connectx, paper"), {}};
+  }
+  ServedDevice& served = *ctx.served;
   params->rp_enable_mask = served.cc.params.rp_enable_mask;  // a profile sets no enables
   params->np_enable_mask = served.cc.params.np_enable_mask;
   served.cc.params = *params;
   served.cc_profile = profile;
   push_cc(served);
-  return {0, result_reply(name, served.cc, served.cc_profile)};
+  return {0, {}, result_reply(served.model->name(), served.cc, served.cc_profile), {}};
 }
 
+}  // namespace ops
 }  // namespace xroce::daemon

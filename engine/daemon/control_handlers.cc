@@ -1,153 +1,162 @@
-// The request handlers of ControlServer: one per control::Op.
-#include <net/if.h>
+// The handlers of the context ops (include/xroce/control.h): hello, attributes, PDs, MRs,
+// completion channels, and the device ops behind `xroce link`.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
 #include <nlohmann/json.hpp>
 
-#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
 
-#include "daemon/control_body.h"
-#include "daemon/control_server.h"
-#include "daemon/fd.h"
+#include "daemon/control_ops.h"
+#include "xroce/control_message.h"
+#include "xroce/proc_maps.h"
 
 namespace xroce::daemon {
 
 namespace {
 
-std::string bounded(const char* text, std::size_t capacity) {
-  return std::string(text, strnlen(text, capacity));
-}
-
-bool valid_device_name(const std::string& name) {
-  if (name.empty() || name.size() >= control::kNameBytes) return false;
-  for (char c : name) {
-    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '_' && c != '-') return false;
-  }
-  return true;
-}
-
-// True if the process's mappings over [addr, addr+length) are all of `memfd` (same inode), at
-// the offsets of a mapping of the whole memfd placed at addr: what share_region (provider) made.
-bool memfd_backs_range(pid_t pid, uint64_t addr, uint64_t length, int memfd) {
-  struct stat st {};
-  if (fstat(memfd, &st) != 0) return false;
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  uint64_t covered_to = addr;
-  const uint64_t end = addr + length;
-  std::string line;
-  while (std::getline(maps, line) && covered_to < end) {
-    std::istringstream in(line);
-    uint64_t lo = 0;
-    uint64_t hi = 0;
-    uint64_t offset = 0;
-    uint64_t inode = 0;
-    char dash = 0;
-    std::string perms;
-    std::string device;
-    in >> std::hex >> lo >> dash >> hi >> perms >> offset >> device >> std::dec >> inode;
-    if (hi <= covered_to) continue;
-    if (lo > covered_to || lo < addr) return false;
-    if (inode != st.st_ino || offset != lo - addr || perms.size() < 4 || perms[3] != 's') {
-      return false;
-    }
-    covered_to = hi;
-  }
-  return covered_to >= end;
-}
-
-// The daemon writes events only into sockets the client made for the purpose, never into
-// whatever else a client might pass.
-bool is_socket(int fd) {
-  struct stat st {};
-  return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
-}
+constexpr unsigned kCapIpcLock = 14;  // linux/capability.h CAP_IPC_LOCK
+constexpr uint32_t kWriteAccess =
+    device::kAccessLocalWrite | device::kAccessRemoteWrite | device::kAccessRemoteAtomic;
 
 const char* port_kind_name(control::PortKind kind) {
   return kind == control::PortKind::udp ? "udp" : "afxdp";
 }
 
+// True if the process's mappings over [addr, addr+length) are all of `memfd` (same inode), at
+// the offsets of a mapping of the whole memfd placed at addr: what share_region (provider) made.
+bool memfd_backs_range(const std::string& maps, uint64_t addr, uint64_t length, int memfd) {
+  struct stat st {};
+  if (fstat(memfd, &st) != 0) return false;
+  return proc::covers(maps, addr, length, [&](const proc::Mapping& m) {
+    return m.start >= addr && m.inode == st.st_ino && m.offset == m.start - addr && m.shared();
+  });
+}
+
+// Reads the caller's own maps into `maps` and checks that [addr, addr+length) is memory it can
+// read (and write, where `access` asks for writes). A range the device refuses anyway (empty,
+// wrapping) passes here, to be refused with EINVAL there.
+bool caller_maps(const device::ProcessMemory& memory, uint64_t addr, uint64_t length,
+                 uint32_t access, std::string& maps) {
+  if (memory.image().read_maps(maps) != 0) return false;
+  if (length == 0 || addr + length <= addr) return true;
+  const bool writes = (access & kWriteAccess) != 0;
+  return proc::covers(maps, addr, length, [writes](const proc::Mapping& m) {
+    return m.readable() && (!writes || m.writable());
+  });
+}
+
+// What the caller may register in all: its RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK, as the
+// kernel's ib_umem_get charges pinned pages. 0 means no limit. Read from /proc (prlimit() on
+// another process would need CAP_SYS_RESOURCE, which the daemon may not have); a limit that
+// cannot be read refuses the registration (1 byte).
+uint64_t registration_limit_bytes(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream status(dir + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    const uint64_t caps = std::strtoull(line.c_str() + 7, nullptr, 16);
+    if ((caps & (uint64_t{1} << kCapIpcLock)) != 0) return 0;
+  }
+  std::ifstream limits(dir + "/limits");
+  for (std::string line; std::getline(limits, line);) {
+    // "Max locked memory         8388608              8388608              bytes"
+    if (line.rfind("Max locked memory", 0) != 0) continue;
+    std::istringstream fields(line.substr(17));
+    std::string soft;
+    fields >> soft;
+    if (soft == "unlimited") return 0;
+    const uint64_t bytes = std::strtoull(soft.c_str(), nullptr, 10);
+    return bytes == 0 ? 1 : bytes;
+  }
+  return 1;
+}
+
+// Registered regions of the context's device that the daemon maps.
+std::size_t shared_mappings(const OpContext& ctx) {
+  std::size_t count = 0;
+  for (const auto& [fd, s] : ctx.sessions.by_connection())
+    count += s->device == ctx.session.device ? s->shared_mrs.size() : 0;
+  return count;
+}
+
 }  // namespace
 
-// A real device pins the pages it registers and fails with EFAULT when they are not mapped;
-// xroce reaches them later through the process, so it checks that [addr, addr+length) lies in
-// the process's mappings, writable where the access flags ask for writes.
-bool ControlServer::range_is_mapped(pid_t pid, uint64_t addr, uint64_t length, bool need_write) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  uint64_t covered_to = addr;
-  const uint64_t end = addr + length;
-  std::string line;
-  while (std::getline(maps, line) && covered_to < end) {
-    std::istringstream in(line);
-    uint64_t lo = 0;
-    uint64_t hi = 0;
-    char dash = 0;
-    std::string perms;
-    in >> std::hex >> lo >> dash >> hi >> perms;
-    if (hi <= covered_to || lo > covered_to) continue;
-    if (perms.size() < 2 || perms[0] != 'r' || (need_write && perms[1] != 'w')) return false;
-    covered_to = hi;
+void release_context(Devices& devices, Session& session) {
+  ServedDevice* served = devices.find(session.device);
+  if (served != nullptr) {
+    // Shared mappings first, while the PDs still hold the process's memory.
+    if (const auto memory = served->memory->find(session.id)) {
+      for (const auto& [handle, addr] : session.shared_mrs)
+        memory->remove_shared(addr);
+    }
+    served->model->release_client(session.id);
+    served->memory->detach(session.id);
   }
-  return covered_to >= end;
+  session.shared_mrs.clear();
+  session.device.clear();
 }
 
-bool ControlServer::writes_memory(uint32_t access) {
-  return (access & (device::kAccessLocalWrite | device::kAccessRemoteWrite |
-                    device::kAccessRemoteAtomic)) != 0;
-}
+namespace ops {
 
-ControlServer::Reply ControlServer::hello(Client& client, const std::string& body, int passed_fd) {
-  control::HelloRequest request{};
-  if (!parse(body, request) || !is_socket(passed_fd) || !client.device.empty()) {
-    if (passed_fd >= 0) close(passed_fd);
-    return {EINVAL, {}};
+// A context: the event socket and the caller's own image (engine/device/dma.h), checked to be
+// what they claim; the reply carries the context's doorbell.
+Reply hello(OpContext& ctx, const control::HelloRequest& request) {
+  Fd event = ctx.message.take(0);
+  Fd mem = ctx.message.take(1);
+  Fd maps = ctx.message.take(2);
+  if (!is_socket(event.get()) || !is_image_of(ctx.session.peer.pid(), mem.get(), maps.get())) {
+    return Reply::error(EINVAL);
   }
-  const std::string name = bounded(request.ibdev, sizeof(request.ibdev));
-  if (devices_.count(name) == 0) {
-    close(passed_fd);
-    return {ENODEV, {}};
-  }
-  client.device = name;
-  client.event_fd = passed_fd;
-  control::HelloReply reply{
-      static_cast<uint32_t>(std::distance(devices_.begin(), devices_.find(name)))};
-  return {0, bytes_of(reply)};
+  const std::string name = control::bounded_name(request.ibdev, sizeof(request.ibdev));
+  ServedDevice* served = ctx.devices.find(name);
+  if (served == nullptr) return Reply::error(ENODEV);
+  auto doorbell = device::create_doorbell();
+  if (!doorbell) return Reply::error(doorbell.error());
+  Fd pidfd = ctx.session.peer.dup_pidfd();
+  if (!pidfd.valid()) return Reply::error(errno);
+  served->memory->attach(ctx.session.id, ctx.session.peer.pid(), std::move(pidfd), std::move(mem),
+                         std::move(maps));
+  ctx.session.device = name;
+  ctx.session.event_socket = std::move(event);
+  ctx.session.doorbell = std::move(*doorbell);
+  Reply reply{0, control::body_bytes(control::HelloReply{ctx.devices.index_of(name)}), {}, {}};
+  reply.fds.emplace_back(fcntl(ctx.session.doorbell.get(), F_DUPFD_CLOEXEC, 0));
+  if (!reply.fds.back().valid()) return Reply::error(errno);
+  return reply;
 }
 
 // The channel's fd lives in the application (its own socketpair, made by the provider); the
 // daemon keeps the other end to send completion events on, for as long as the context lives.
-ControlServer::Reply ControlServer::create_comp_channel(Client& client, int passed_fd) {
-  if (!is_socket(passed_fd)) {
-    if (passed_fd >= 0) close(passed_fd);
-    return {EINVAL, {}};
-  }
-  if (device_of(client) == nullptr) {
-    close(passed_fd);
-    return {ENODEV, {}};
-  }
-  const uint32_t handle = client.next_channel++;
-  client.channels.emplace(handle, passed_fd);
-  return {0, bytes_of(control::HandleReply{handle})};
+Reply create_comp_channel(OpContext& ctx) {
+  Fd channel = ctx.message.take(0);
+  if (!is_socket(channel.get())) return Reply::error(EINVAL);
+  if (ctx.session.channels.size() >= Sessions::kMaxChannelsPerContext) return Reply::error(EMFILE);
+  const uint32_t handle = ctx.session.next_channel++;
+  ctx.session.channels.emplace(handle, std::move(channel));
+  return {0, control::body_bytes(control::HandleReply{handle}), {}, {}};
 }
 
-ControlServer::Reply ControlServer::query_device(const Client& client) {
-  const device::Device* dev = device_of(client);
-  if (dev == nullptr) return {ENODEV, {}};
-  const device::DeviceLimits& limits = dev->limits();
+Reply query_device(OpContext& ctx) {
+  const device::Device& dev = ctx.device();
+  const device::DeviceLimits& limits = dev.limits();
+  // What this context can get: the device's limits within the context's quota.
+  const device::ClientQuota& quota = dev.client_quota();
   control::DeviceAttr attr{};
   std::snprintf(attr.fw_ver, sizeof(attr.fw_ver), "%s", device::kFirmwareVersion);
-  attr.node_guid = htobe64(dev->node_guid());
+  attr.node_guid = htobe64(dev.node_guid());
   attr.sys_image_guid = attr.node_guid;
   attr.max_mr_size = limits.max_mr_size;
   attr.page_size_cap = limits.page_size_cap;
   attr.vendor_id = limits.vendor_id;
-  attr.max_qp = limits.max_qp;
+  attr.max_qp = std::min(limits.max_qp, quota.max_qp);
   attr.max_qp_wr = limits.max_qp_wr;
   attr.device_cap_flags = static_cast<uint32_t>(device::kDeviceCapFlags);
   attr.device_cap_flags_ex = device::kDeviceCapFlags;
@@ -160,206 +169,166 @@ ControlServer::Reply ControlServer::query_device(const Client& client) {
   attr.completion_timestamp_mask = device::kCompletionTimestampMask;
   attr.hca_core_clock_khz = device::kHcaCoreClockKhz;
   attr.max_sge = limits.max_sge;
-  attr.max_cq = limits.max_cq;
+  attr.max_cq = std::min(limits.max_cq, quota.max_cq);
   attr.max_cqe = limits.max_cqe;
-  attr.max_mr = limits.max_mr;
-  attr.max_pd = limits.max_pd;
+  attr.max_mr = std::min(limits.max_mr, quota.max_mr);
+  attr.max_pd = std::min(limits.max_pd, quota.max_pd);
   attr.max_qp_rd_atom = limits.max_qp_rd_atom;
   attr.max_qp_init_rd_atom = limits.max_qp_rd_atom;
-  attr.max_srq = limits.max_srq;
+  attr.max_srq = std::min(limits.max_srq, quota.max_srq);
   attr.max_srq_wr = limits.max_srq_wr;
   attr.max_srq_sge = limits.max_srq_sge;
-  attr.max_ah = limits.max_ah;
+  attr.max_ah = std::min(limits.max_ah, quota.max_ah);
   attr.atomic_cap = IBV_ATOMIC_HCA;
   attr.max_pkeys = limits.max_pkeys;
   attr.phys_port_cnt = 1;
-  return {0, bytes_of(attr)};
+  return {0, control::body_bytes(attr), {}, {}};
 }
 
-ControlServer::Reply ControlServer::query_port(const Client& client, const std::string& body) {
-  const device::Device* dev = device_of(client);
-  control::PortRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request) || request.port_num != 1) return {EINVAL, {}};
-  const auto& netdev = dev->netdev();
+Reply query_port(OpContext& ctx, const control::PortRequest& request) {
+  const device::Device& dev = ctx.device();
+  if (request.port_num != 1) return Reply::error(EINVAL);
+  const auto& netdev = dev.netdev();
   const auto rate = device::link_rate_for(netdev.speed_mbps);
   control::PortAttr attr{};
   attr.state = device::port_state(netdev);
   attr.max_mtu = device::kIbMtu4096;
   attr.active_mtu = device::active_ib_mtu(netdev.mtu);
-  attr.gid_tbl_len = static_cast<uint32_t>(dev->gids().size());
+  attr.gid_tbl_len = static_cast<uint32_t>(dev.gids().size());
   attr.port_cap_flags = IBV_PORT_CM_SUP;
-  attr.max_msg_sz = dev->limits().max_msg_bytes;
-  attr.pkey_tbl_len = dev->limits().max_pkeys;
+  attr.max_msg_sz = dev.limits().max_msg_bytes;
+  attr.pkey_tbl_len = dev.limits().max_pkeys;
   attr.active_width = rate.width;
   attr.active_speed = rate.speed;
   attr.phys_state = device::phys_state(netdev);
   attr.link_layer = IBV_LINK_LAYER_ETHERNET;
-  return {0, bytes_of(attr)};
+  return {0, control::body_bytes(attr), {}, {}};
 }
 
-ControlServer::Reply ControlServer::alloc_pd(const Client& client) {
-  device::Device* dev = device_of(client);
-  if (dev == nullptr) return {ENODEV, {}};
-  auto pd = dev->alloc_pd(client.id, client.pid);
-  if (!pd) return {pd.error(), {}};
-  return {0, bytes_of(control::HandleReply{*pd})};
+Reply alloc_pd(OpContext& ctx) {
+  auto pd = ctx.device().alloc_pd(ctx.session.id, ctx.session.peer.pid());
+  if (!pd) return Reply::error(pd.error());
+  return {0, control::body_bytes(control::HandleReply{*pd}), {}, {}};
 }
 
-ControlServer::Reply ControlServer::dealloc_pd(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->dealloc_pd(client.id, request.handle), {}};
+Reply dealloc_pd(OpContext& ctx, const control::HandleRequest& request) {
+  return Reply::error(ctx.device().dealloc_pd(ctx.session.id, request.handle));
 }
 
-// Registered memory (docs/ARCHITECTURE.md decision 5). With a memfd from the provider the region
-// is reached through the daemon's mapping of it; the daemon first checks that the memfd really
-// is what the process has mapped over the whole range, so a region always reaches the memory the
-// process registered. Without one, or if the memfd cannot be mapped, through cross-memory attach.
-ControlServer::Reply ControlServer::reg_mr(Client& client, const std::string& body, int memfd) {
-  Fd passed(memfd);
-  device::Device* dev = device_of(client);
-  control::RegMrRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  // On-demand paging (IBV_ACCESS_ON_DEMAND): nothing is looked at now (implicit ODP names the
-  // whole address space); each access later reaches only what the process has mapped then.
+// Registered memory (docs/ARCHITECTURE.md decision 5). A real device pins the pages it registers
+// and fails with EFAULT when they are not mapped; xroce reaches them later through the caller's own
+// /proc/self/mem, so it checks, in the caller's own maps, that [addr, addr+length) is memory the
+// caller can read (and write, where the access flags ask for writes). Only the caller itself
+// gets here (the session's opener, its image alive): a refusal tells it nothing it could not
+// read in its own /proc/self/maps. With a memfd from the provider the region is reached through
+// the daemon's mapping of it, once the daemon has checked the memfd really is what the caller
+// has mapped over the whole range; without one, or if it cannot be mapped, through the mem file.
+// On-demand paging (IBV_ACCESS_ON_DEMAND): nothing is looked at now (implicit ODP names the
+// whole address space); each access later reaches only what the process has mapped then.
+Reply reg_mr(OpContext& ctx, const control::RegMrRequest& request) {
+  Fd memfd = ctx.message.take(0);
+  const auto memory = ctx.served->memory->find(ctx.session.id);
+  if (memory == nullptr) return Reply::error(EFAULT);
   const bool on_demand = (request.access & device::kAccessOnDemand) != 0;
-  if (!on_demand && request.length != 0 && request.addr + request.length > request.addr &&
-      !range_is_mapped(client.pid, request.addr, request.length, writes_memory(request.access))) {
-    return {EFAULT, {}};
+  if (on_demand) memfd.reset();  // reached in place, never re-backed
+  std::string maps;
+  if (!on_demand && !caller_maps(*memory, request.addr, request.length, request.access, maps)) {
+    return Reply::error(EFAULT);
   }
-  if (on_demand && passed.get() >= 0) close(passed.release());  // reached in place, never re-backed
-  auto keys =
-      dev->reg_mr(client.id, device::MrRequest{request.pd_handle, request.addr, request.length,
-                                               request.iova, request.access, client.pid});
-  if (!keys) return {keys.error(), {}};
+  auto keys = ctx.device().reg_mr(
+      ctx.session.id, device::MrRequest{request.pd_handle, request.addr, request.length,
+                                        request.iova, request.access, ctx.session.peer.pid(),
+                                        registration_limit_bytes(ctx.session.peer.pid())});
+  if (!keys) return Reply::error(keys.error());
   auto dma = control::MrDma::kCrossMemory;
-  if (passed.get() >= 0 && share_region(client, *keys, request, passed.release()) == 0) {
+  if (memfd.valid() && memfd_backs_range(maps, request.addr, request.length, memfd.get()) &&
+      ctx.device().mapped_rings() + shared_mappings(ctx) < device::kMaxMappedRegions &&
+      memory->add_shared(memfd.release(), request.addr, request.length) == 0) {
+    ctx.session.shared_mrs.emplace(keys->handle, request.addr);
     dma = control::MrDma::kSharedMapping;
   }
-  return {0, bytes_of(control::RegMrReply{keys->handle, keys->lkey, keys->rkey,
-                                          static_cast<uint32_t>(dma)})};
+  return {0,
+          control::body_bytes(control::RegMrReply{keys->handle, keys->lkey, keys->rkey,
+                                                  static_cast<uint32_t>(dma)}),
+          {},
+          {}};
 }
 
-int ControlServer::share_region(Client& client, const device::MrKeys& keys,
-                                const control::RegMrRequest& request, int memfd) {
-  Fd owned(memfd);
-  const auto served = devices_.find(client.device);
-  const auto memory = served->second.memory->find(client.pid);
-  if (memory == nullptr) return ESRCH;
-  if (!memfd_backs_range(client.pid, request.addr, request.length, owned.get())) return EINVAL;
-  if (int err = memory->add_shared(owned.release(), request.addr, request.length)) return err;
-  client.shared_mrs.emplace(keys.handle, request.addr);
-  return 0;
+// The region stops being reached through the daemon's mapping of its memfd. Called after its
+// keys are gone or changed, so no new access finds the mapping (one in flight keeps it alive).
+void unshare_region(OpContext& ctx, uint32_t mr_handle) {
+  const auto shared = ctx.session.shared_mrs.find(mr_handle);
+  if (shared == ctx.session.shared_mrs.end()) return;
+  if (const auto memory = ctx.served->memory->find(ctx.session.id))
+    memory->remove_shared(shared->second);
+  ctx.session.shared_mrs.erase(shared);
 }
 
-void ControlServer::unshare_region(Client& client, uint32_t mr_handle) {
-  const auto it = client.shared_mrs.find(mr_handle);
-  if (it == client.shared_mrs.end()) return;
-  const auto served = devices_.find(client.device);
-  if (served != devices_.end()) {
-    if (const auto memory = served->second.memory->find(client.pid))
-      memory->remove_shared(it->second);
+Reply dereg_mr(OpContext& ctx, const control::HandleRequest& request) {
+  const int err = ctx.device().dereg_mr(ctx.session.id, request.handle);
+  if (err == 0) unshare_region(ctx, request.handle);
+  return Reply::error(err);
+}
+
+// ibv_rereg_mr. A region that moves (CHANGE_TRANSLATION) leaves its shared mapping behind and is
+// reached through the caller's mem file from then on; the new range is checked in the caller's
+// maps as reg_mr checks it, and the registration limit applies to its new length.
+Reply rereg_mr(OpContext& ctx, const control::ReregMrRequest& request) {
+  device::Device& dev = ctx.device();
+  const auto memory = ctx.served->memory->find(ctx.session.id);
+  if (memory == nullptr) return Reply::error(EFAULT);
+  const bool moves = (request.flags & device::kReregTranslation) != 0;
+  if (moves) {
+    const auto& regions = dev.memory_regions();
+    const auto it = regions.find(request.mr_handle);
+    uint32_t access = 0;
+    if (it != regions.end() && it->second.owner == ctx.session.id) access = it->second.access;
+    if ((request.flags & device::kReregAccess) != 0) access = request.access;
+    std::string maps;
+    if ((access & device::kAccessOnDemand) == 0 &&
+        !caller_maps(*memory, request.addr, request.length, access, maps)) {
+      return Reply::error(EFAULT);
+    }
   }
-  client.shared_mrs.erase(it);
+  auto keys = dev.rereg_mr(
+      ctx.session.id, request.mr_handle,
+      device::ReregRequest{request.flags, request.pd, request.access, request.addr, request.length,
+                           registration_limit_bytes(ctx.session.peer.pid())});
+  if (!keys) return Reply::error(keys.error());
+  if (moves) unshare_region(ctx, request.mr_handle);
+  const bool shared = ctx.session.shared_mrs.count(request.mr_handle) != 0;
+  const auto dma = shared ? control::MrDma::kSharedMapping : control::MrDma::kCrossMemory;
+  return {0,
+          control::body_bytes(control::RegMrReply{keys->handle, keys->lkey, keys->rkey,
+                                                  static_cast<uint32_t>(dma)}),
+          {},
+          {}};
 }
 
-void ControlServer::release_shared_regions(Client& client) {
-  while (!client.shared_mrs.empty())
-    unshare_region(client, client.shared_mrs.begin()->first);
+Reply link_add(OpContext& ctx, const control::LinkAddRequest& request) {
+  return Reply::error(ctx.devices.add(request));
 }
 
-ControlServer::Reply ControlServer::dereg_mr(Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  const int err = dev->dereg_mr(client.id, request.handle);
-  // After the keys are gone, so no new access finds the mapping (one in flight keeps it alive).
-  if (err == 0) unshare_region(client, request.handle);
-  return {err, {}};
-}
-
-ControlServer::Reply ControlServer::link_add(const Client& client, const std::string& body) {
-  control::LinkAddRequest request{};
-  if (client.uid != 0) return {EPERM, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  const std::string name = bounded(request.name, sizeof(request.name));
-  const std::string netdev_name = bounded(request.netdev, sizeof(request.netdev));
-  if (!valid_device_name(name)) return {EINVAL, {}};
-  if (devices_.count(name) != 0) return {EEXIST, {}};
-  for (const auto& [other, served] : devices_) {
-    if (served.model->netdev().name == netdev_name) return {EBUSY, {}};
+// The device goes as a NIC that is removed: its contexts are closed, and each client's provider
+// reports IBV_EVENT_DEVICE_FATAL and flushes its outstanding work (provider/device_death.cc).
+Reply link_del(OpContext& ctx, const control::LinkDelRequest& request) {
+  const std::string name = control::bounded_name(request.name, sizeof(request.name));
+  if (ctx.devices.find(name) == nullptr) return Reply::error(ENODEV);
+  for (auto& [fd, session] : ctx.sessions.by_connection()) {
+    if (session->device != name) continue;
+    release_context(ctx.devices, *session);
+    session->closing = true;
   }
-  auto state = read_netdev(netdev_name);
-  if (!state) return {state.error(), {}};
-
-  ServedDevice served;
-  served.memory = std::make_shared<device::ProcessMemoryDirectory>();
-  served.model = std::make_unique<device::Device>(
-      name, *state, static_cast<uint32_t>(getpid()),
-      [directory = served.memory](int pid) -> std::unique_ptr<transport::MemoryAccess> {
-        return directory->view(pid);
-      });
-  served.model->update_addresses(read_addresses(netdev_name));
-  served.port = request.port;
-  served.queues = request.queues;
-  auto runner = start_datapath(
-      *served.model,
-      request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
-      request.queues, &loopback_);
-  if (!runner) {
-    std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
-                 runner.error().c_str());
-    return {EOPNOTSUPP, {}};
-  }
-  served.runner = std::move(*runner);
-  served.model->set_runner(served.runner.get());
-  served.cc.line_rate_mbps = line_rate_mbps(netdev_name);
-  push_cc(served);  // before any QP: a QP's reaction point takes the line rate when it connects
-  served.uverbs = create_device_node();
-  if (served.uverbs.empty()) return {errno != 0 ? errno : EIO, {}};
-  if (int err = tree_.write_device(*served.model, served.uverbs, paths_.control_socket)) {
-    tree_.remove_device(name, served.uverbs);
-    remove_device_node(served.uverbs);
-    return {err, {}};
-  }
-  auto& added = devices_.emplace(name, std::move(served)).first->second;
-  cm_.add_device(name, *added.model, *added.runner);
-  served_any_ = true;
-  return {0, {}};
+  ctx.devices.remove(name);
+  return Reply::error(0);
 }
 
-ControlServer::Reply ControlServer::link_del(const Client& client, const std::string& body) {
-  control::LinkDelRequest request{};
-  if (client.uid != 0) return {EPERM, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  const std::string name = bounded(request.name, sizeof(request.name));
-  auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
-  send_event(name, 0, IBV_EVENT_DEVICE_FATAL);
-  for (auto& [fd, c] : clients_) {
-    if (c.device != name) continue;
-    // The device is gone: its contexts keep their connections (so their verbs fail with
-    // ENODEV rather than hang) but own nothing any more.
-    release_shared_regions(c);
-    it->second.model->release_client(c.id);
-    c.device.clear();
-  }
-  cm_.remove_device(name);  // its ids get DEVICE_REMOVAL
-  tree_.remove_device(name, it->second.uverbs);
-  remove_device_node(it->second.uverbs);
-  devices_.erase(it);
-  return {0, {}};
-}
-
-ControlServer::Reply ControlServer::link_show() {
+// Every user sees every device; of its regions and contexts, only its own (root: all).
+Reply link_show(OpContext& ctx) {
   nlohmann::json out = nlohmann::json::array();
   int index = 0;
-  for (const auto& [name, served] : devices_) {
+  const uid_t viewer = ctx.sender.uid;
+  for (const auto& [name, served] : ctx.devices.all()) {
     const auto& dev = *served.model;
     const auto& netdev = dev.netdev();
     nlohmann::json gids = nlohmann::json::array();
@@ -370,6 +339,7 @@ ControlServer::Reply ControlServer::link_show() {
     }
     nlohmann::json regions = nlohmann::json::array();
     for (const auto& [handle, mr] : dev.memory_regions()) {
+      if (!visible_to(ctx.sessions, viewer, mr.owner)) continue;
       regions.push_back({{"handle", handle},
                          {"pid", mr.pid},
                          {"addr", mr.addr},
@@ -379,8 +349,12 @@ ControlServer::Reply ControlServer::link_show() {
                          {"rkey", mr.rkey}});
     }
     int contexts = 0;
-    for (const auto& [fd, c] : clients_)
-      contexts += c.device == name ? 1 : 0;
+    std::size_t pds = 0;
+    for (const auto& [fd, s] : ctx.sessions.by_connection()) {
+      if (s->device != name || !visible_to(ctx.sessions, viewer, s->id)) continue;
+      ++contexts;
+      pds += dev.owned_counts(s->id).pds;
+    }
     const bool active = device::port_state(netdev) == device::kPortActive;
     out.push_back({{"ifindex", index++},
                    {"ifname", name},
@@ -399,14 +373,19 @@ ControlServer::Reply ControlServer::link_show() {
                                               : std::string("none")},
                    {"workers", served.runner ? served.runner->datapath().worker_count() : 0},
                    {"contexts", contexts},
-                   {"pds", dev.pd_count()},
-                   {"mrs", dev.memory_regions().size()},
+                   {"pds", pds},
+                   {"mrs", regions.size()},
                    {"memory_regions", regions},
                    {"gids", gids}});
   }
-  const std::string text = out.dump();
-  control::TextReply head{static_cast<uint32_t>(text.size())};
-  return {0, bytes_of(head) + text};
+  return {0, {}, out.dump(), {}};
 }
 
+// The next page of the session's pending text.
+Reply text_next(OpContext& ctx) {
+  if (ctx.session.pending_text.empty()) return Reply::error(ENOENT);
+  return {0, take_text_page(ctx.session), {}, {}};
+}
+
+}  // namespace ops
 }  // namespace xroce::daemon

@@ -1,11 +1,13 @@
-// The request handlers of ControlServer for the data path objects: CQs, QPs, SRQs, AHs.
+// The handlers of the data path objects: CQs, QPs, SRQs, AHs. A create hands the object's ring
+// memfd to the client once and closes it (the daemon keeps its mapping); QPs and SRQs ring their
+// context's doorbell, made at hello.
 #include <cerrno>
 #include <cstring>
 
-#include "daemon/control_body.h"
-#include "daemon/control_server.h"
+#include "daemon/control_ops.h"
+#include "xroce/control_message.h"
 
-namespace xroce::daemon {
+namespace xroce::daemon::ops {
 
 namespace {
 
@@ -18,62 +20,61 @@ control::CqReply cq_reply(uint32_t handle, const device::CompletionQueue& cq) {
   return reply;
 }
 
+template <typename T>
+Reply with_region(const T& body, device::SharedRegion& region) {
+  Reply reply{0, control::body_bytes(body), {}, {}};
+  reply.fds.push_back(region.take_fd());
+  return reply;
+}
+
 }  // namespace
 
-ControlServer::Reply ControlServer::create_cq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::CreateCqRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
+Reply create_cq(OpContext& ctx, const control::CreateCqRequest& request) {
+  device::Device& dev = ctx.device();
   int channel_fd = -1;
   if (request.channel != 0) {
-    auto it = client.channels.find(request.channel);
-    if (it == client.channels.end()) return {EINVAL, {}};
-    channel_fd = it->second;
+    auto it = ctx.session.channels.find(request.channel);
+    if (it == ctx.session.channels.end()) return Reply::error(EINVAL);
+    channel_fd = it->second.get();
   }
-  auto handle = dev->create_cq(client.id, device::CqRequest{request.cqe, request.channel,
-                                                            request.comp_vector, request.cookie});
-  if (!handle) return {handle.error(), {}};
-  device::CompletionQueue& cq = *dev->cq(client.id, *handle);
+  auto handle = dev.create_cq(
+      ctx.session.id,
+      device::CqRequest{request.cqe, request.channel, request.comp_vector, request.cookie});
+  if (!handle) return Reply::error(handle.error());
+  device::CompletionQueue& cq = *dev.cq(ctx.session.id, *handle);
   cq.channel_fd = channel_fd;
-  cq.event_fd = client.event_fd;
-  return {0, bytes_of(cq_reply(*handle, cq)), {cq.region.fd()}};
+  cq.event_fd = ctx.session.event_socket.get();
+  return with_region(cq_reply(*handle, cq), cq.region);
 }
 
-ControlServer::Reply ControlServer::destroy_cq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->destroy_cq(client.id, request.handle), {}};
+Reply destroy_cq(OpContext& ctx, const control::HandleRequest& request) {
+  return Reply::error(ctx.device().destroy_cq(ctx.session.id, request.handle));
 }
 
-ControlServer::Reply ControlServer::resize_cq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::ResizeCqRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  if (int err = dev->resize_cq(client.id, request.handle, request.cqe)) return {err, {}};
-  const device::CompletionQueue& cq = *dev->cq(client.id, request.handle);
-  return {0, bytes_of(cq_reply(request.handle, cq)), {cq.region.fd()}};
+Reply resize_cq(OpContext& ctx, const control::ResizeCqRequest& request) {
+  device::Device& dev = ctx.device();
+  if (int err = dev.resize_cq(ctx.session.id, request.handle, request.cqe)) {
+    return Reply::error(err);
+  }
+  device::CompletionQueue& cq = *dev.cq(ctx.session.id, request.handle);
+  return with_region(cq_reply(request.handle, cq), cq.region);
 }
 
-ControlServer::Reply ControlServer::create_qp(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::CreateQpRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  device::QpRequest r{request.pd,  request.send_cq, request.recv_cq,
-                      request.srq, request.qp_type, request.sq_sig_all != 0,
-                      request.cap, request.cookie,  request.xrcd};
-  auto handle = dev->create_qp(client.id, r);
-  if (!handle) return {handle.error(), {}};
-  device::QueuePair& qp = *dev->qp(client.id, *handle);
-  qp.event_fd = client.event_fd;
+Reply create_qp(OpContext& ctx, const control::CreateQpRequest& request) {
+  device::Device& dev = ctx.device();
+  device::QpRequest r{request.pd,      request.send_cq,           request.recv_cq, request.srq,
+                      request.qp_type, request.sq_sig_all != 0,   request.cap,     request.cookie,
+                      request.xrcd,    ctx.session.doorbell.get()};
+  auto handle = dev.create_qp(ctx.session.id, r);
+  if (!handle) return Reply::error(handle.error());
+  device::QueuePair& qp = *dev.qp(ctx.session.id, *handle);
+  qp.event_fd = ctx.session.event_socket.get();
   return qp_reply(qp, *handle);
 }
 
-ControlServer::Reply ControlServer::qp_reply(const device::QueuePair& qp, uint32_t handle) {
+// An XRC target QP's rings may be handed again, to each context that opens it (ibv_open_qp):
+// its region keeps its descriptor; every other region's goes with its one reply.
+Reply qp_reply(device::QueuePair& qp, uint32_t handle) {
   control::CreateQpReply reply{};
   reply.handle = handle;
   reply.qpn = qp.qpn.value();
@@ -84,57 +85,48 @@ ControlServer::Reply ControlServer::qp_reply(const device::QueuePair& qp, uint32
   reply.recv_slot_bytes = qp.layout.recv_slot_bytes;
   reply.recv_offset = qp.layout.recv_offset;
   reply.region_bytes = qp.region.bytes();
-  return {0, bytes_of(reply), {qp.region.fd(), qp.doorbell.fd()}};
+  if (qp.type != transport::QpType::kXrcRecv) return with_region(reply, qp.region);
+  Reply shared{0, control::body_bytes(reply), {}, {}};
+  shared.fds.push_back(qp.region.share_fd());
+  if (!shared.fds.back().valid()) return Reply::error(EMFILE);
+  return shared;
 }
 
-ControlServer::Reply ControlServer::modify_qp(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::ModifyQpRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->modify_qp(client.id, request.handle, request.attr, request.mask), {}};
+Reply modify_qp(OpContext& ctx, const control::ModifyQpRequest& request) {
+  return Reply::error(
+      ctx.device().modify_qp(ctx.session.id, request.handle, request.attr, request.mask));
 }
 
-ControlServer::Reply ControlServer::query_qp(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  auto reply = dev->query_qp(client.id, request.handle);
-  if (!reply) return {reply.error(), {}};
-  return {0, bytes_of(*reply)};
+Reply query_qp(OpContext& ctx, const control::HandleRequest& request) {
+  auto reply = ctx.device().query_qp(ctx.session.id, request.handle);
+  if (!reply) return Reply::error(reply.error());
+  return {0, control::body_bytes(*reply), {}, {}};
 }
 
-ControlServer::Reply ControlServer::destroy_qp(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->destroy_qp(client.id, request.handle), {}};
+Reply destroy_qp(OpContext& ctx, const control::HandleRequest& request) {
+  return Reply::error(ctx.device().destroy_qp(ctx.session.id, request.handle));
 }
 
-ControlServer::Reply ControlServer::create_srq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::CreateSrqRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
+Reply create_srq(OpContext& ctx, const control::CreateSrqRequest& request) {
   constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
   constexpr uint32_t kSrqTypeXrc = 1;
-  if (request.srq_type != kSrqTypeBasic && request.srq_type != kSrqTypeXrc) return {EINVAL, {}};
-  if ((request.srq_type == kSrqTypeXrc) != (request.xrcd != 0)) return {EINVAL, {}};
-  auto handle = dev->create_srq(
-      client.id,
+  if (request.srq_type != kSrqTypeBasic && request.srq_type != kSrqTypeXrc) {
+    return Reply::error(EINVAL);
+  }
+  if ((request.srq_type == kSrqTypeXrc) != (request.xrcd != 0)) return Reply::error(EINVAL);
+  device::Device& dev = ctx.device();
+  auto handle = dev.create_srq(
+      ctx.session.id,
       device::SrqRequest{request.pd,
                          control::SrqAttr{request.max_wr, request.max_sge, request.srq_limit},
-                         request.cookie, request.xrcd, request.cq});
-  if (!handle) return {handle.error(), {}};
-  device::SharedReceiveQueue& srq = *dev->srq(client.id, *handle);
-  srq.event_fd = client.event_fd;
+                         request.cookie, request.xrcd, request.cq, ctx.session.doorbell.get()});
+  if (!handle) return Reply::error(handle.error());
+  device::SharedReceiveQueue& srq = *dev.srq(ctx.session.id, *handle);
+  srq.event_fd = ctx.session.event_socket.get();
   return srq_reply(srq, *handle);
 }
 
-ControlServer::Reply ControlServer::srq_reply(const device::SharedReceiveQueue& srq,
-                                              uint32_t handle) {
+Reply srq_reply(device::SharedReceiveQueue& srq, uint32_t handle) {
   control::SrqReply reply{};
   reply.handle = handle;
   reply.attr = srq.attr;
@@ -142,51 +134,32 @@ ControlServer::Reply ControlServer::srq_reply(const device::SharedReceiveQueue& 
   reply.slot_bytes = srq.ring.slot_bytes();
   reply.srqn = handle;
   reply.region_bytes = srq.region.bytes();
-  return {0, bytes_of(reply), {srq.region.fd(), srq.doorbell.fd()}};
+  return with_region(reply, srq.region);
 }
 
-ControlServer::Reply ControlServer::modify_srq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::ModifySrqRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->modify_srq(client.id, request.handle, request.attr, request.mask), {}};
+Reply modify_srq(OpContext& ctx, const control::ModifySrqRequest& request) {
+  return Reply::error(
+      ctx.device().modify_srq(ctx.session.id, request.handle, request.attr, request.mask));
 }
 
-ControlServer::Reply ControlServer::query_srq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  auto attr = dev->query_srq(client.id, request.handle);
-  if (!attr) return {attr.error(), {}};
-  return {0, bytes_of(*attr)};
+Reply query_srq(OpContext& ctx, const control::HandleRequest& request) {
+  auto attr = ctx.device().query_srq(ctx.session.id, request.handle);
+  if (!attr) return Reply::error(attr.error());
+  return {0, control::body_bytes(*attr), {}, {}};
 }
 
-ControlServer::Reply ControlServer::destroy_srq(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->destroy_srq(client.id, request.handle), {}};
+Reply destroy_srq(OpContext& ctx, const control::HandleRequest& request) {
+  return Reply::error(ctx.device().destroy_srq(ctx.session.id, request.handle));
 }
 
-ControlServer::Reply ControlServer::create_ah(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::CreateAhRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  auto handle = dev->create_ah(client.id, request.pd, request.attr);
-  if (!handle) return {handle.error(), {}};
-  return {0, bytes_of(control::HandleReply{*handle})};
+Reply create_ah(OpContext& ctx, const control::CreateAhRequest& request) {
+  auto handle = ctx.device().create_ah(ctx.session.id, request.pd, request.attr);
+  if (!handle) return Reply::error(handle.error());
+  return {0, control::body_bytes(control::HandleReply{*handle}), {}, {}};
 }
 
-ControlServer::Reply ControlServer::destroy_ah(const Client& client, const std::string& body) {
-  device::Device* dev = device_of(client);
-  control::HandleRequest request{};
-  if (dev == nullptr) return {ENODEV, {}};
-  if (!parse(body, request)) return {EINVAL, {}};
-  return {dev->destroy_ah(client.id, request.handle), {}};
+Reply destroy_ah(OpContext& ctx, const control::HandleRequest& request) {
+  return Reply::error(ctx.device().destroy_ah(ctx.session.id, request.handle));
 }
 
-}  // namespace xroce::daemon
+}  // namespace xroce::daemon::ops

@@ -1,5 +1,7 @@
 // The observability ops (include/xroce/control.h: stat, qp_show) behind `xroce stat` and
-// `xroce qp show`, and the hw_counters files of the sysfs-shaped tree.
+// `xroce qp show`, and the hw_counters files of the sysfs-shaped tree. A user other than root
+// sees the device's counters (as the kernel shows hw_counters to all) and its own regions and
+// QPs only.
 //
 // Where the counters come from: each worker's device::CounterBlock, which the worker alone
 // writes (frames as it sends and classifies them, its QPs' transport and DCQCN counters as they
@@ -11,39 +13,15 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
-#include "daemon/control_server.h"
+#include "daemon/control_ops.h"
 #include "device/counters_report.h"
 #include "device/dma.h"
 
 namespace xroce::daemon {
 
 namespace {
-
-std::string text_reply(const std::string& text) {
-  control::TextReply head{static_cast<uint32_t>(text.size())};
-  return std::string(reinterpret_cast<const char*>(&head), sizeof head) + text;
-}
-
-// The device a NameRequest names, or "" if the body is malformed.
-std::string requested_name(const std::string& body) {
-  control::NameRequest request{};
-  if (body.size() != sizeof request) return {};
-  std::memcpy(&request, body.data(), sizeof request);
-  request.name[sizeof request.name - 1] = '\0';
-  return request.name;
-}
-
-// Every worker's counter block, summed.
-device::CounterValues worker_counters(Datapath& datapath) {
-  device::CounterValues v{};
-  for (std::uint32_t w = 0; w < datapath.worker_count(); ++w) {
-    const device::CounterBlock& block = datapath.worker(w).device_counters();
-    for (std::size_t i = 0; i < device::kCounterCount; ++i)
-      v[i] += block.load(static_cast<device::Counter>(i));
-  }
-  return v;
-}
 
 std::string peer_text(const control::AhAttr& av) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -57,33 +35,69 @@ std::string peer_text(const control::AhAttr& av) {
   return text;
 }
 
-}  // namespace
+// One QP to show, with what the control thread knows of it.
+struct ShownQp {
+  wire::Qpn qpn;
+  device::QpShowContext context;
+};
 
-void ControlServer::refresh_hw_counters() {
-  const std::uint64_t now = monotonic_now_ns();
-  if (now - counters_written_ns_ < kCounterRefreshMs * 1'000'000ull) return;
-  counters_written_ns_ = now;
-  for (auto& [name, served] : devices_) {
-    if (!served.runner) continue;
-    device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1",
-                              worker_counters(served.runner->datapath()));
-  }
+// The transport's and DCQCN's view of each QP, read on its worker: one call per worker, however
+// many QPs it runs.
+void add_worker_views(Worker& worker, const std::vector<ShownQp>& qps, double line_rate_mbps,
+                      nlohmann::ordered_json& out) {
+  auto views = worker.call([&qps, line_rate_mbps](Worker& self) {
+    std::vector<nlohmann::ordered_json> shown;
+    for (const ShownQp& q : qps) {
+      transport::Qp* core = self.find_qp_on_worker(q.qpn);
+      if (core == nullptr) continue;
+      nlohmann::ordered_json j = device::qp_show_json(*core, q.context);
+      // DCQCN (engine/cc): the rate the QP is paced at, its target and alpha; the line rate and
+      // stage "none" for a QP without congestion control (UD, or not connected yet).
+      const std::optional<QpCcStatus> cc = self.qp_cc_on_worker(q.qpn);
+      j["rate_mbps"] = cc ? cc->rate_mbps : line_rate_mbps;
+      j["target_rate_mbps"] = cc ? cc->target_rate_mbps : line_rate_mbps;
+      j["alpha"] = cc ? cc->alpha : 0.0;
+      j["cc_stage"] = cc ? cc->stage : "none";
+      j["cc_active"] = cc && cc->active;
+      j["priority"] = cc ? cc->priority : 0;
+      j["rp_cnp_handled"] = cc ? cc->counters.rp_cnp_handled : 0;
+      j["np_cnp_sent"] = cc ? cc->counters.np_cnp_sent : 0;
+      shown.push_back(std::move(j));
+    }
+    return shown;
+  });
+  for (auto& j : views)
+    out.push_back(std::move(j));
 }
 
-ControlServer::Reply ControlServer::stat(const std::string& body) {
-  const std::string name = requested_name(body);
-  const auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
-  ServedDevice& served = it->second;
+}  // namespace
+
+device::CounterValues worker_counters(Datapath& datapath) {
+  device::CounterValues v{};
+  for (std::uint32_t w = 0; w < datapath.worker_count(); ++w) {
+    const device::CounterBlock& block = datapath.worker(w).device_counters();
+    for (std::size_t i = 0; i < device::kCounterCount; ++i)
+      v[i] += block.load(static_cast<device::Counter>(i));
+  }
+  return v;
+}
+
+namespace ops {
+
+Reply stat(OpContext& ctx) {
+  ServedDevice& served = *ctx.served;
   device::Device& dev = *served.model;
+  const std::string& name = dev.name();
 
   device::CounterValues values{};
   if (served.runner) values = worker_counters(served.runner->datapath());
-  device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1", values);
+  device::write_hw_counters(ctx.devices.tree().root() + "/class/infiniband/" + name + "/ports/1",
+                            values);
 
   nlohmann::ordered_json regions = nlohmann::ordered_json::array();
   for (const auto& [handle, mr] : dev.memory_regions()) {
-    const auto memory = served.memory ? served.memory->find(mr.pid) : nullptr;
+    if (!visible_to(ctx.sessions, ctx.sender.uid, mr.owner)) continue;
+    const auto memory = served.memory->find(mr.owner);
     const device::DmaKind kind =
         memory ? memory->kind_of(mr.addr, mr.length) : device::DmaKind::kCrossMemory;
     regions.push_back({{"handle", handle},
@@ -96,59 +110,36 @@ ControlServer::Reply ControlServer::stat(const std::string& body) {
       {"device", name},
       {"counters", nlohmann::ordered_json::parse(device::counters_json(values))},
       {"memory_regions", regions}};
-  if (const auto cm = cm_.stat(name)) {
+  if (const auto cm = ctx.devices.cm().stat(name)) {
     out["cm"] = {{"mads_sent", cm->mads_sent},       {"mads_received", cm->mads_received},
                  {"mads_retried", cm->mads_retried}, {"mads_dropped", cm->mads_dropped},
                  {"rej_sent", cm->rej_sent},         {"rej_received", cm->rej_received}};
   }
-  return {0, text_reply(out.dump())};
+  return {0, {}, out.dump(), {}};
 }
 
-ControlServer::Reply ControlServer::qp_show(const std::string& body) {
-  const std::string name = requested_name(body);
-  const auto it = devices_.find(name);
-  if (it == devices_.end()) return {ENODEV, {}};
-  ServedDevice& served = it->second;
-  device::Device& dev = *served.model;
+Reply qp_show(OpContext& ctx) {
+  ServedDevice& served = *ctx.served;
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const auto& [handle, qp] : dev.queue_pairs()) {
-    device::QpShowContext context;
-    context.peer = qp->type == transport::QpType::kUd ? std::string() : peer_text(qp->av);
-    if (served.runner) {
-      Datapath& datapath = served.runner->datapath();
-      for (std::uint32_t w = 0; w < datapath.worker_count(); ++w) {
-        const wire::Qpn qpn = qp->qpn;
-        if (datapath.worker(w).call(
-                [qpn](Worker& worker) { return worker.find_qp_on_worker(qpn) != nullptr; })) {
-          context.worker = w;
-        }
-      }
-    }
-    for (const auto& [fd, client] : clients_)
-      if (client.id == qp->owner) context.pid = client.pid;
-    dev.with_core(*qp,
-                  [&](transport::Qp& core) { out.push_back(device::qp_show_json(core, context)); });
-    if (out.empty()) continue;
-    // DCQCN (engine/cc): the rate the QP is paced at, its target and alpha; the line rate and
-    // stage "none" for a QP without congestion control (UD, or not connected yet).
-    std::optional<QpCcStatus> cc;
-    if (served.runner) {
-      if (Worker* w = served.runner->datapath().worker_for(qp->qpn)) {
-        const wire::Qpn qpn = qp->qpn;
-        cc = w->call([qpn](Worker& self) { return self.qp_cc_on_worker(qpn); });
-      }
-    }
-    nlohmann::ordered_json& j = out.back();
-    j["rate_mbps"] = cc ? cc->rate_mbps : served.cc.line_rate_mbps;
-    j["target_rate_mbps"] = cc ? cc->target_rate_mbps : served.cc.line_rate_mbps;
-    j["alpha"] = cc ? cc->alpha : 0.0;
-    j["cc_stage"] = cc ? cc->stage : "none";
-    j["cc_active"] = cc && cc->active;
-    j["priority"] = cc ? cc->priority : 0;
-    j["rp_cnp_handled"] = cc ? cc->counters.rp_cnp_handled : 0;
-    j["np_cnp_sent"] = cc ? cc->counters.np_cnp_sent : 0;
+  if (!served.runner) return {0, {}, out.dump(), {}};
+  Datapath& datapath = served.runner->datapath();
+  std::vector<std::vector<ShownQp>> by_worker(datapath.worker_count());
+  for (const auto& [handle, qp] : served.model->queue_pairs()) {
+    if (!visible_to(ctx.sessions, ctx.sender.uid, qp->owner)) continue;
+    Worker* worker = datapath.worker_for(qp->qpn);
+    if (worker == nullptr) continue;
+    ShownQp shown{qp->qpn, {}};
+    shown.context.worker = worker->index();
+    shown.context.peer = qp->type == transport::QpType::kUd ? std::string() : peer_text(qp->av);
+    if (const Session* owner = ctx.sessions.find(qp->owner)) shown.context.pid = owner->peer.pid();
+    by_worker[worker->index()].push_back(std::move(shown));
   }
-  return {0, text_reply(out.dump())};
+  for (std::uint32_t w = 0; w < datapath.worker_count(); ++w) {
+    if (!by_worker[w].empty())
+      add_worker_views(datapath.worker(w), by_worker[w], served.cc.line_rate_mbps, out);
+  }
+  return {0, {}, out.dump(), {}};
 }
 
+}  // namespace ops
 }  // namespace xroce::daemon

@@ -73,11 +73,16 @@ class RingBinding final : public QpBinding {
            (srq_ != nullptr && srq_->ring.ready(srq_->consumer) != 0) || xrc_ready;
   }
 
+  // One doorbell per context, which all its QPs and SRQs ring; an XRC target's SRQs may belong
+  // to other contexts of its domain, which ring their own.
   std::vector<int> doorbell_fds_on_worker() const override {
-    std::vector<int> fds{qp_.doorbell.fd()};
-    if (srq_ != nullptr) fds.push_back(srq_->doorbell.fd());
+    std::vector<int> fds{qp_.doorbell_fd};
     if (xrc_ != nullptr) {
-      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) { fds.push_back(s.doorbell.fd()); });
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) {
+        if (std::find(fds.begin(), fds.end(), s.doorbell_fd) == fds.end()) {
+          fds.push_back(s.doorbell_fd);
+        }
+      });
     }
     return fds;
   }
@@ -103,7 +108,14 @@ class RingBinding final : public QpBinding {
     return s == nullptr ? nullptr : s->xrc_cq;
   }
 
-  void complete_on_worker(const transport::Completion& c) override {
+  void complete_on_worker(const transport::Completion& completion) override {
+    transport::Completion c = completion;
+    // The transport knows SQ and RQ WQEs by ring index (queues.h completion tracking).
+    if (!c.is_recv()) {
+      c.wr_id = device::retire_wqe(qp_.sq, qp_.sq_shadow, c.wr_id);
+    } else if (srq_ == nullptr && qp_.rq.valid()) {
+      c.wr_id = device::retire_wqe(qp_.rq, qp_.rq_shadow, c.wr_id);
+    }
     if (c.is_recv()) release_recv_slot();
     device::CompletionQueue* target = cq_for(c);
     if (target == nullptr) return;  // an XRC SRQ destroyed under its last completion
@@ -127,6 +139,17 @@ class RingBinding final : public QpBinding {
   void event_on_worker(const transport::AsyncEvent& e) override {
     const control::AsyncEvent event{qp_.cookie, static_cast<std::uint32_t>(e.type)};
     send_record(qp_.event_fd, &event, sizeof(event));
+  }
+
+  // An RC/UC QP takes packets from its peer only, sent to its own address (rxe's check_addr):
+  // a datagram forged from elsewhere, however right its QPN, PSN and rkey, never reaches it.
+  // Before the QP has a path (RTR) the transport refuses every packet anyway.
+  bool accepts_from_on_worker(const wire::FrameAddress& addr) const override {
+    if (qp_.type == transport::QpType::kUd || qp_.av.is_global == 0) return true;
+    if (std::memcmp(addr.src_ip.bytes.data(), qp_.av.dgid, sizeof qp_.av.dgid) != 0) return false;
+    return qp_.av.sgid_index < device_.gids().size() &&
+           std::memcmp(addr.dst_ip.bytes.data(), device_.gids().at(qp_.av.sgid_index).data(),
+                       addr.dst_ip.bytes.size()) == 0;
   }
 
   const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
@@ -177,15 +200,17 @@ class RingBinding final : public QpBinding {
       std::memcpy(scratch_.data(), qp_.sq.slot(qp_.sq_consumer), bytes);  // copy, then check
       auto wqe = device::decode_send_wqe(scratch_.data(), bytes, qp_.cap.max_send_sge,
                                          qp_.cap.max_inline_data);
+      const std::uint64_t index = device::take_wqe(qp_.sq_shadow, qp_.sq_consumer, scratch_.data());
       int err = EINVAL;
       if (wqe) {
+        wqe->wr.wr_id = index;
         err = (wqe->wr.send_flags & transport::send_flags::kInline) != 0
                   ? core.post_send_inline(wqe->wr, wqe->inline_data)
                   : core.post_send(wqe->wr);
         if (err == 0) dest_qpn_ = core.attr().dest_qp_num;
       }
       if (err == ENOMEM) break;  // the transport's queue is full: take it on a later turn
-      if (err != 0) fail_wqe(transport::WcOpcode::kSend);
+      if (err != 0) fail_wqe(transport::WcOpcode::kSend, index);
       qp_.sq.release(++qp_.sq_consumer);
       any = true;
     }
@@ -206,10 +231,12 @@ class RingBinding final : public QpBinding {
     for (std::uint32_t ready = qp_.rq.ready(qp_.rq_consumer); ready > 0; --ready) {
       std::memcpy(scratch_.data(), qp_.rq.slot(qp_.rq_consumer), bytes);
       auto wqe = device::decode_recv_wqe(scratch_.data(), bytes, qp_.cap.max_recv_sge);
+      const std::uint64_t index = device::take_wqe(qp_.rq_shadow, qp_.rq_consumer, scratch_.data());
+      if (wqe) wqe->wr_id = index;
       const int err = wqe ? core.post_recv(*wqe) : EINVAL;
       if (err == ENOMEM) break;
       ++qp_.rq_consumer;
-      if (err != 0) fail_wqe(transport::WcOpcode::kRecv);  // its completion frees the slot
+      if (err != 0) fail_wqe(transport::WcOpcode::kRecv, index);  // its completion frees the slot
       any = true;
     }
     return any;
@@ -246,9 +273,9 @@ class RingBinding final : public QpBinding {
 
   // A WQE the provider should never have written (it validates at post time): complete it
   // with an error rather than act on it.
-  void fail_wqe(transport::WcOpcode opcode) {
+  void fail_wqe(transport::WcOpcode opcode, std::uint64_t index) {
     transport::Completion c;
-    std::memcpy(&c.wr_id, scratch_.data(), sizeof(c.wr_id));  // wr_id leads every WQE
+    c.wr_id = index;
     c.status = transport::WcStatus::kLocQpOpErr;
     c.opcode = opcode;
     c.qp_num = qp_.qpn;

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "daemon/control_server.h"
-#include "daemon/run_dir.h"
+#include "xroce/run_dir.h"
 
 namespace {
 
@@ -55,7 +55,7 @@ void tell_service_manager(const std::string& state) {
 // A daemon the CLI started writes its output to the run directory's log, opened only now that
 // it holds the directory's lock: an exiting predecessor unlinks everything in the directory
 // before it lets go of the lock, so this log is never one about to be unlinked.
-void log_to_run_dir(const xroce::daemon::RunPaths& paths) {
+void log_to_run_dir(const xroce::control::RunPaths& paths) {
   const int fd = open(paths.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   dup2(fd, STDOUT_FILENO);
@@ -68,7 +68,7 @@ void log_to_run_dir(const xroce::daemon::RunPaths& paths) {
 int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
-  const auto paths = xroce::daemon::run_paths_for_current_netns();
+  const auto paths = xroce::control::run_paths_for_current_netns();
   if (paths.dir.empty()) {
     fmt::print(stderr, "xroced: cannot tell which network namespace this is\n");
     tell_launcher("error: no network namespace");

@@ -1,5 +1,5 @@
 #include "daemon/netdev.h"
-#include "daemon/fd.h"
+#include "xroce/fd.h"
 
 #include <ifaddrs.h>
 #include <linux/ethtool.h>

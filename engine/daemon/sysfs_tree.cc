@@ -1,6 +1,6 @@
 #include "daemon/sysfs_tree.h"
 
-#include "daemon/run_dir.h"
+#include "xroce/run_dir.h"
 
 #include "xroce/control.h"
 
@@ -161,7 +161,7 @@ namespace {
 // node we make is recorded in <run root>/nodes/<name> with the owner's pid, and a node whose
 // owner is gone (a daemon that was killed) may be taken back by any daemon.
 std::string registry_path(const std::string& name) {
-  return run_root() + "/nodes/" + name;
+  return control::run_root() + "/nodes/" + name;
 }
 std::string node_path(const std::string& name) {
   return std::string(kCdevDir) + "/" + name;
@@ -202,7 +202,7 @@ void unlink_node(const std::string& name) {
 std::string create_device_node() {
   if (mkdir(kCdevDir, 0755) != 0 && errno != EEXIST) return {};
   std::error_code ec;
-  fs::create_directories(run_root() + "/nodes", ec);
+  fs::create_directories(control::run_root() + "/nodes", ec);
   if (ec) {
     errno = ec.value();
     return {};

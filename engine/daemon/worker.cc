@@ -435,6 +435,10 @@ void Worker::deliver_on_worker(std::uint64_t now_ns, wire::Bytes frame,
     return;  // a CNP for a QP that does not exist is ignored too (docs/protocol.md §5.2)
   }
   Hosted& hosted = it->second;
+  if (!hosted.binding->accepts_from_on_worker(f.addr)) {
+    device_counters_.add(device::Counter::kRxPeerMismatch);
+    return;
+  }
   ++counters_.rx_delivered;
   device_counters_.add(device::Counter::kRcvdPkts);
   device_counters_.add(device::Counter::kRxBytes, frame.size());

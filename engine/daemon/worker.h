@@ -95,6 +95,13 @@ class QpBinding {
   // The address vector `av_id` names (RC: the one modify_qp set; UD: an address handle), or
   // nullptr. A dst_mac of all zeros asks the worker to resolve it from dst_ip.
   virtual const wire::FrameAddress* address_on_worker(std::uint32_t av_id) = 0;
+  // Whether a packet that arrived with these addresses may reach the QP: for a connected QP,
+  // only from its peer's address to the address its path uses (rxe's check_addr); the worker
+  // drops and counts (rx_peer_mismatch) the others.
+  virtual bool accepts_from_on_worker(const wire::FrameAddress& addr) const {
+    (void)addr;
+    return true;
+  }
 };
 
 struct HostedQp {

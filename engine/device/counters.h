@@ -57,6 +57,11 @@ enum class Counter : std::uint8_t {
   kNeighbourFailures,       // frames dropped: their destination's MAC could not be resolved
   kNeighbourChanges,        // destinations in use whose next hop's MAC changed, and was followed
   kLoopbackPkts,            // packets sent to a device of this daemon without a port (loopback)
+  // Responder: requests refused for a remote access error (a bad rkey, bounds or rights), under
+  // ConnectX's hw_counters name.
+  kRespRemoteAccessErrors,
+  kRxPeerMismatch,  // packets for an RC QP from an address not its peer's (dropped, as rxe's
+                    // check_addr drops them)
   kCount
 };
 
@@ -96,6 +101,8 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "neighbour_failures",
     "neighbour_changes",
     "loopback_pkts",
+    "resp_remote_access_errors",
+    "rx_peer_mismatch",
 };
 
 constexpr std::string_view counter_name(Counter c) {

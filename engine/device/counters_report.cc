@@ -43,6 +43,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
+  add_growth(block, Counter::kRespRemoteAccessErrors, now.rkey_violations,
+             reported.rkey_violations);
   reported = now;
 }
 

@@ -24,11 +24,13 @@ class UnreachableMemory final : public transport::MemoryAccess {
 
 }  // namespace
 
-Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory)
+Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory,
+               transport::KeyBits key_bits)
     : name_(std::move(name)),
       netdev_(std::move(netdev)),
       node_guid_(node_guid_from_mac(netdev_.mac)),
       memory_(std::move(memory)),
+      key_bits_(std::move(key_bits)),
       qpn_cursor_(seed % (kQpnSpace - kFirstQpn)) {}
 
 bool Device::update_netdev(const NetdevState& netdev) {
@@ -41,16 +43,22 @@ bool Device::update_addresses(const std::vector<IpAddress>& addresses) {
   return gids_.update(addresses);
 }
 
+OwnedCounts Device::owned_counts(ClientId owner) const {
+  const auto it = owned_.find(owner);
+  return it == owned_.end() ? OwnedCounts{} : it->second;
+}
+
 Result<uint32_t, int> Device::alloc_pd(ClientId owner, int pid) {
-  if (pds_.size() >= limits_.max_pd) return Err{ENOMEM};
+  if (pds_.size() >= limits_.max_pd || counts(owner).pds >= quota_.max_pd) return Err{ENOMEM};
   ProtectionDomain pd;
   pd.owner = owner;
   pd.pid = pid;
-  pd.memory = memory_ ? memory_(pid) : nullptr;
+  pd.memory = memory_ ? memory_(owner) : nullptr;
   if (pd.memory == nullptr) pd.memory = std::make_unique<UnreachableMemory>();
-  pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory);
+  pd.regions = std::make_unique<transport::MemoryRegionTable>(*pd.memory, key_bits_);
   const uint32_t handle = next_pd_++;
   pds_.emplace(handle, std::move(pd));
+  ++counts(owner).pds;
   return handle;
 }
 
@@ -72,6 +80,7 @@ int Device::dealloc_pd(ClientId owner, uint32_t pd) {
   for (const auto& [handle, mw] : mws_)
     if (mw.pd == pd) return EBUSY;
   pds_.erase(pd);
+  --counts(owner).pds;
   return 0;
 }
 
@@ -94,7 +103,10 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   }
   if (request.addr + request.length < request.addr) return Err{EINVAL};
   if (!implicit && request.iova + request.length < request.iova) return Err{EINVAL};
-  if (mrs_.size() >= limits_.max_mr) return Err{ENOMEM};
+  OwnedCounts& owned = counts(owner);
+  if (mrs_.size() >= limits_.max_mr || owned.mrs >= quota_.max_mr) return Err{ENOMEM};
+  const uint64_t pinned = pinned_bytes(request.access, request.length);
+  if (request.byte_limit != 0 && owned.mr_bytes + pinned > request.byte_limit) return Err{ENOMEM};
 
   const uint32_t handle = next_mr_++;
   MemoryRegion mr;
@@ -112,6 +124,8 @@ Result<MrKeys, int> Device::reg_mr(ClientId owner, const MrRequest& request) {
   mr.lkey = region.lkey.value();
   mr.rkey = region.rkey.value();
   mrs_.emplace(handle, mr);
+  ++owned.mrs;
+  owned.mr_bytes += pinned;
   return MrKeys{handle, mr.lkey, mr.rkey};
 }
 
@@ -121,6 +135,9 @@ int Device::dereg_mr(ClientId owner, uint32_t mr) {
   // EBUSY while memory windows are bound to it (rxe_dereg_mr); the region stays registered.
   const int err = pds_.at(it->second.pd).regions->deregister(wire::Lkey(it->second.lkey));
   if (err == EBUSY) return err;
+  OwnedCounts& owned = counts(owner);
+  --owned.mrs;
+  owned.mr_bytes -= pinned_bytes(it->second.access, it->second.length);
   mrs_.erase(it);
   return 0;
 }
@@ -130,8 +147,12 @@ void Device::release_client(ClientId owner) {
   std::erase_if(opened_qps_, [owner](const auto& entry) { return entry.second.owner == owner; });
   for (const auto& [handle, qp] : qps_) {
     if (qp->owner != owner) continue;
-    std::erase_if(opened_qps_,
-                  [h = handle](const auto& entry) { return entry.second.target == h; });
+    // Other contexts' handles on it go with it (and stop counting against their quota).
+    std::erase_if(opened_qps_, [this, h = handle](const auto& entry) {
+      if (entry.second.target != h) return false;
+      --counts(entry.second.owner).qps;
+      return true;
+    });
     if (qp->xrcd != 0) --xrcds_.at(qp->xrcd)->qps;
     if (qp->hosted) runner_->unhost(*qp);
   }
@@ -150,6 +171,7 @@ void Device::release_client(ClientId owner) {
     if (domain->openers.count(owner) != 0) domains.push_back(handle);
   for (uint32_t handle : domains)
     leave_xrcd(owner, handle);
+  owned_.erase(owner);
 }
 
 }  // namespace xroce::device

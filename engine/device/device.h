@@ -27,20 +27,22 @@ namespace xroce::device {
 using wire::Err;
 using wire::Result;
 
-// What the device advertises (ibv_query_device), modelled on rxe's rxe_param.h; the model
-// enforces the PD and MR counts, the transport the rest.
+// What the device holds in all, modelled on rxe's rxe_param.h; the model enforces the object
+// counts, the transport the rest. The counts are what the daemon can really hold: every QP, CQ
+// and SRQ is a shared-memory region the daemon maps, and a process may have at most
+// vm.max_map_count (65530 by default) mappings, which kMaxMappedRegions leaves room within.
 struct DeviceLimits {
   uint32_t max_pd = 64 * 1024;
   uint32_t max_mr = 256 * 1024;
   uint64_t max_mr_size = uint64_t{1} << 40;
   uint64_t page_size_cap = 0xfffff000;  // 4 KiB and up
-  uint32_t max_qp = 0x10000;
+  uint32_t max_qp = 0x4000;
   uint32_t max_qp_wr = 0x4000;
   uint32_t max_sge = 32;
   uint32_t max_cq = 0x4000;
   uint32_t max_cqe = (1u << 15) - 1;
   uint32_t max_qp_rd_atom = 128;  // outstanding RDMA READ/atomic per QP, both directions
-  uint32_t max_srq = 0x4000;
+  uint32_t max_srq = 0x1000;
   uint32_t max_srq_wr = 0x4000;
   uint32_t max_srq_sge = 27;
   uint32_t max_ah = 0x8000;
@@ -51,6 +53,40 @@ struct DeviceLimits {
   uint32_t max_mw = 0x10000;          // rxe's RXE_MAX_MW
   uint32_t max_xrcd = 0x10000;
   uint32_t max_advise_sge = 32;
+};
+
+// Regions (QP, CQ and SRQ rings, shared-mapping MRs) the daemon maps at most, per device; a
+// registration beyond it is reached through the client's mem file instead of a mapping. The
+// device limits keep the rings alone well below it.
+inline constexpr uint32_t kMaxMappedRegions = 48 * 1024;
+
+// What one client (a verbs context) may hold: a user cannot take the device from the others.
+// ibv_query_device tells each context the smaller of this and the device's limits, which one
+// process reaches without needing a descriptor per object. Beyond a count, creation fails with
+// ENOMEM, as a device out of resources answers; registered bytes are bounded by the caller's
+// RLIMIT_MEMLOCK (MrRequest::byte_limit), as the kernel's ib_umem_get bounds pinned pages.
+struct ClientQuota {
+  uint32_t max_pd = 1024;
+  uint32_t max_mr = 64 * 1024;
+  uint32_t max_qp = 4096;
+  uint32_t max_cq = 4096;
+  uint32_t max_srq = 1024;
+  uint32_t max_ah = 16 * 1024;
+  uint32_t max_mw = 16 * 1024;
+  uint32_t max_xrcd = 1024;
+};
+
+// How many objects one client holds (and bytes it pinned: see pinned_bytes).
+struct OwnedCounts {
+  uint32_t pds = 0;
+  uint32_t mrs = 0;
+  uint32_t qps = 0;
+  uint32_t cqs = 0;
+  uint32_t srqs = 0;
+  uint32_t ahs = 0;
+  uint32_t mws = 0;
+  uint32_t xrcds = 0;  // domains this client has open
+  uint64_t mr_bytes = 0;
 };
 
 inline constexpr const char* kFirmwareVersion = "0.1.0";
@@ -67,9 +103,11 @@ struct MemoryRegion {
   uint32_t rkey = 0;
 };
 
-// Reaches one client process's memory for the transport (docs/ARCHITECTURE.md decision 5); the
-// daemon supplies engine/device/dma's implementation. One is made per protection domain.
-using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(int pid)>;
+// Reaches the memory of the client (a verbs context, and the process image behind it) that owns
+// a new protection domain (docs/ARCHITECTURE.md decision 5); the daemon supplies
+// engine/device/dma's implementation. One is made per protection domain; nullptr means the client
+// has none.
+using MemoryAccessFactory = std::function<std::unique_ptr<transport::MemoryAccess>(ClientId owner)>;
 
 struct ProtectionDomain {
   ClientId owner = 0;
@@ -95,7 +133,8 @@ struct QpRequest {
   bool sq_sig_all;
   control::QpCap cap;
   uint64_t cookie;
-  uint32_t xrcd = 0;  // XRC_RECV
+  uint32_t xrcd = 0;     // XRC_RECV
+  int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
 struct SrqRequest {
@@ -104,6 +143,7 @@ struct SrqRequest {
   uint64_t cookie;
   uint32_t xrcd = 0;  // XRC SRQ: its domain and CQ
   uint32_t cq = 0;
+  int doorbell_fd = -1;  // the owner context's doorbell (not owned)
 };
 
 struct MrKeys {
@@ -119,6 +159,7 @@ struct MrRequest {
   uint64_t iova;
   uint32_t access;
   int pid;
+  uint64_t byte_limit = 0;  // what the client may register in all; 0: no limit
 };
 
 // ibv_rereg_mr's changes (ibv_rereg_mr_flags).
@@ -128,6 +169,7 @@ struct ReregRequest {
   uint32_t access;
   uint64_t addr;
   uint64_t length;
+  uint64_t byte_limit = 0;  // as MrRequest::byte_limit
 };
 inline constexpr uint32_t kReregTranslation = 1;
 inline constexpr uint32_t kReregPd = 2;
@@ -158,6 +200,11 @@ inline constexpr uint32_t kAccessSupported =
 inline constexpr uint32_t kAccessNotSupported = kAccessZeroBased | kAccessFlushPersistent;
 // ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND): implicit ODP, the whole address space.
 inline constexpr uint64_t kImplicitOdpLength = ~uint64_t{0};
+// What a registration counts against the client's byte limit: its length, or nothing for an
+// on-demand region, which pins nothing (the kernel's ib_umem_odp charges no locked pages).
+inline constexpr uint64_t pinned_bytes(uint32_t access, uint64_t length) {
+  return (access & kAccessOnDemand) != 0 ? 0 : length;
+}
 
 // What the device offers beyond ibv_device_attr (ibv_query_device_ex), stated once for
 // query_device: device_cap_flags_ex bits (the kernel's IB_UVERBS_DEVICE_*) and the ODP caps.
@@ -195,12 +242,20 @@ inline constexpr uint64_t kCompletionTimestampMask = ~uint64_t{0};
 
 class Device {
  public:
-  Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory = nullptr);
+  // `seed` places the first QPN; `key_bits` gives the memory keys their random bits (see
+  // transport::MemoryRegionTable; without it keys are reproducible, for tests).
+  Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory = nullptr,
+         transport::KeyBits key_bits = nullptr);
 
   const std::string& name() const { return name_; }
   const NetdevState& netdev() const { return netdev_; }
   const GidTable& gids() const { return gids_; }
   const DeviceLimits& limits() const { return limits_; }
+  const ClientQuota& client_quota() const { return quota_; }
+  OwnedCounts owned_counts(ClientId owner) const;
+  // Rings the daemon maps for this device (QPs, CQs, SRQs): with the MRs it maps, at most
+  // kMaxMappedRegions.
+  std::size_t mapped_rings() const { return qps_.size() + cqs_.size() + srqs_.size(); }
   uint64_t node_guid() const { return node_guid_; }
 
   // Returns true if anything visible (state, MTU, speed, GIDs) changed.
@@ -231,7 +286,8 @@ class Device {
   int resize_srq(ClientId owner, uint32_t srq, uint32_t max_wr);
 
   // Errors as uverbs gives them: EINVAL for a bad handle or attribute (including another
-  // client's handle), ENOMEM beyond the advertised limits, EBUSY destroying an object in use.
+  // client's handle), ENOMEM beyond the device's limits or the client's quota, EBUSY
+  // destroying an object in use.
   Result<uint32_t, int> create_cq(ClientId owner, const CqRequest& request);
   int resize_cq(ClientId owner, uint32_t cq, uint32_t cqe);
   int destroy_cq(ClientId owner, uint32_t cq);
@@ -267,6 +323,8 @@ class Device {
  private:
   ProtectionDomain* owned_pd(ClientId owner, uint32_t pd);
   uint32_t next_qpn();
+  // The client's counts, created on first use.
+  OwnedCounts& counts(ClientId owner) { return owned_[owner]; }
   // A client's part in a domain ends (close_xrcd, release_client): the domain goes with its
   // last opener.
   void leave_xrcd(ClientId owner, uint32_t handle);
@@ -279,8 +337,11 @@ class Device {
   NetdevState netdev_;
   GidTable gids_;
   DeviceLimits limits_;
+  ClientQuota quota_;
+  std::map<ClientId, OwnedCounts> owned_;
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
+  transport::KeyBits key_bits_;
   QpRunner* runner_ = nullptr;
   std::map<uint32_t, ProtectionDomain> pds_;
   std::map<uint32_t, MemoryRegion> mrs_;

@@ -17,8 +17,6 @@ constexpr uint32_t kQpTypeUc = 3;
 constexpr uint32_t kQpTypeUd = 4;
 constexpr uint32_t kQpTypeXrcSend = 9;
 constexpr uint32_t kQpTypeXrcRecv = 10;
-constexpr uint32_t kSrqTypeBasic = 0;  // ibv_srq_type
-constexpr uint32_t kSrqTypeXrc = 1;
 constexpr uint32_t kSrqMaxWr = 1;  // ibv_srq_attr_mask
 constexpr uint32_t kSrqLimit = 2;
 
@@ -127,7 +125,7 @@ uint32_t Device::next_qpn() {
 Result<uint32_t, int> Device::create_cq(ClientId owner, const CqRequest& request) {
   if (request.cqe == 0 || request.cqe > limits_.max_cqe) return Err{EINVAL};
   if (request.comp_vector != 0) return Err{EINVAL};  // one completion vector
-  if (cqs_.size() >= limits_.max_cq) return Err{ENOMEM};
+  if (cqs_.size() >= limits_.max_cq || counts(owner).cqs >= quota_.max_cq) return Err{ENOMEM};
   const uint32_t slots = queues::round_up_pow2(request.cqe);
   auto region = cq_region(slots);
   if (!region) return Err{region.error()};
@@ -140,6 +138,7 @@ Result<uint32_t, int> Device::create_cq(ClientId owner, const CqRequest& request
   cq->ring = queues::Ring(cq->region.base(), slots, sizeof(queues::Cqe));
   const uint32_t handle = next_cq_++;
   cqs_.emplace(handle, std::move(cq));
+  ++counts(owner).cqs;
   return handle;
 }
 
@@ -187,6 +186,7 @@ int Device::destroy_cq(ClientId owner, uint32_t handle) {
   if (cq == nullptr) return EINVAL;
   if (cq->users != 0) return EBUSY;
   cqs_.erase(handle);
+  --counts(owner).cqs;
   return 0;
 }
 
@@ -203,15 +203,13 @@ Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& reque
       a.srq_limit > a.max_wr) {
     return Err{EINVAL};
   }
-  if (srqs_.size() >= limits_.max_srq) return Err{ENOMEM};
+  if (srqs_.size() >= limits_.max_srq || counts(owner).srqs >= quota_.max_srq) return Err{ENOMEM};
   auto srq = std::make_unique<SharedReceiveQueue>();
   const uint32_t slots = queues::round_up_pow2(a.max_wr);
   const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
   const uint32_t slot_bytes = queues::recv_slot_bytes(max_sge);
   auto region = SharedRegion::create("xroce-srq", queues::ring_bytes(slots, slot_bytes));
   if (!region) return Err{region.error()};
-  auto doorbell = EventFd::create();
-  if (!doorbell) return Err{doorbell.error()};
   queues::Ring::format(region->base(), queues::RingKind::srq, slots, slot_bytes);
   srq->owner = owner;
   srq->pd = request.pd;
@@ -219,7 +217,7 @@ Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& reque
   srq->attr = control::SrqAttr{slots, max_sge, a.srq_limit};
   srq->region = std::move(*region);
   srq->ring = queues::Ring(srq->region.base(), slots, slot_bytes);
-  srq->doorbell = std::move(*doorbell);
+  srq->doorbell_fd = request.doorbell_fd;
   srq->srq = std::make_unique<transport::Srq>(slots, max_sge);
   if (a.srq_limit != 0) (void)srq->srq->set_limit(a.srq_limit);
   srq->regions = pd->regions.get();
@@ -233,6 +231,7 @@ Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& reque
     // The handle is the SRQ number an XRCETH names (ibv_get_srq_num).
     on_xrc_worker(request.xrcd, [&] { domain->add(handle, &placed); });
   }
+  ++counts(owner).srqs;
   return handle;
 }
 
@@ -317,6 +316,7 @@ int Device::destroy_srq(ClientId owner, uint32_t handle) {
   if (srq->users != 0) return EBUSY;
   forget_xrc_srq(*srq, handle);
   srqs_.erase(handle);
+  --counts(owner).srqs;
   return 0;
 }
 
@@ -340,9 +340,10 @@ Result<uint32_t, int> Device::create_ah(ClientId owner, uint32_t pd, const contr
       is_zero(gids_.at(attr.sgid_index))) {
     return Err{EINVAL};
   }
-  if (ahs_.size() >= limits_.max_ah) return Err{ENOMEM};
+  if (ahs_.size() >= limits_.max_ah || counts(owner).ahs >= quota_.max_ah) return Err{ENOMEM};
   const uint32_t handle = next_ah_++;
   ahs_.emplace(handle, AddressHandle{owner, pd, attr});
+  ++counts(owner).ahs;
   return handle;
 }
 
@@ -391,7 +392,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
       (has_rq && (c.max_recv_wr > limits_.max_qp_wr || c.max_recv_sge > limits_.max_sge))) {
     return Err{EINVAL};
   }
-  if (qps_.size() >= limits_.max_qp) return Err{ENOMEM};
+  if (qps_.size() >= limits_.max_qp || counts(owner).qps >= quota_.max_qp) return Err{ENOMEM};
 
   auto qp = std::make_unique<QueuePair>();
   qp->cap.max_send_wr = queues::round_up_pow2(c.max_send_wr == 0 ? 1 : c.max_send_wr);
@@ -407,19 +408,19 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
       qp->cap.max_recv_wr == 0 ? 0 : queues::recv_slot_bytes(qp->cap.max_recv_sge));
   auto region = SharedRegion::create("xroce-qp", qp->layout.total_bytes);
   if (!region) return Err{region.error()};
-  auto doorbell = EventFd::create();
-  if (!doorbell) return Err{doorbell.error()};
   qp->region = std::move(*region);
-  qp->doorbell = std::move(*doorbell);
+  qp->doorbell_fd = r.doorbell_fd;
   auto* base = static_cast<uint8_t*>(qp->region.base());
   queues::Ring::format(base, queues::RingKind::send, qp->layout.send_slots,
                        qp->layout.send_slot_bytes);
   qp->sq = queues::Ring(base, qp->layout.send_slots, qp->layout.send_slot_bytes);
+  qp->sq_shadow = queues::WrIdShadow(base + qp->layout.send_shadow_offset, qp->layout.send_slots);
   if (qp->layout.recv_slots != 0) {
     queues::Ring::format(base + qp->layout.recv_offset, queues::RingKind::recv,
                          qp->layout.recv_slots, qp->layout.recv_slot_bytes);
     qp->rq = queues::Ring(base + qp->layout.recv_offset, qp->layout.recv_slots,
                           qp->layout.recv_slot_bytes);
+    qp->rq_shadow = queues::WrIdShadow(base + qp->layout.recv_shadow_offset, qp->layout.recv_slots);
   }
 
   qp->owner = owner;
@@ -459,6 +460,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   if (domain != nullptr) ++domain->qps;
   const uint32_t handle = next_qp_++;
   QueuePair& placed = *qps_.emplace(handle, std::move(qp)).first->second;
+  ++counts(owner).qps;
   if (runner_ != nullptr) {
     placed.hosted = true;
     runner_->host(placed, std::move(core));
@@ -487,6 +489,7 @@ int Device::modify_qp(ClientId owner, uint32_t handle, const control::QpAttr& at
     // This runs where the ring's consumer runs (the QP's worker).
     if (err == 0 && core.state() == transport::QpState::kReset && qp->rq.valid()) {
       qp->rq.release(qp->rq_consumer);
+      qp->rq.complete(qp->rq_consumer);  // nothing of theirs is left to flush either
     }
   });
   if (err != 0) return err;
@@ -514,6 +517,7 @@ int Device::destroy_qp(ClientId owner, uint32_t handle) {
   if (auto alias = opened_qps_.find(handle); alias != opened_qps_.end()) {
     if (alias->second.owner != owner) return EINVAL;
     opened_qps_.erase(alias);  // ibv_close_qp of an opened handle: the QP stays
+    --counts(owner).qps;
     return 0;
   }
   QueuePair* qp = this->qp(owner, handle);
@@ -526,6 +530,7 @@ int Device::destroy_qp(ClientId owner, uint32_t handle) {
   if (qp->xrcd != 0) --xrcds_.at(qp->xrcd)->qps;
   if (qp->hosted) runner_->unhost(*qp);
   qps_.erase(handle);
+  --counts(owner).qps;
   return 0;
 }
 
@@ -541,6 +546,7 @@ int Device::destroy_ah(ClientId owner, uint32_t handle) {
   auto it = ahs_.find(handle);
   if (it == ahs_.end() || it->second.owner != owner) return EINVAL;
   ahs_.erase(it);
+  --counts(owner).ahs;
   return 0;
 }
 

@@ -44,6 +44,12 @@ Result<MrKeys, int> Device::rereg_mr(ClientId owner, uint32_t handle, const Rere
     if (owned_pd(owner, r.pd) == nullptr) return Err{EINVAL};
     next.pd = r.pd;
   }
+  OwnedCounts& owned = counts(owner);
+  const uint64_t was_pinned = pinned_bytes(mr.access, mr.length);
+  const uint64_t pinned = pinned_bytes(next.access, next.length);
+  if (r.byte_limit != 0 && owned.mr_bytes - was_pinned + pinned > r.byte_limit) {
+    return Err{ENOMEM};
+  }
   transport::MemoryRegionTable& from = *pds_.at(mr.pd).regions;
   transport::MemoryRegion region;
   if (next.pd != mr.pd) {
@@ -58,6 +64,7 @@ Result<MrKeys, int> Device::rereg_mr(ClientId owner, uint32_t handle, const Rere
   }
   next.lkey = region.lkey.value();
   next.rkey = region.rkey.value();
+  owned.mr_bytes = owned.mr_bytes - was_pinned + pinned;
   mr = next;
   return MrKeys{handle, mr.lkey, mr.rkey};
 }
@@ -65,12 +72,14 @@ Result<MrKeys, int> Device::rereg_mr(ClientId owner, uint32_t handle, const Rere
 Result<MwKeys, int> Device::alloc_mw(ClientId owner, uint32_t pd, uint32_t type) {
   ProtectionDomain* domain = owned_pd(owner, pd);
   if (domain == nullptr) return Err{EINVAL};
-  if (mws_.size() >= limits_.max_mw) return Err{ENOMEM};
+  OwnedCounts& owned = counts(owner);
+  if (mws_.size() >= limits_.max_mw || owned.mws >= quota_.max_mw) return Err{ENOMEM};
   // ibv_mw_type: 1 and 2 (type 2B, as rxe); anything else EINVAL (rxe_alloc_mw).
   auto rkey = domain->regions->allocate_window(static_cast<transport::MwType>(type));
   if (!rkey) return Err{rkey.error()};
   const uint32_t handle = next_mw_++;
   mws_.emplace(handle, MemoryWindowObject{owner, pd, rkey->value()});
+  ++owned.mws;
   return MwKeys{handle, rkey->value()};
 }
 
@@ -81,6 +90,7 @@ int Device::dealloc_mw(ClientId owner, uint32_t handle) {
   const int err = pds_.at(it->second.pd).regions->deallocate_window(wire::Rkey(it->second.rkey));
   if (err != 0) return err;
   mws_.erase(it);
+  --counts(owner).mws;
   return 0;
 }
 

@@ -27,11 +27,13 @@ class NoMemory final : public transport::MemoryAccess {
 Result<uint32_t, int> Device::open_xrcd(ClientId owner,
                                         std::optional<std::pair<uint64_t, uint64_t>> file,
                                         uint32_t oflags) {
+  OwnedCounts& owned = counts(owner);
+  if (owned.xrcds >= quota_.max_xrcd) return Err{ENOMEM};
   if (file) {
     for (auto& [handle, domain] : xrcds_) {
       if (domain->inode_dev != file->first || domain->inode != file->second) continue;
       if (oflags & O_EXCL) return Err{EINVAL};
-      domain->openers.insert(owner);
+      if (domain->openers.insert(owner).second) ++owned.xrcds;
       return handle;
     }
     if ((oflags & O_CREAT) == 0) return Err{EAGAIN};
@@ -39,6 +41,7 @@ Result<uint32_t, int> Device::open_xrcd(ClientId owner,
   if (xrcds_.size() >= limits_.max_xrcd) return Err{ENOMEM};
   auto domain = std::make_unique<XrcDomainObject>();
   domain->openers.insert(owner);
+  ++owned.xrcds;
   if (file) {
     domain->inode_dev = file->first;
     domain->inode = file->second;
@@ -71,7 +74,7 @@ int Device::close_xrcd(ClientId owner, uint32_t handle) {
 void Device::leave_xrcd(ClientId owner, uint32_t handle) {
   auto it = xrcds_.find(handle);
   if (it == xrcds_.end()) return;
-  it->second->openers.erase(owner);
+  if (it->second->openers.erase(owner) != 0) --counts(owner).xrcds;
   if (it->second->openers.empty()) xrcds_.erase(it);
 }
 
@@ -91,11 +94,14 @@ Result<uint32_t, int> Device::open_qp(ClientId owner, uint32_t xrcd_handle, uint
                                       uint64_t cookie) {
   (void)cookie;
   if (xrcd(owner, xrcd_handle) == nullptr) return Err{EINVAL};
+  OwnedCounts& owned = counts(owner);
+  if (owned.qps >= quota_.max_qp) return Err{ENOMEM};
   for (const auto& [handle, qp] : qps_) {
     if (qp->qpn.value() == qpn && qp->type == transport::QpType::kXrcRecv &&
         qp->xrcd == xrcd_handle) {
       const uint32_t alias = next_qp_++;
       opened_qps_.emplace(alias, OpenedQp{owner, handle});
+      ++owned.qps;  // an opened handle counts as a QP of its context
       return alias;
     }
   }

@@ -5,12 +5,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "xroce/proc_maps.h"
 
 namespace xroce::device {
 
@@ -72,47 +73,56 @@ bool SharedMapping::contains(std::uint64_t addr, std::uint64_t len) const {
   return range_inside(addr, len, app_addr_, length_);
 }
 
-// --- ClientProcess ------------------------------------------------------------------------
+// --- ClientImage --------------------------------------------------------------------------
 
-ClientProcess::ClientProcess(pid_t pid) : pid_(pid) {
-  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd_ < 0) alive_.store(false, std::memory_order_relaxed);
+ClientImage::ClientImage(pid_t pid, Fd pidfd, Fd mem, Fd maps)
+    : pid_(pid), pidfd_(std::move(pidfd)), mem_(std::move(mem)), maps_(std::move(maps)) {
+  struct stat st {};
+  if (pidfd_.valid() && ::fstat(pidfd_.get(), &st) == 0) process_id_ = st.st_ino;
+  if (!pidfd_.valid() || !mem_.valid() || !maps_.valid()) mark_dead();
 }
 
-ClientProcess::~ClientProcess() {
-  if (pidfd_ >= 0) ::close(pidfd_);
-}
-
-bool ClientProcess::alive() const {
+bool ClientImage::alive() const {
   if (!marked_alive()) return false;
-  // A pidfd becomes readable when the process exits; until then its pid cannot be re-used.
-  pollfd p{pidfd_, POLLIN, 0};
-  return ::poll(&p, 1, 0) == 0;
+  // A pidfd becomes readable when the process exits.
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) != 0) return false;
+  // A maps descriptor shows the address space it was opened on, and nothing once that address
+  // space is gone (the process exec'd: the image we were handed no longer runs).
+  char first = 0;
+  ssize_t n;
+  do {
+    n = ::pread(maps_.get(), &first, 1, 0);
+  } while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
+int ClientImage::read_maps(std::string& out) const {
+  return proc::read_all(maps_.get(), out);
 }
 
 // --- CrossMemoryAccess --------------------------------------------------------------------
 //
-// The pid-reuse argument: a pid is re-used only after its process has exited and been reaped.
-// A read checks the pidfd after process_vm_readv: if the process had not exited by then, the
-// bytes came from it. A write checks before: the remaining window is the process exiting, being
-// reaped and its pid being handed to a new process of this user between that check and the
-// kernel's pid lookup a microsecond later, which needs the pid space to wrap in that time.
+// /proc/<pid>/mem is read and written at the client's own addresses as file offsets. A short
+// transfer (an unmapped page, or the address space gone) is a failure.
 
 bool CrossMemoryAccess::read(std::uint64_t addr, std::span<std::uint8_t> out) {
-  if (out.empty()) return process_.marked_alive();
-  iovec local{out.data(), out.size()};
-  iovec remote{reinterpret_cast<void*>(addr), out.size()};
-  const ssize_t n = ::process_vm_readv(process_.pid(), &local, 1, &remote, 1, 0);
-  if (n != static_cast<ssize_t>(out.size())) return false;
-  return process_.alive();
+  if (!image_.marked_alive()) return false;
+  if (out.empty()) return true;
+  ssize_t n;
+  do {
+    n = ::pread(image_.mem_fd(), out.data(), out.size(), static_cast<off_t>(addr));
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(out.size());
 }
 
 bool CrossMemoryAccess::write(std::uint64_t addr, std::span<const std::uint8_t> in) {
-  if (!process_.alive()) return false;
+  if (!image_.marked_alive()) return false;
   if (in.empty()) return true;
-  iovec local{const_cast<std::uint8_t*>(in.data()), in.size()};
-  iovec remote{reinterpret_cast<void*>(addr), in.size()};
-  const ssize_t n = ::process_vm_writev(process_.pid(), &local, 1, &remote, 1, 0);
+  ssize_t n;
+  do {
+    n = ::pwrite(image_.mem_fd(), in.data(), in.size(), static_cast<off_t>(addr));
+  } while (n < 0 && errno == EINTR);
   return n == static_cast<ssize_t>(in.size());
 }
 
@@ -142,8 +152,9 @@ bool CrossMemoryAccess::atomic_fetch_add(std::uint64_t addr, std::uint64_t add,
 
 // --- ProcessMemory ------------------------------------------------------------------------
 
-ProcessMemory::ProcessMemory(pid_t pid)
-    : process_(pid), mappings_(std::make_shared<const Mappings>()) {}
+ProcessMemory::ProcessMemory(pid_t pid, Fd pidfd, Fd mem, Fd maps)
+    : image_(pid, std::move(pidfd), std::move(mem), std::move(maps)),
+      mappings_(std::make_shared<const Mappings>()) {}
 
 int ProcessMemory::add_shared(int memfd, std::uint64_t app_addr, std::uint64_t length) {
   int error = 0;
@@ -196,7 +207,7 @@ std::vector<SharedRange> ProcessMemory::shared_ranges() const {
 }
 
 bool ProcessMemory::read(std::uint64_t addr, std::span<std::uint8_t> out) {
-  if (!process_.marked_alive()) return false;
+  if (!image_.marked_alive()) return false;
   if (const auto m = find(addr, out.size())) {
     if (!out.empty()) std::memcpy(out.data(), m->at(addr), out.size());
     return true;
@@ -205,7 +216,7 @@ bool ProcessMemory::read(std::uint64_t addr, std::span<std::uint8_t> out) {
 }
 
 bool ProcessMemory::write(std::uint64_t addr, std::span<const std::uint8_t> in) {
-  if (!process_.marked_alive()) return false;
+  if (!image_.marked_alive()) return false;
   if (const auto m = find(addr, in.size())) {
     if (!in.empty()) std::memcpy(m->at(addr), in.data(), in.size());
     return true;
@@ -215,7 +226,7 @@ bool ProcessMemory::write(std::uint64_t addr, std::span<const std::uint8_t> in) 
 
 bool ProcessMemory::atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, std::uint64_t swap,
                                     std::uint64_t* original) {
-  if (!process_.marked_alive()) return false;
+  if (!image_.marked_alive()) return false;
   if (const auto m = find(addr, sizeof(std::uint64_t))) {
     if (addr % alignof(std::uint64_t) != 0) return false;  // the transport checks alignment
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(m->at(addr)));
@@ -229,7 +240,7 @@ bool ProcessMemory::atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, s
 
 bool ProcessMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add,
                                      std::uint64_t* original) {
-  if (!process_.marked_alive()) return false;
+  if (!image_.marked_alive()) return false;
   if (const auto m = find(addr, sizeof(std::uint64_t))) {
     if (addr % alignof(std::uint64_t) != 0) return false;
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(m->at(addr)));
@@ -240,37 +251,46 @@ bool ProcessMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add,
 }
 
 bool ProcessMemory::check_alive() {
-  if (process_.alive()) return true;
-  process_.mark_dead();
+  if (image_.alive()) return true;
+  image_.mark_dead();
   return false;
 }
 
 // --- ProcessMemoryDirectory -----------------------------------------------------------------
 
-std::unique_ptr<ProcessMemoryView> ProcessMemoryDirectory::view(pid_t pid) {
-  std::shared_ptr<ProcessMemory> memory = find(pid);
-  // A dead entry still held by an old PD belongs to an earlier process with this pid.
-  if (!memory || !memory->check_alive()) {
-    memory = std::make_shared<ProcessMemory>(pid);
-    entries_[pid] = memory;
+std::shared_ptr<ProcessMemory> ProcessMemoryDirectory::attach(std::uint64_t client, pid_t pid,
+                                                              Fd pidfd, Fd mem, Fd maps) {
+  auto memory =
+      std::make_shared<ProcessMemory>(pid, std::move(pidfd), std::move(mem), std::move(maps));
+  for (const auto& [other, existing] : clients_) {
+    const ClientImage& image = existing->image();
+    if (image.pid() == pid && image.process_id() == memory->image().process_id() &&
+        existing->check_alive()) {
+      memory = existing;  // the same process, the same address space: share it
+      break;
+    }
   }
-  return std::make_unique<ProcessMemoryView>(std::move(memory));
+  clients_[client] = memory;
+  return memory;
 }
 
-std::shared_ptr<ProcessMemory> ProcessMemoryDirectory::find(pid_t pid) const {
-  const auto it = entries_.find(pid);
-  return it == entries_.end() ? nullptr : it->second.lock();
+void ProcessMemoryDirectory::detach(std::uint64_t client) {
+  clients_.erase(client);
+}
+
+std::unique_ptr<ProcessMemoryView> ProcessMemoryDirectory::view(std::uint64_t client) {
+  std::shared_ptr<ProcessMemory> memory = find(client);
+  return memory ? std::make_unique<ProcessMemoryView>(std::move(memory)) : nullptr;
+}
+
+std::shared_ptr<ProcessMemory> ProcessMemoryDirectory::find(std::uint64_t client) const {
+  const auto it = clients_.find(client);
+  return it == clients_.end() ? nullptr : it->second;
 }
 
 void ProcessMemoryDirectory::reap_exited() {
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (std::shared_ptr<ProcessMemory> memory = it->second.lock()) {
-      memory->check_alive();
-      ++it;
-    } else {
-      it = entries_.erase(it);
-    }
-  }
+  for (const auto& [client, memory] : clients_)
+    memory->check_alive();
 }
 
 }  // namespace xroce::device

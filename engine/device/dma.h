@@ -1,32 +1,42 @@
 // Registered memory of a client process, reached from the daemon (docs/ARCHITECTURE.md decision 5):
 // the "DMA engine" behind transport::MemoryAccess, with two implementations chosen per region.
 //
-//   CrossMemoryAccess  process_vm_readv/process_vm_writev on the registering pid. Works on any
-//                      memory the process has mapped. One system call per access. Atomics are
-//                      a read and a write under a daemon-side lock: atomic against every other
-//                      xroce atomic on the same process (IBV_ATOMIC_HCA), NOT against the
+//   CrossMemoryAccess  pread/pwrite on the client's own /proc/self/mem, which the client opened
+//                      and handed over (include/xroce/control.h, Op::hello). Works on any memory
+//                      the process has mapped. One system call per access. Atomics are a read
+//                      and a write under a daemon-side lock: atomic against every other xroce
+//                      atomic on the same process (IBV_ATOMIC_HCA), NOT against the
 //                      application's own CPU stores to that word.
 //   SharedMapping      the provider re-backed the region's pages with a memfd
-//                      (provider/shared_mr.h) that the daemon maps too. No system call per
+//                      (include/xroce/shared_mr.h) that the daemon maps too. No system call per
 //                      access; atomics are real CPU atomics, coherent with the application's.
 //
-// ProcessMemory is the MemoryAccess of one client process: it routes each access by address —
-// through a SharedMapping when the whole range lies inside one, else through cross-memory
-// attach — so that an atomic on a word always takes the same path, whichever region named it.
+// ProcessMemory is the MemoryAccess of one client process image: it routes each access by
+// address — through a SharedMapping when the whole range lies inside one, else through
+// cross-memory access — so that an atomic on a word always takes the same path, whichever region
+// named it.
+//
+// Whose rights. The daemon runs as root, but it never reaches a client's memory by pid: it
+// reads and writes only through the /proc/self/mem descriptor the client opened on itself, so
+// the kernel granted that access to the client (its ptrace check of itself), and the descriptor
+// stays bound to the address space it was opened on. After the client exec()s (a setuid program
+// included) or exits, every access through it fails; a pid re-used by another process is never
+// reached, because no pid is involved.
 //
 // Protection (keys, bounds, access flags) is MemoryRegionTable's job, done before any of
 // these is called. What this layer guarantees is that a dead client fails cleanly: after
-// mark_dead() (the control connection closed) or once the kernel reports the process gone
-// (pidfd), every access returns false; a pid re-used by another process is never touched
-// (accesses check the process's pidfd; see dma.cc for the remaining window).
+// mark_dead() (the control connection closed, the process exited, or its image was replaced by
+// exec), every access returns false.
 //
-// Measured with <build>/bin/bench/bench_dma (CPU time per access; 2 shared vCPUs at load average
-// ~8, so wall times were ~2.5x these):
-//   64 B read / write      cma ~0.7-0.8 us    shared ~25 ns
-//   4 KiB read / write     cma ~0.7-0.8 us    shared ~50-60 ns
-//   64 KiB read / write    cma ~3.9-4.3 us    shared ~1.8-1.9 us
-//   64-bit fetch-add       cma ~1.3 us        shared ~30 ns
-// Of a cross-memory access, the pidfd check is ~180 ns and a bare 64 B process_vm_readv ~450 ns.
+// Measured with <build>/bin/bench/bench_dma (CPU time per access, one run, 2 shared vCPUs at load
+// average ~17, so wall times were ~8x these):
+//   64 B read / write      cma ~2.1-2.4 us    shared ~26 ns
+//   4 KiB read / write     cma ~2.4-2.6 us    shared ~70-80 ns
+//   64 KiB read / write    cma ~7.4-8.4 us    shared ~0.7-0.8 us
+//   64-bit fetch-add       cma ~4.1 us        shared ~28 ns
+// A bare 64 B process_vm_readv (the system call used before memory went through the client's
+// mem file) took ~2.3 us in the same run: the mem file costs no more. The image check the daemon
+// makes on each control request (pidfd poll and one byte of maps) ~3.8 us.
 //
 // Threading: add_shared()/remove_shared()/mark_dead() are the control thread's; read, write and
 // the atomics may run on any number of worker threads at once. The set of shared mappings is an
@@ -49,6 +59,7 @@
 #include <vector>
 
 #include "transport/memory.h"
+#include "xroce/fd.h"
 
 namespace xroce::device {
 
@@ -82,33 +93,42 @@ class SharedMapping {
   std::uint64_t length_;
 };
 
-// A process identified by pid and pinned by a pidfd, so that a re-used pid is never taken for it.
-class ClientProcess {
+// One client process image: the descriptors its process handed over at Op::hello (its own
+// /proc/self/mem and /proc/self/maps, opened by itself) and the pidfd of the process the daemon
+// bound the connection to.
+class ClientImage {
  public:
-  // Opens a pidfd for `pid`; if that fails (no such process) the process counts as dead.
-  explicit ClientProcess(pid_t pid);
-  ~ClientProcess();
-  ClientProcess(const ClientProcess&) = delete;
-  ClientProcess& operator=(const ClientProcess&) = delete;
+  ClientImage(pid_t pid, Fd pidfd, Fd mem, Fd maps);
+  ClientImage(const ClientImage&) = delete;
+  ClientImage& operator=(const ClientImage&) = delete;
 
   pid_t pid() const { return pid_; }
-  // False after mark_dead() or once the pidfd reports the process exited (polls the pidfd:
-  // one system call).
+  int mem_fd() const { return mem_.get(); }
+  // The pidfd's inode: with pidfs (Linux 6.9+) it names one process for the life of the system.
+  std::uint64_t process_id() const { return process_id_; }
+  // False after mark_dead() or once the process exited (polls the pidfd) or its address space
+  // is no longer the one the descriptors were opened on (exec: the maps descriptor reads
+  // empty). Control thread; a few system calls.
   bool alive() const;
   // The cheap check: false after mark_dead() only.
   bool marked_alive() const { return alive_.load(std::memory_order_acquire); }
   void mark_dead() { alive_.store(false, std::memory_order_release); }
+  // The image's /proc/self/maps now (empty once the image is gone). 0 or errno.
+  int read_maps(std::string& out) const;
 
  private:
   pid_t pid_;
-  int pidfd_ = -1;
+  Fd pidfd_;
+  Fd mem_;
+  Fd maps_;
+  std::uint64_t process_id_ = 0;
   std::atomic<bool> alive_{true};
 };
 
-// Cross-memory attach into one process. Thread-safe.
+// Cross-memory access into one process image, through its /proc/self/mem. Thread-safe.
 class CrossMemoryAccess final : public transport::MemoryAccess {
  public:
-  explicit CrossMemoryAccess(ClientProcess& process) : process_(process) {}
+  explicit CrossMemoryAccess(ClientImage& image) : image_(image) {}
 
   bool read(std::uint64_t addr, std::span<std::uint8_t> out) override;
   bool write(std::uint64_t addr, std::span<const std::uint8_t> in) override;
@@ -122,7 +142,7 @@ class CrossMemoryAccess final : public transport::MemoryAccess {
   std::mutex& stripe(std::uint64_t addr);
   bool read_word(std::uint64_t addr, std::uint64_t* value);
 
-  ClientProcess& process_;
+  ClientImage& image_;
   std::array<std::mutex, kAtomicStripes> atomic_locks_;
 };
 
@@ -132,12 +152,13 @@ struct SharedRange {
   std::uint64_t length;
 };
 
-// The MemoryAccess of one client process (see the top of this file).
+// The MemoryAccess of one client process image (see the top of this file).
 class ProcessMemory final : public transport::MemoryAccess {
  public:
-  explicit ProcessMemory(pid_t pid);
+  ProcessMemory(pid_t pid, Fd pidfd, Fd mem, Fd maps);
 
-  pid_t pid() const { return process_.pid(); }
+  pid_t pid() const { return image_.pid(); }
+  const ClientImage& image() const { return image_; }
 
   // Control thread. Maps a memfd the provider made for [app_addr, app_addr + length) (takes
   // ownership of memfd, also on failure). 0 or an errno; on error the region falls back to
@@ -145,11 +166,11 @@ class ProcessMemory final : public transport::MemoryAccess {
   int add_shared(int memfd, std::uint64_t app_addr, std::uint64_t length);
   // Control thread. Drops the shared mapping that starts at app_addr (at deregistration).
   bool remove_shared(std::uint64_t app_addr);
-  // Control thread: the process is known to be gone. Every later access fails. (Cross-memory
-  // accesses also notice an exit by themselves, through the pidfd; shared-mapping accesses,
-  // which make no system call, rely on this.)
-  void mark_dead() { process_.mark_dead(); }
-  // Control thread: mark_dead() if the process has exited. Returns whether it is alive.
+  // Control thread: the image is known to be gone. Every later access fails. (Cross-memory
+  // accesses fail by themselves once the address space is gone; shared-mapping accesses, which
+  // make no system call, rely on this.)
+  void mark_dead() { image_.mark_dead(); }
+  // Control thread: mark_dead() if the process has exited or exec'd. Returns whether it lives.
   bool check_alive();
 
   // How an access to [addr, addr + len) is served.
@@ -166,8 +187,8 @@ class ProcessMemory final : public transport::MemoryAccess {
   using Mappings = std::vector<std::shared_ptr<const SharedMapping>>;  // sorted by app_addr
   std::shared_ptr<const SharedMapping> find(std::uint64_t addr, std::uint64_t len) const;
 
-  ClientProcess process_;
-  CrossMemoryAccess cross_{process_};
+  ClientImage image_;
+  CrossMemoryAccess cross_{image_};
   std::atomic<std::shared_ptr<const Mappings>> mappings_;
 };
 
@@ -197,23 +218,29 @@ class ProcessMemoryView final : public transport::MemoryAccess {
   std::shared_ptr<ProcessMemory> memory_;
 };
 
-// The daemon's ProcessMemory per client pid (control thread only). Entries live as long as a
-// view holds them. Typical use:
-//   device::MemoryAccessFactory f = [&dir](int pid) { return dir.view(pid); };
-//   reg_mr with a memfd:  dir.find(pid)->add_shared(memfd, addr, length)
-//   dereg_mr:             dir.find(pid)->remove_shared(addr)
-//   a client connection closed: dir.reap_exited() marks processes that have exited dead.
+// The daemon's ProcessMemory per client (verbs context), control thread only. Contexts of one
+// live process image share one ProcessMemory, so every PD of a process routes an address the
+// same way and cross-memory atomics on a word share one set of locks. Typical use:
+//   hello:                dir.attach(client, pid, pidfd, mem, maps)
+//   MemoryAccessFactory:  [&dir](ClientId c, int) { return dir.view(c); }
+//   reg_mr with a memfd:  dir.find(client)->add_shared(memfd, addr, length)
+//   dereg_mr:             dir.find(client)->remove_shared(addr)
+//   connection closed:    dir.detach(client)
 class ProcessMemoryDirectory {
  public:
-  std::unique_ptr<ProcessMemoryView> view(pid_t pid);
-  // The live entry for pid, or nullptr.
-  std::shared_ptr<ProcessMemory> find(pid_t pid) const;
-  // Marks dead every entry whose process has exited (pidfd), so shared-mapping accesses fail
-  // too; drops entries no view holds any more.
+  // The memory of `image`: the one another context of the same live image already has (and
+  // `image`'s descriptors are closed), else a new one.
+  std::shared_ptr<ProcessMemory> attach(std::uint64_t client, pid_t pid, Fd pidfd, Fd mem, Fd maps);
+  void detach(std::uint64_t client);
+  // A view for a new PD of `client`, or nullptr if the client has no memory attached.
+  std::unique_ptr<ProcessMemoryView> view(std::uint64_t client);
+  std::shared_ptr<ProcessMemory> find(std::uint64_t client) const;
+  // Marks dead every entry whose process has exited or exec'd, so shared-mapping accesses fail
+  // too.
   void reap_exited();
 
  private:
-  std::map<pid_t, std::weak_ptr<ProcessMemory>> entries_;
+  std::map<std::uint64_t, std::shared_ptr<ProcessMemory>> clients_;
 };
 
 }  // namespace xroce::device

@@ -151,6 +151,22 @@ wire::Result<transport::RecvRequest, int> decode_recv_wqe(const uint8_t* slot, u
   return out;
 }
 
+uint64_t take_wqe(const queues::WrIdShadow& shadow, uint32_t index, const uint8_t* slot) {
+  uint64_t wr_id;
+  std::memcpy(&wr_id, slot, sizeof wr_id);  // wr_id leads every WQE
+  shadow.at(index) = wr_id;
+  return index;
+}
+
+uint64_t retire_wqe(const queues::Ring& ring, const queues::WrIdShadow& shadow,
+                    uint64_t transport_wr_id) {
+  const auto index = static_cast<uint32_t>(transport_wr_id);
+  // Completions come in queue order; never move `completed` back (a wrapping comparison).
+  const uint32_t done = ring.header().completed.load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(index + 1 - done) > 0) ring.complete(index + 1);
+  return shadow.at(index);
+}
+
 queues::Cqe encode_cqe(const transport::Completion& c) {
   queues::Cqe e{};
   e.wr_id = c.wr_id;

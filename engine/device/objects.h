@@ -58,7 +58,7 @@ struct SharedReceiveQueue {
   SharedRegion region;
   queues::Ring ring;
   uint32_t consumer = 0;  // the daemon's private consumer index
-  EventFd doorbell;
+  int doorbell_fd = -1;   // the owner context's doorbell (owned by the control server)
   std::unique_ptr<transport::Srq> srq;
   uint32_t users = 0;  // QPs attached (EBUSY on destroy)
   int event_fd = -1;   // the owner's async event socket (owned by the control server)
@@ -121,10 +121,12 @@ struct QueuePair {
   SharedRegion region;
   queues::Ring sq;
   queues::Ring rq;  // not valid() on an SRQ
+  queues::WrIdShadow sq_shadow;
+  queues::WrIdShadow rq_shadow;  // not valid() on an SRQ
   uint32_t sq_consumer = 0;
   uint32_t rq_consumer = 0;
-  EventFd doorbell;
-  int event_fd = -1;  // the owner's async event socket (owned by the control server)
+  int doorbell_fd = -1;  // the owner context's doorbell (owned by the control server)
+  int event_fd = -1;     // the owner's async event socket (owned by the control server)
   // The transport core while the device runs it itself (no QpRunner); null once a runner
   // hosts it on a worker.
   std::unique_ptr<transport::Qp> qp;
@@ -156,5 +158,14 @@ wire::Result<transport::RecvRequest, int> decode_recv_wqe(const uint8_t* slot, u
                                                           uint32_t max_sge);
 // A transport completion as the CQE the provider turns into an ibv_wc.
 queues::Cqe encode_cqe(const transport::Completion& c);
+
+// Completion tracking of an SQ or RQ (include/xroce/queues.h), on the worker that owns the QP.
+// take_wqe: the WQE at ring index `index` (its copy in `slot`, whose first 8 bytes are the
+// application's wr_id) goes to the transport: keeps the wr_id in the shadow and returns the
+// wr_id to hand the transport instead (the index). retire_wqe: a completion came back with that
+// index; marks the ring completed up to it and returns the application's wr_id.
+uint64_t take_wqe(const queues::WrIdShadow& shadow, uint32_t index, const uint8_t* slot);
+uint64_t retire_wqe(const queues::Ring& ring, const queues::WrIdShadow& shadow,
+                    uint64_t transport_wr_id);
 
 }  // namespace xroce::device

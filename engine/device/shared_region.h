@@ -1,12 +1,15 @@
-// Memory the daemon shares with one client: a sealed memfd, mapped here, whose fd is passed to
-// the provider with SCM_RIGHTS (include/xroce/queues.h). The memfd is sealed against shrinking
-// and growing before it leaves the daemon, so no client can make the daemon's mapping fault.
+// Memory the daemon shares with one client: a sealed memfd, mapped here, whose descriptor is
+// passed to the provider once, with SCM_RIGHTS, in the reply that creates the object
+// (include/xroce/queues.h), and then closed: the mapping keeps the pages, so neither side holds
+// a descriptor per object. The memfd is sealed against shrinking and growing before it leaves
+// the daemon, so no client can make the daemon's mapping fault.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "wire/result.h"
+#include "xroce/fd.h"
 
 namespace xroce::device {
 
@@ -22,34 +25,23 @@ class SharedRegion {
   // A zeroed region of `bytes` bytes (rounded up to pages). ENOMEM or the system's errno.
   static wire::Result<SharedRegion, int> create(const char* name, std::size_t bytes);
 
-  int fd() const { return fd_; }
+  // The memfd, for the reply that hands it to the client; invalid once taken.
+  Fd take_fd() { return std::move(fd_); }
+  // A duplicate of the memfd, which the region keeps: for a region more than one context maps
+  // (an XRC target QP's, which ibv_open_qp hands to each context that opens it). Invalid if
+  // the memfd was taken or cannot be duplicated.
+  Fd share_fd() const;
   void* base() const { return base_; }
   std::size_t bytes() const { return bytes_; }
 
  private:
-  int fd_ = -1;
+  Fd fd_;
   void* base_ = nullptr;
   std::size_t bytes_ = 0;
 };
 
-// An eventfd (non-blocking, close-on-exec): the doorbell the provider writes when the engine
-// sleeps.
-class EventFd {
- public:
-  EventFd() = default;
-  ~EventFd();
-  EventFd(EventFd&& other) noexcept;
-  EventFd& operator=(EventFd&& other) noexcept;
-  EventFd(const EventFd&) = delete;
-  EventFd& operator=(const EventFd&) = delete;
-
-  static wire::Result<EventFd, int> create();
-  int fd() const { return fd_; }
-  // Reads and clears the count; returns the count (0 if none was pending).
-  uint64_t drain() const;
-
- private:
-  int fd_ = -1;
-};
+// An eventfd (non-blocking, close-on-exec): a context's doorbell, which the provider writes when
+// the engine sleeps. The system's errno on failure.
+wire::Result<Fd, int> create_doorbell();
 
 }  // namespace xroce::device

@@ -71,9 +71,35 @@ bool LocalMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add, std::u
   return true;
 }
 
+std::optional<MemoryRegionTable::KeySlot> MemoryRegionTable::locate(std::uint32_t key) const {
+  const std::uint32_t index = index_of(key);
+  if (key_bits_) {
+    const auto it = slot_of_index_.find(index);
+    if (it == slot_of_index_.end()) return std::nullopt;
+    return it->second;
+  }
+  if (index >= kWindowIndexBase) return KeySlot{true, index - kWindowIndexBase};
+  return KeySlot{false, index};
+}
+
+std::uint32_t MemoryRegionTable::new_key(KeySlot at, std::uint32_t old_key, std::uint8_t key_byte) {
+  if (!key_bits_) {
+    const std::uint32_t base = at.window ? kWindowIndexBase : 0;
+    return static_cast<std::uint32_t>(at.slot + base) << kKeyBits | key_byte;
+  }
+  // The slot's last key (if it had one) stops naming it; index 0 is never handed out, so the
+  // zero key of a fresh slot names nothing.
+  slot_of_index_.erase(index_of(old_key));
+  for (;;) {
+    const std::uint32_t key = key_bits_();
+    const std::uint32_t index = index_of(key);
+    if (index != 0 && slot_of_index_.emplace(index, at).second) return key;
+  }
+}
+
 std::uint32_t MemoryRegionTable::next_region_key(std::size_t slot) {
   const std::uint8_t gen = ++generations_[slot];
-  return static_cast<std::uint32_t>(slot) << kKeyBits | gen;
+  return new_key(KeySlot{false, slot}, regions_[slot].lkey.value(), gen);
 }
 
 MemoryRegion MemoryRegionTable::register_region(std::uint64_t addr, std::uint64_t length,
@@ -94,9 +120,9 @@ MemoryRegion MemoryRegionTable::register_region(std::uint64_t addr, std::uint64_
 }
 
 MemoryRegion* MemoryRegionTable::region_by_key(std::uint32_t key, bool remote) {
-  const std::size_t slot = index_of(key);
-  if (names_window(key) || slot >= regions_.size()) return nullptr;
-  MemoryRegion& mr = regions_[slot];
+  const std::optional<KeySlot> at = locate(key);
+  if (!at || at->window || at->slot >= regions_.size()) return nullptr;
+  MemoryRegion& mr = regions_[at->slot];
   if (!mr.valid) return nullptr;
   const std::uint32_t want = remote ? mr.rkey.value() : mr.lkey.value();
   return want == key ? &mr : nullptr;
@@ -107,8 +133,9 @@ const MemoryRegion* MemoryRegionTable::region_by_key(std::uint32_t key, bool rem
 }
 
 MemoryWindow* MemoryRegionTable::window_by_key(std::uint32_t key) {
-  if (!names_window(key)) return nullptr;
-  const std::size_t slot = index_of(key) - kWindowIndexBase;
+  const std::optional<KeySlot> at = locate(key);
+  if (!at || !at->window) return nullptr;
+  const std::size_t slot = at->slot;
   if (slot >= windows_.size() || !windows_[slot].allocated) return nullptr;
   return windows_[slot].rkey.value() == key ? &windows_[slot] : nullptr;
 }
@@ -156,21 +183,23 @@ wire::Result<wire::Rkey, int> MemoryRegionTable::allocate_window(MwType type) {
   while (slot < windows_.size() && windows_[slot].allocated)
     ++slot;
   if (slot == windows_.size()) windows_.emplace_back();
-  if (slot + kWindowIndexBase >= (1u << 24)) return wire::Err{ENOMEM};
+  if (!key_bits_ && slot + kWindowIndexBase >= (1u << 24)) return wire::Err{ENOMEM};
   MemoryWindow& w = windows_[slot];
   // A fresh key byte, so an R_Key of the slot's previous window does not name this one.
-  const std::uint32_t key_byte = (w.rkey.value() + 1) & 0xFF;
+  const auto key_byte = static_cast<std::uint8_t>(w.rkey.value() + 1);
+  const std::uint32_t key = new_key(KeySlot{true, slot}, w.rkey.value(), key_byte);
   w = MemoryWindow{};
   w.type = type;
   w.allocated = true;
-  w.rkey = wire::Rkey(static_cast<std::uint32_t>(slot + kWindowIndexBase) << kKeyBits | key_byte);
+  w.rkey = wire::Rkey(key);
   return w.rkey;
 }
 
 int MemoryRegionTable::deallocate_window(wire::Rkey rkey) {
   std::lock_guard guard(lock_);
-  if (!names_window(rkey.value())) return EINVAL;
-  const std::size_t slot = index_of(rkey.value()) - kWindowIndexBase;
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (!at || !at->window) return EINVAL;
+  const std::size_t slot = at->slot;
   if (slot >= windows_.size() || !windows_[slot].allocated) return EINVAL;
   MemoryWindow* w = &windows_[slot];
   if (w->bound && w->region < regions_.size()) --regions_[w->region].bound_windows;
@@ -218,7 +247,7 @@ bool MemoryRegionTable::bind_window(const WindowBind& b, wire::Qpn qp) {
   w->access = b.access;
   w->qp = qp;
   if (mr != nullptr) {
-    w->region = index_of(mr->lkey.value());
+    w->region = static_cast<std::size_t>(mr - regions_.data());
     ++mr->bound_windows;
   }
   return true;
@@ -252,7 +281,8 @@ wire::Result<ProcessAddress, MemError> MemoryRegionTable::check_remote(
   std::lock_guard guard(lock_);
   const MemoryRegion* mr = nullptr;
   std::uint64_t iova = va;
-  if (names_window(rkey.value())) {
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (at && at->window) {
     const MemoryWindow* w = window_by_key(rkey.value());
     // rxe_lookup_mw: a bound window, of this QP if type 2, with the access asked for.
     if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
@@ -277,7 +307,8 @@ wire::Result<MemoryRegion, MemError> MemoryRegionTable::remote_region(wire::Rkey
                                                                       std::uint32_t need,
                                                                       wire::Qpn qp) const {
   std::lock_guard guard(lock_);
-  if (names_window(rkey.value())) {
+  const std::optional<KeySlot> at = locate(rkey.value());
+  if (at && at->window) {
     const MemoryWindow* w = window_by_key(rkey.value());
     if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
       return wire::Err{MemError::kInvalidKey};

@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/verbs.h"
@@ -101,17 +103,26 @@ enum class MemError : std::uint8_t {
 // Where a checked access lands in the registering process.
 using ProcessAddress = std::uint64_t;
 
-// The memory regions and memory windows of one protection domain. Keys are an index in their
-// upper 24 bits and a key byte in the low 8 (as rxe's rxe_mr/rxe_mw keys): regions use indices
-// below kWindowIndexBase, windows the rest, so a key says which table it names. A region's key
-// byte is a generation count, so a stale key never matches a re-used slot; a window's is the
-// consumer's (ibv_inc_rkey) from its last bind.
+// Random bits for new keys, supplied by the caller (this core has no randomness of its own).
+using KeyBits = std::function<std::uint32_t()>;
+
+// The memory regions and memory windows of one protection domain. A key is a 24-bit index and an
+// 8-bit key byte in the low bits, as rxe's rxe_mr/rxe_mw keys (index << 8 | key byte) and mlx5's
+// mkeys are. A region's key byte is a generation count, so a stale key never matches a re-used
+// slot; a window's is the consumer's (ibv_inc_rkey) from its last bind.
+//
+// Without KeyBits the index is the slot (regions below kWindowIndexBase, windows from it), so
+// keys are reproducible (simulator, tests). With KeyBits (the daemon's, from the kernel's random
+// source) every index is random, as is a region's key byte, so that a remote peer cannot guess a
+// live region's or window's key from any other key: all 32 bits of a region's key must be
+// guessed, and the 24 index bits of a window's (its key byte is the consumer's choice).
 //
 // Threading: the control thread registers, deregisters and allocates, workers check, bind and
 // invalidate; one mutex serialises them (no call does I/O).
 class MemoryRegionTable {
  public:
-  explicit MemoryRegionTable(MemoryAccess& memory) : memory_(memory) {}
+  explicit MemoryRegionTable(MemoryAccess& memory, KeyBits key_bits = nullptr)
+      : memory_(memory), key_bits_(std::move(key_bits)) {}
 
   // `iova` defaults to `addr` (ibv_reg_mr).
   MemoryRegion register_region(std::uint64_t addr, std::uint64_t length, std::uint32_t access,
@@ -159,9 +170,14 @@ class MemoryRegionTable {
   static constexpr std::uint32_t kKeyBits = 8;
   static constexpr std::uint32_t kWindowIndexBase = 1u << 23;
   static constexpr std::uint32_t index_of(std::uint32_t key) { return key >> kKeyBits; }
-  static constexpr bool names_window(std::uint32_t key) {
-    return index_of(key) >= kWindowIndexBase;
-  }
+  // The slot a key's index names, in the region table or the window table.
+  struct KeySlot {
+    bool window = false;
+    std::size_t slot = 0;
+  };
+  std::optional<KeySlot> locate(std::uint32_t key) const;
+  // A key for `at` whose index no live key uses; `key_byte` is used as given without KeyBits.
+  std::uint32_t new_key(KeySlot at, std::uint32_t old_key, std::uint8_t key_byte);
 
   MemoryRegion* region_by_key(std::uint32_t key, bool remote);
   const MemoryRegion* region_by_key(std::uint32_t key, bool remote) const;
@@ -172,10 +188,12 @@ class MemoryRegionTable {
                     wire::Qpn qp) const;
 
   MemoryAccess& memory_;
+  KeyBits key_bits_;
   mutable std::mutex lock_;
   std::vector<MemoryRegion> regions_;
   std::vector<std::uint8_t> generations_;
   std::vector<MemoryWindow> windows_;
+  std::unordered_map<std::uint32_t, KeySlot> slot_of_index_;  // with key_bits_ only
 };
 
 }  // namespace xroce::transport

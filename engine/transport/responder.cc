@@ -602,10 +602,13 @@ void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
 }
 
 ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus recv_status) {
-  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (docs/protocol.md §3.5).
+  // Class C errors: NAK the packet's PSN, then the QP goes to ERR (docs/protocol.md §3.5), and the
+  // consumer hears of it as an affiliated asynchronous error (IBA 11.6.3; mlx5 raises the same
+  // from its WQ access / invalid request / catastrophic error events).
   final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
   ++ctx_.counters.naks_sent;
   if (code == wire::NakCode::kInvalidRequest) ++ctx_.counters.invalid_requests;
+  raise_fatal_event(code);
   if (recv_) {
     Completion c;
     c.wr_id = recv_->wr_id;
@@ -619,6 +622,16 @@ ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus r
   recv_too_long_ = false;
   ctx_.fatal_pending = true;
   return ResponderState::kDone;
+}
+
+void Responder::raise_fatal_event(wire::NakCode code) {
+  AsyncEventType event = AsyncEventType::kQpFatal;
+  if (code == wire::NakCode::kRemoteAccessError) {
+    event = AsyncEventType::kQpAccessErr;
+  } else if (code == wire::NakCode::kInvalidRequest) {
+    event = AsyncEventType::kQpReqErr;
+  }
+  ctx_.events.push_back(AsyncEvent{event, ctx_.config.qpn});
 }
 
 ResponderResource& Responder::new_resource() {
@@ -718,6 +731,7 @@ Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool
     const wire::NakCode code =
         addr ? wire::NakCode::kRemoteOperationalError : wire::NakCode::kRemoteAccessError;
     if (!addr) ++ctx_.counters.rkey_violations;
+    raise_fatal_event(code);
     h = wire::TransportHeaders{};
     h.bth.opcode = response_opcode(wire::Opcode::kRcAck);
     h.bth.dest_qp = ctx_.attr.dest_qp_num;

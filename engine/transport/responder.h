@@ -120,6 +120,10 @@ class Responder {
   ResponderState nak_psn_sequence();
   ResponderState rnr_nak(const Request& r);
   ResponderState fatal(const Request& r, wire::NakCode code, WcStatus recv_status);
+  // The affiliated asynchronous error a class C fault raises (IBA 11.6.3): QP_ACCESS_ERR for a
+  // remote access error (an R_Key, window or bounds violation), QP_REQ_ERR for an invalid
+  // request, QP_FATAL otherwise.
+  void raise_fatal_event(wire::NakCode code);
   ResponderResource& new_resource();
   std::optional<RecvRequest> take_recv();
   bool recv_sges_ok(const RecvRequest& recv) const;

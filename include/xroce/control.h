@@ -5,15 +5,33 @@
 // run_dir/control.sock). One request is one datagram: a Header followed by the request body;
 // the reply is one datagram: a Header (same op and seq, status = 0 or a positive errno) followed
 // by the reply body when status is 0. Bodies are the fixed-size structs below, in host byte
-// order (both ends run on the same host). The daemon identifies the peer with SO_PEERCRED; a
-// connection opened with Op::hello is one verbs context, and every object it creates belongs to
-// it: other connections cannot name it, and it is released when the connection closes (the
-// process exiting or being killed included).
+// order (both ends run on the same host); include/xroce/control_message.h encodes them and
+// include/xroce/fd_passing.h carries the descriptors some of them come with.
 //
-// Op::hello carries one file descriptor (SCM_RIGHTS): the daemon's end of the context's event
-// socket, on which the daemon sends ibv_get_async_event records (struct AsyncEvent).
+// Who is asking. The daemon binds a connection to the process that opened it (its pidfd) and
+// honours a request only from that process (the kernel's SCM_CREDENTIALS on each datagram), so
+// a connection inherited across fork gets EPERM; and a connection outlives neither its opener
+// (exit) nor, once it is a context, the program image it was opened for (exec): the daemon
+// closes it. A connection opened with Op::hello is one verbs context, and every object it
+// creates belongs to it: other connections cannot name it, and it is released when the
+// connection closes (the process exiting or being killed included).
+//
+// Op::hello carries three file descriptors (SCM_RIGHTS): the daemon's end of the context's event
+// socket, on which the daemon sends ibv_get_async_event records (struct AsyncEvent), and the
+// caller's own /proc/self/mem and /proc/self/maps, opened by the caller: the daemon reaches the
+// context's registered memory only through them, with the access the caller itself had, and
+// only for as long as the address space they were opened on lives (never across exec). Its
+// reply carries the context's doorbell (an eventfd), shared by all its QPs and SRQs.
 // Op::create_comp_channel carries the daemon's end of a completion channel, on which it will
 // send the 8-byte records ibv_get_cq_event() reads (struct CompletionEvent).
+//
+// Descriptors: a request carries exactly the descriptors its op lists; the daemon closes any it
+// does not keep, whatever the request (short, bad magic or version, unknown op, extra fds).
+//
+// Quotas: each context may hold a bounded number of objects and registered bytes (what
+// Op::query_device reports is what this context can get); beyond them a create fails with
+// ENOMEM, as on a device out of resources, and a client that floods the socket finds its sends
+// blocked (EAGAIN on a non-blocking socket) rather than other clients starved.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +41,7 @@
 namespace xroce::control {
 
 inline constexpr uint32_t kMagic = 0x58524345;  // "XRCE"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
 inline constexpr std::size_t kNameBytes = 64;    // ibdev names, like IBV_SYSFS_NAME_MAX
 inline constexpr std::size_t kIfNameBytes = 16;  // IFNAMSIZ
@@ -31,7 +49,8 @@ inline constexpr std::size_t kIfNameBytes = 16;  // IFNAMSIZ
 inline constexpr const char* kControlPathFile = "xroce_control";
 
 enum class Op : uint16_t {
-  hello = 1,            // HelloRequest (+ fd) -> HelloReply
+  hello = 1,            // HelloRequest + fds [event socket, /proc/self/mem, /proc/self/maps]
+                        // -> HelloReply + fds [doorbell eventfd]
   query_device,         // -> DeviceAttr
   query_port,           // PortRequest -> PortAttr
   alloc_pd,             // -> HandleReply
@@ -47,17 +66,19 @@ enum class Op : uint16_t {
   create_cq,    // CreateCqRequest -> CqReply + fds [ring memfd]
   destroy_cq,   // HandleRequest -> (empty); EBUSY while a QP uses it
   resize_cq,    // ResizeCqRequest -> CqReply + fds [new ring memfd]
-  create_qp,    // CreateQpRequest -> CreateQpReply + fds [ring memfd, doorbell eventfd]
+  create_qp,    // CreateQpRequest -> CreateQpReply + fds [ring memfd]
   modify_qp,    // ModifyQpRequest -> (empty)
   query_qp,     // HandleRequest -> QueryQpReply
   destroy_qp,   // HandleRequest -> (empty)
-  create_srq,   // CreateSrqRequest -> SrqReply + fds [ring memfd, doorbell eventfd]
+  create_srq,   // CreateSrqRequest -> SrqReply + fds [ring memfd]
   modify_srq,   // ModifySrqRequest -> (empty)
   query_srq,    // HandleRequest -> SrqAttr
   destroy_srq,  // HandleRequest -> (empty); EBUSY while a QP uses it
   create_ah,    // CreateAhRequest -> HandleReply
   destroy_ah,   // HandleRequest -> (empty)
-  // Observability, for `xroce stat` / `xroce qp show` (any user; no hello needed).
+  // Observability, for `xroce stat` / `xroce qp show` (any user; no hello needed). A user other
+  // than root sees only the objects of its own processes: addresses, keys and PSNs of another
+  // user's regions and QPs are not shown, as the kernel shows them only to an admin.
   stat,     // NameRequest -> TextReply: {"device", "counters": {rxe hw_counters names and
             // xroce's, engine/device/counters.h}, "memory_regions": [{..., "dma": "shared"|"cma"}]}
   qp_show,  // NameRequest -> TextReply: [{"qpn", "type", "state", "sq_psn", "rq_psn",
@@ -78,6 +99,9 @@ enum class Op : uint16_t {
                // (the channel's name for cm_command MIGRATE_ID)
   cm_command,  // the ucma write() buffer -> the bytes for its response pointer (maybe none)
   cm_show,     // NameRequest -> TextReply: {"device", "ids": [{"pid", "id", "state", ...}]}
+  // The next page of the last TextReply that said `more` (any size of text travels in pages of
+  // at most kMaxMessageBytes). ENOENT when nothing is pending.
+  text_next,  // (empty) -> TextReply
   // Memory windows, re-registration, XRC domains, SRQ resize, ODP advice.
   alloc_mw,    // AllocMwRequest -> MwReply
   dealloc_mw,  // HandleRequest -> (empty)
@@ -88,9 +112,6 @@ enum class Op : uint16_t {
   resize_srq,  // ResizeSrqRequest -> SrqReply + fds [new ring memfd]
   advise_mr,   // AdviseMrRequest -> (empty)
 };
-
-// The most file descriptors one reply carries.
-inline constexpr int kMaxReplyFds = 2;
 
 struct Header {
   uint32_t magic = kMagic;
@@ -209,9 +230,11 @@ struct LinkDelRequest {
   char name[kNameBytes];
 };
 
-// Replies carrying text: the length, then that many bytes (not NUL-terminated).
+// Replies carrying text: the length of this page, then that many bytes (not NUL-terminated).
+// `more` != 0 when the text goes on: Op::text_next returns the next page.
 struct TextReply {
   uint32_t length;
+  uint32_t more;
 };
 
 // What the daemon writes on a context's event socket, laid out as the kernel's

@@ -43,6 +43,18 @@
 //
 // CQ overflow: a worker that finds the CQ full does not overwrite; it sets `overflow` and raises
 // IBV_EVENT_CQ_ERR on the context's async socket (as real devices do).
+//
+// Completion tracking, for a device that dies. The daemon hands a WQE it takes from the SQ or RQ
+// to the transport under its ring index, keeping the application's wr_id in the ring's shadow
+// (an array of kShadowFactor * slot_count wr_ids after the rings, written only by the daemon),
+// and when a completion comes back it writes the WQE's wr_id into the CQE and stores index + 1 in
+// `completed` (release): every WQE before `completed` has completed. The transport holds at most
+// slot_count WQEs of a queue, so those it holds lie in [consumer - slot_count, consumer). When
+// the daemon vanishes, the provider completes the rest itself with IBV_WC_WR_FLUSH_ERR, as a NIC
+// flushes a QP whose device died: the WQEs from max(completed, consumer - slot_count) up to its
+// own producer index, their wr_ids read from the shadow (taken by the daemon) or the ring (not
+// taken yet). A WQE that completed unsignaled after the last signaled one is flushed too: the
+// application cannot tell.
 #pragma once
 
 #include <atomic>
@@ -55,7 +67,7 @@
 namespace xroce::queues {
 
 inline constexpr uint32_t kRingMagic = 0x58524e47;  // "XRNG"
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 
 // `wakeup` values.
@@ -88,9 +100,10 @@ struct RingHeader {
   // Written by the consumer only (release), read by the producer (acquire).
   alignas(kCacheLine) std::atomic<uint32_t> consumer{0};
   // Written by the daemon only: kEngineAwake / kEngineAsleep (work rings); for CQs, nonzero
-  // once the CQ overflowed.
+  // once the CQ overflowed; SQ and RQ: the index after the last completed WQE (release).
   alignas(kCacheLine) std::atomic<uint32_t> wakeup{kEngineAwake};
   std::atomic<uint32_t> overflow{0};
+  std::atomic<uint32_t> completed{0};
   // CQ only. Written by the provider (kArmNext/kArmSolicited), taken back to kArmNone by the
   // daemon's exchange.
   alignas(kCacheLine) std::atomic<uint32_t> arm{kArmNone};
@@ -263,6 +276,8 @@ class Ring {
     return header_->producer.load(std::memory_order_acquire) - next > slot_count();
   }
   void release(uint32_t next) const { header_->consumer.store(next, std::memory_order_release); }
+  // Daemon side of a work ring: every WQE before `next` has completed.
+  void complete(uint32_t next) const { header_->completed.store(next, std::memory_order_release); }
 
  private:
   RingHeader* header_ = nullptr;
@@ -271,14 +286,24 @@ class Ring {
   uint32_t slot_bytes_ = 0;
 };
 
+// The wr_id shadow of a work ring (completion tracking, above): kShadowFactor * slot_count
+// entries, entry i % size for the WQE of index i.
+inline constexpr uint32_t kShadowFactor = 2;
+inline constexpr std::size_t shadow_bytes(uint32_t slot_count) {
+  return page_round(std::size_t{slot_count} * kShadowFactor * sizeof(uint64_t));
+}
+
 // Layout of a QP's region: the send ring at offset 0, the receive ring right after it (absent
-// for a QP on an SRQ: recv_slots == 0).
+// for a QP on an SRQ: recv_slots == 0), then the send ring's wr_id shadow and the receive
+// ring's. Both sides compute it from the ring geometry in the create_qp reply.
 struct QpRegionLayout {
   uint32_t send_slots;
   uint32_t send_slot_bytes;
   uint32_t recv_slots;
   uint32_t recv_slot_bytes;
   uint64_t recv_offset;
+  uint64_t send_shadow_offset;
+  uint64_t recv_shadow_offset;
   uint64_t total_bytes;
 };
 
@@ -290,8 +315,25 @@ inline QpRegionLayout qp_region_layout(uint32_t send_slots, uint32_t send_bytes,
   l.recv_slots = recv_slots;
   l.recv_slot_bytes = recv_bytes;
   l.recv_offset = ring_bytes(send_slots, send_bytes);
-  l.total_bytes = l.recv_offset + (recv_slots == 0 ? 0 : ring_bytes(recv_slots, recv_bytes));
+  l.send_shadow_offset = l.recv_offset + (recv_slots == 0 ? 0 : ring_bytes(recv_slots, recv_bytes));
+  l.recv_shadow_offset = l.send_shadow_offset + shadow_bytes(send_slots);
+  l.total_bytes = l.recv_shadow_offset + (recv_slots == 0 ? 0 : shadow_bytes(recv_slots));
   return l;
 }
+
+// A work ring's wr_id shadow as either side sees it (entries are plain: only the daemon writes
+// them, only while it lives; the provider reads them after it died).
+class WrIdShadow {
+ public:
+  WrIdShadow() = default;
+  WrIdShadow(void* base, uint32_t slot_count)
+      : entries_(static_cast<uint64_t*>(base)), mask_(slot_count * kShadowFactor - 1) {}
+  bool valid() const { return entries_ != nullptr; }
+  uint64_t& at(uint32_t index) const { return entries_[index & mask_]; }
+
+ private:
+  uint64_t* entries_ = nullptr;
+  uint32_t mask_ = 0;
+};
 
 }  // namespace xroce::queues

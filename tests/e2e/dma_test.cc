@@ -18,6 +18,7 @@
 
 #include "fabric.h"
 #include "pair.h"
+#include "xroce/proc_maps.h"
 
 namespace xroce::e2e {
 namespace {
@@ -35,10 +36,12 @@ struct DaemonView {
 
 DaemonView look_at(pid_t daemon) {
   DaemonView v;
-  std::ifstream maps("/proc/" + std::to_string(daemon) + "/maps");
-  std::string line;
-  while (std::getline(maps, line))
-    v.region_mappings += line.find("/memfd:xroce-mr") != std::string::npos ? 1 : 0;
+  std::string maps;
+  (void)xroce::proc::read_all(("/proc/" + std::to_string(daemon) + "/maps").c_str(), maps);
+  xroce::proc::for_each(maps, [&v](const xroce::proc::Mapping& m) {
+    v.region_mappings += m.path.starts_with("/memfd:xroce-mr") ? 1 : 0;
+    return true;
+  });
   std::error_code ec;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc/" + std::to_string(daemon) + "/fd", ec)) {

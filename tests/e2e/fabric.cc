@@ -23,15 +23,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 std::atomic<int> host_counter{0};
 
-pid_t spawn(const std::vector<std::string>& argv, int& out_fd) {
+// Starts argv with its output on a pipe (out_fd); its stdin is a pipe too when in_fd is given.
+pid_t spawn(const std::vector<std::string>& argv, int& out_fd, int* in_fd = nullptr) {
   int pipe_fds[2];
+  int input[2] = {-1, -1};
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  if (in_fd != nullptr && pipe2(input, O_CLOEXEC) != 0) return -1;
   const pid_t pid = fork();
   if (pid == 0) {
     dup2(pipe_fds[1], 1);
     dup2(pipe_fds[1], 2);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    dup2(null_fd, 0);
+    const int in = in_fd != nullptr ? input[0] : open("/dev/null", O_RDONLY);
+    dup2(in, 0);
     setpgid(0, 0);  // its own group: a deadline kill reaches what it started in the foreground
     std::vector<char*> args;
     for (const auto& a : argv)
@@ -42,6 +45,10 @@ pid_t spawn(const std::vector<std::string>& argv, int& out_fd) {
   }
   close(pipe_fds[1]);
   out_fd = pipe_fds[0];
+  if (in_fd != nullptr) {
+    close(input[0]);
+    *in_fd = input[1];
+  }
   return pid;
 }
 
@@ -91,13 +98,30 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds de
   return result;
 }
 
-Child::Child(const std::vector<std::string>& argv) {
-  pid_ = spawn(argv, out_fd_);
+Child::Child(const std::vector<std::string>& argv, Input input) {
+  pid_ = spawn(argv, out_fd_, input == Input::kPipe ? &in_fd_ : nullptr);
 }
 
 Child::~Child() {
+  close_input();
   if (pid_ > 0) wait(std::chrono::milliseconds(0));
   if (out_fd_ >= 0) close(out_fd_);
+}
+
+bool Child::write_line(const std::string& line) {
+  static const bool no_sigpipe = [] {
+    signal(SIGPIPE, SIG_IGN);  // a child that went away is a false return, not a dead test
+    return true;
+  }();
+  (void)no_sigpipe;
+  const std::string text = line + "\n";
+  return in_fd_ >= 0 &&
+         ::write(in_fd_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+void Child::close_input() {
+  if (in_fd_ >= 0) close(in_fd_);
+  in_fd_ = -1;
 }
 
 std::string Child::read_line(std::chrono::milliseconds deadline) {

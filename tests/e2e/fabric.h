@@ -24,10 +24,12 @@ struct RunResult {
 RunResult run(const std::vector<std::string>& argv,
               std::chrono::milliseconds deadline = std::chrono::seconds(30));
 
-// A child whose output is read line by line, each read with a deadline.
+// A child whose output is read line by line, each read with a deadline; its stdin is /dev/null,
+// or a pipe the test writes lines into.
 class Child {
  public:
-  explicit Child(const std::vector<std::string>& argv);
+  enum class Input { kNone, kPipe };
+  explicit Child(const std::vector<std::string>& argv, Input input = Input::kNone);
   ~Child();
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
@@ -37,10 +39,15 @@ class Child {
   // Waits for exit up to the deadline (then kills it); returns the status as run() does.
   int wait(std::chrono::milliseconds deadline);
   pid_t pid() const { return pid_; }
+  // Input::kPipe: writes `line` and a newline to its stdin; false if nobody reads it any more.
+  bool write_line(const std::string& line);
+  // Input::kPipe: closes its stdin (it reads end-of-file).
+  void close_input();
 
  private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  int in_fd_ = -1;
   std::string pending_;
 };
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "verbs_probe.h"
+#include "xroce/proc_maps.h"
 
 namespace xroce::probe {
 
@@ -43,24 +44,15 @@ constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 // "shared" when [addr, addr + length) is mapped from the provider's memfd, else "cma" (what the
-// provider leaves as it was: the daemon then reaches it by cross-memory attach).
+// provider leaves as it was: the daemon then reaches it by cross-memory access).
 std::string backing_of(const void* addr, std::size_t length) {
-  const auto begin = reinterpret_cast<std::uintptr_t>(addr);
-  const auto end = begin + length;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  std::uintptr_t covered = begin;
-  while (std::getline(maps, line) && covered < end) {
-    std::istringstream in(line);
-    std::uintptr_t lo = 0;
-    std::uintptr_t hi = 0;
-    char dash = 0;
-    in >> std::hex >> lo >> dash >> hi;
-    if (hi <= covered || lo > covered) continue;
-    if (line.find("/memfd:xroce-mr") == std::string::npos) return "cma";
-    covered = hi;
-  }
-  return covered >= end ? "shared" : "cma";
+  std::string maps;
+  if (xroce::proc::read_all("/proc/self/maps", maps) != 0) return "cma";
+  const bool shared = xroce::proc::covers(
+      maps, reinterpret_cast<std::uintptr_t>(addr), length, [](const xroce::proc::Mapping& m) {
+        return m.path.find("/memfd:xroce-mr") != std::string_view::npos;
+      });
+  return shared ? "shared" : "cma";
 }
 
 void* map_anonymous(std::size_t bytes) {

@@ -8,20 +8,16 @@
 #include <cstdlib>
 #include <vector>
 
+#include "fuzz_support.h"
 #include "wire/frame.h"
 #include "wire/icrc.h"
 #include "wire/icrc_reference.h"
 
 namespace {
 
-using namespace xroce::wire;
+using xroce::fuzz::require;
 
-void require(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "property violated: %s\n", what);
-    std::abort();
-  }
-}
+using namespace xroce::wire;
 
 Bytes ip_datagram(const std::uint8_t* data, const DecodedFrame& f) {
   const std::size_t ip = f.addr.src_ip.is_v4() ? kIpv4HeaderBytes : kIpv6HeaderBytes;

@@ -1,10 +1,11 @@
 """Runs a libFuzzer target for a bounded time, seeded from the golden capture.
 
 Writes `xroce wire samples` to WORK/golden.pcap, splits its frames into WORK/seeds (one file
-per frame), and runs FUZZER on WORK/corpus + WORK/seeds for SECONDS. Exits with the fuzzer's
-status: non-zero on any crash, sanitizer report or property violation.
+per frame), and runs FUZZER on WORK/corpus + WORK/seeds for SECONDS. With XROCE "none" there
+are no seeds (targets whose input is not a frame). Exits with the fuzzer's status: non-zero on
+any crash, sanitizer report or property violation.
 
-Usage: /usr/bin/python3 run_fuzz.py XROCE FUZZER WORK SECONDS
+Usage: /usr/bin/python3 run_fuzz.py XROCE|none FUZZER WORK SECONDS
 """
 
 import os
@@ -33,6 +34,9 @@ def main():
     shutil.rmtree(seeds, ignore_errors=True)
     os.makedirs(seeds)
     os.makedirs(corpus, exist_ok=True)
+    if xroce == "none":
+        print("run_fuzz: no seeds, fuzzing for %s s" % seconds, flush=True)
+        return run(fuzzer, work, seconds, [corpus])
     golden = os.path.join(work, "golden.pcap")
     subprocess.run([xroce, "wire", "samples", "-w", golden], check=True)
     count = 0
@@ -44,8 +48,12 @@ def main():
         print("run_fuzz: only %d seed frames in %s" % (count, golden))
         return 1
     print("run_fuzz: %d seeds, fuzzing for %s s" % (count, seconds), flush=True)
+    return run(fuzzer, work, seconds, [corpus, seeds])
+
+
+def run(fuzzer, work, seconds, corpora):
     cmd = [fuzzer, "-max_total_time=" + seconds, "-timeout=10", "-rss_limit_mb=2048",
-           "-print_final_stats=1", "-artifact_prefix=" + work + "/", corpus, seeds]
+           "-print_final_stats=1", "-artifact_prefix=" + work + "/"] + corpora
     return subprocess.run(cmd).returncode
 
 

@@ -49,7 +49,7 @@ void print_cc(const nlohmann::ordered_json& cc) {
 
 // One cc op: sends `request` (+ `extra` bytes), prints the reply. Returns the exit status.
 int cc_call(control::Op op, const std::string& request, const char* what, bool json) {
-  daemon::ControlClient client;
+  control::ControlClient client;
   std::string error;
   if (connect_daemon(client, false, error) != 0) {
     fmt::print(stderr, "xroce cc {}: {}\n", what, error);

@@ -21,8 +21,8 @@
 
 #include "app_env.h"
 #include "commands.h"
-#include "daemon/run_dir.h"
 #include "daemon_launch.h"
+#include "xroce/run_dir.h"
 
 namespace xroce::cli {
 
@@ -48,7 +48,7 @@ std::string find_preload() {
 
 Environment app_environment() {
   Environment env;
-  const auto paths = daemon::run_paths_for_current_netns();
+  const auto paths = control::run_paths_for_current_netns();
   env.emplace_back("SYSFS_PATH", paths.sysfs_root);
   // A provider beside this executable (a build tree: bin/ and lib/) wins over an installed
   // one: libibverbs loads RDMAV_DRIVERS first, and the first provider to register matches.

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "daemon/fd.h"
 #include "telemetry.h"
+#include "xroce/fd.h"
 
 namespace xroce::cli {
 
@@ -257,7 +257,7 @@ int listen_on(const std::string& where, std::string& error) {
 
 int run_exporter(const ExporterArgs& args) {
   std::string error;
-  const daemon::Fd listener(listen_on(args.listen, error));
+  const Fd listener(listen_on(args.listen, error));
   if (listener.get() < 0) {
     fmt::print(stderr, "xroce exporter: {}\n", error);
     return 1;
@@ -273,7 +273,7 @@ int run_exporter(const ExporterArgs& args) {
   while (!g_stop) {
     pollfd p{listener.get(), POLLIN, 0};
     if (poll(&p, 1, -1) <= 0) continue;
-    const daemon::Fd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    const Fd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (conn.get() >= 0) serve_one(conn.get(), client, args.devices);
   }
   return 0;

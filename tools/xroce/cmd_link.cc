@@ -76,7 +76,7 @@ constexpr auto kPollInterval = std::chrono::milliseconds(10);
 constexpr int kDaemonExitDeadlineMs = 10000;
 
 // The devices the daemon serves (link_show), or nullopt if it cannot say.
-std::optional<nlohmann::json> links_of(daemon::ControlClient& client) {
+std::optional<nlohmann::json> links_of(control::ControlClient& client) {
   std::string text;
   if (client.call_text(control::Op::link_show, nullptr, 0, text) != 0) return std::nullopt;
   auto links = nlohmann::json::parse(text, nullptr, false);
@@ -108,7 +108,7 @@ std::string why_not_active(const nlohmann::json& links, const std::string& name)
 }
 
 // Polls the daemon until `name`'s port is ACTIVE; false (with `why`) at the deadline.
-bool wait_active(daemon::ControlClient& client, const std::string& name, double wait_s,
+bool wait_active(control::ControlClient& client, const std::string& name, double wait_s,
                  std::string& why) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -143,7 +143,7 @@ void register_add(CLI::App& link, ExitStatus& status) {
       status.code = 2;
       return;
     }
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     if (connect_daemon(client, true, error) != 0) {
       fmt::print(stderr, "xroce link add: {}\n", error);
@@ -173,14 +173,14 @@ void register_del(CLI::App& link, ExitStatus& status) {
   cmd->callback([name, &status] {
     control::LinkDelRequest request{};
     std::snprintf(request.name, sizeof(request.name), "%s", name->c_str());
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     if (connect_daemon(client, false, error) != 0) {
       fmt::print(stderr, "xroce link del: {}\n", error);
       status.code = 1;
       return;
     }
-    const auto paths = daemon::run_paths_for_current_netns();
+    const auto paths = control::run_paths_for_current_netns();
     const pid_t pid = daemon_pid(paths);
     if (int err = client.call(control::Op::link_del, &request, sizeof(request), nullptr, 0)) {
       status.code = fail(fmt::format("del {}", *name), err);
@@ -220,7 +220,7 @@ void register_show(CLI::App& link, ExitStatus& status) {
   cmd->add_option("name", args->name, "Only this device");
   cmd->add_flag("--json,-j", args->json, "Print as JSON");
   cmd->callback([args, &status] {
-    daemon::ControlClient client;
+    control::ControlClient client;
     std::string error;
     std::string text = "[]";
     if (connect_daemon(client, false, error) == 0) {

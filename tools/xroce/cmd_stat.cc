@@ -64,7 +64,7 @@ int query_device_text(control::Op op, const std::string& name, const char* what,
     return 2;
   }
   std::snprintf(request.name, sizeof(request.name), "%s", name.c_str());
-  daemon::ControlClient client;
+  control::ControlClient client;
   std::string error;
   if (connect_daemon(client, false, error) != 0) {
     fmt::print(stderr, "xroce {}: {}\n", what, error);

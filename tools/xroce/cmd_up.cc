@@ -128,7 +128,7 @@ std::string pick_interface(std::string& error) {
 }
 
 std::optional<nlohmann::json> show_links(std::string& error) {
-  daemon::ControlClient client;
+  control::ControlClient client;
   if (connect_daemon(client, false, error) != 0) return nlohmann::json::array();
   std::string text;
   if (const int err = client.call_text(control::Op::link_show, nullptr, 0, text)) {
@@ -167,7 +167,7 @@ int add_link(const std::string& name, const std::string& ifname, control::PortKi
   std::snprintf(request.netdev, sizeof request.netdev, "%s", ifname.c_str());
   request.port = port;
   request.queues = 0;
-  daemon::ControlClient client;
+  control::ControlClient client;
   if (const int err = connect_daemon(client, true, error)) return err;
   if (const int err = client.call(control::Op::link_add, &request, sizeof request, nullptr, 0)) {
     error = fmt::format("add {} on {} (port {}): {}", name, ifname,
@@ -277,7 +277,7 @@ int run_down(const std::string& ifname_or_name) {
   }
   control::LinkDelRequest request{};
   std::snprintf(request.name, sizeof request.name, "%s", link.value("ifname", "").c_str());
-  daemon::ControlClient client;
+  control::ControlClient client;
   if (connect_daemon(client, false, error) != 0) {
     fmt::print(stderr, "xroce down: {}\n", error);
     return 1;

@@ -56,7 +56,7 @@ std::string exit_text(pid_t pid) {
 // the run directory's lock: a log opened here could be the one an exiting daemon is about to
 // unlink. Until then its output goes nowhere; a failure comes back on the ready pipe.
 // EEXIST: another daemon still holds the run directory.
-int start_daemon(const daemon::RunPaths& paths, std::string& error) {
+int start_daemon(const control::RunPaths& paths, std::string& error) {
   std::error_code ec;
   std::filesystem::create_directories(paths.dir, ec);
   int ready[2];
@@ -104,7 +104,7 @@ int start_daemon(const daemon::RunPaths& paths, std::string& error) {
 
 }  // namespace
 
-pid_t daemon_pid(const daemon::RunPaths& paths) {
+pid_t daemon_pid(const control::RunPaths& paths) {
   std::ifstream in(paths.lock_file);
   long pid = 0;
   in >> pid;
@@ -130,8 +130,8 @@ std::string self_dir() {
       .string();
 }
 
-int connect_daemon(daemon::ControlClient& client, bool start_if_missing, std::string& error) {
-  const auto paths = daemon::run_paths_for_current_netns();
+int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error) {
+  const auto paths = control::run_paths_for_current_netns();
   if (paths.dir.empty()) {
     error = "cannot tell which network namespace this is";
     return EIO;

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "daemon/control_client.h"
-#include "daemon/run_dir.h"
+#include "xroce/control_client.h"
+#include "xroce/run_dir.h"
 
 namespace xroce::cli {
 
@@ -16,10 +16,10 @@ std::string self_dir();
 // waits (up to a deadline) until it serves. A daemon still on its way out (its last device was
 // just deleted) is waited for first, so the new one starts with a run directory of its own.
 // 0 or errno; `error` gets a human explanation.
-int connect_daemon(daemon::ControlClient& client, bool start_if_missing, std::string& error);
+int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error);
 
 // The pid in the namespace's lock file (the running daemon's, or one that is exiting), or 0.
-pid_t daemon_pid(const daemon::RunPaths& paths);
+pid_t daemon_pid(const control::RunPaths& paths);
 // Waits until process `pid` has exited, up to `deadline_ms`; true once it is gone (or was).
 bool wait_process_gone(pid_t pid, int deadline_ms);
 

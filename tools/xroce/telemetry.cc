@@ -29,7 +29,7 @@ std::uint64_t growth(std::uint64_t before, std::uint64_t now) {
 bool TelemetryClient::call_text(int op, const std::string& device, std::string& text,
                                 std::string& error) {
   if (!client_.connected()) {
-    client_ = daemon::ControlClient();
+    client_ = control::ControlClient();
     if (connect_daemon(client_, false, error) != 0) return false;
   }
   control::NameRequest request{};
@@ -44,7 +44,7 @@ bool TelemetryClient::call_text(int op, const std::string& device, std::string& 
       client_.call_text(code, named ? &request : nullptr, named ? sizeof request : 0, text);
   if (err == 0) return true;
   error = device.empty() ? std::strerror(err) : fmt::format("{}: {}", device, std::strerror(err));
-  if (err == EIO || err == ETIMEDOUT) client_ = daemon::ControlClient();  // reconnect next time
+  if (err == EIO || err == ETIMEDOUT) client_ = control::ControlClient();  // reconnect next time
   return false;
 }
 

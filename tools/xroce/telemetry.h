@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/control_client.h"
+#include "xroce/control_client.h"
 
 namespace xroce::cli {
 
@@ -33,7 +33,7 @@ class TelemetryClient {
  private:
   bool call_text(int op, const std::string& device, std::string& text, std::string& error);
 
-  daemon::ControlClient client_;
+  control::ControlClient client_;
 };
 
 // A QP's figures between two snapshots: rates per second and the QP's JSON (current values).

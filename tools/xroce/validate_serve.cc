@@ -28,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "daemon/fd.h"
 #include "subprocess.h"
 #include "validate_channel.h"
 #include "validate_local.h"
 #include "validate_probe.h"
 #include "validate_serve.h"
+#include "xroce/fd.h"
 
 namespace xroce::cli::validate {
 
@@ -189,12 +189,12 @@ int listen_tcp(const std::string& addr, int port, std::string& error) {
 
 int run_serve(const ServeArgs& args) {
   std::string error;
-  const daemon::Fd listener(listen_tcp(args.listen, args.port, error));
+  const Fd listener(listen_tcp(args.listen, args.port, error));
   if (listener.get() < 0) {
     fmt::print(stderr, "xroce validate --serve: {}\n", error);
     return 1;
   }
-  const daemon::Fd udp(open_probe_responder(args.listen, args.port, error));
+  const Fd udp(open_probe_responder(args.listen, args.port, error));
   if (udp.get() < 0) {
     fmt::print(stderr, "xroce validate --serve: {}\n", error);
     return 1;

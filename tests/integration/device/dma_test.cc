@@ -1,11 +1,13 @@
-// Registered memory of another process (engine/device/dma.h, provider/shared_mr.h): a forked
-// child registers a buffer; the test, standing in for the daemon, reads, writes and runs
+// Registered memory of another process (engine/device/dma.h, include/xroce/shared_mr.h): a
+// forked child registers a buffer and hands over its own /proc/self/mem and /proc/self/maps, as
+// the provider does at hello; the test, standing in for the daemon, reads, writes and runs
 // atomics on it through both implementations and the child checks what landed.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,12 +16,14 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "device/dma.h"
-#include "provider/shared_mr.h"
+#include "xroce/fd_passing.h"
+#include "xroce/shared_mr.h"
 
 namespace xroce::device {
 namespace {
@@ -54,45 +58,12 @@ bool recv_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
-void send_fd(int sock, int fd) {
-  char byte = 'F';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-}
-
-int recv_fd(int sock) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(sock, &msg, 0) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) return -1;
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  return fd;
-}
-
 // Commands the test sends the child.
 enum : char { kDump = 'D', kWrite = 'W', kAtomicAdds = 'A', kQuit = 'Q' };
 
 // The "application": registers a page-aligned buffer (re-backed with a memfd when `shared`),
-// reports its address (and passes the memfd), then serves commands until told to quit.
+// reports its address, passes its own /proc/self/mem and /proc/self/maps (and the memfd), then
+// serves commands until told to quit.
 [[noreturn]] void child_main(int sock, bool shared) {
   const std::size_t bytes = buffer_bytes();
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -100,15 +71,18 @@ enum : char { kDump = 'D', kWrite = 'W', kAtomicAdds = 'A', kQuit = 'Q' };
   for (std::size_t i = 0; i < bytes; ++i)
     buf[i] = static_cast<std::uint8_t>(i * 7 + 3);
   int memfd = -1;
-  if (shared) memfd = provider::share_region(buf, bytes);
+  if (shared) memfd = control::share_region(buf, bytes);
   const std::uint64_t addr = reinterpret_cast<std::uint64_t>(buf);
   const std::int64_t status = shared ? memfd : 0;
   send_all(sock, &addr, sizeof addr);
   send_all(sock, &status, sizeof status);
-  if (memfd >= 0) {
-    send_fd(sock, memfd);
-    ::close(memfd);
-  }
+  std::vector<int> fds{::open("/proc/self/mem", O_RDWR | O_CLOEXEC),
+                       ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)};
+  if (memfd >= 0) fds.push_back(memfd);
+  const char byte = 'F';
+  send_message(sock, bytes_of_object(byte), fds);
+  for (const int fd : fds)
+    ::close(fd);
   for (;;) {
     char cmd = 0;
     if (!recv_all(sock, &cmd, 1)) ::_exit(1);
@@ -149,7 +123,12 @@ class Child {
     std::int64_t status = -1;
     EXPECT_TRUE(recv_all(sock_, &addr_, sizeof addr_));
     EXPECT_TRUE(recv_all(sock_, &status, sizeof status));
-    if (shared && status >= 0) memfd_ = recv_fd(sock_);
+    std::byte byte{};
+    ReceivedMessage image;
+    EXPECT_EQ(receive_message(sock_, std::span(&byte, 1), image), 0);
+    mem_ = image.take(0);
+    maps_ = image.take(1);
+    memfd_ = image.take(2).release();
     share_status_ = status;
   }
   ~Child() {
@@ -163,6 +142,15 @@ class Child {
   std::uint64_t addr() const { return addr_; }
   std::int64_t share_status() const { return share_status_; }
   int take_memfd() { return std::exchange(memfd_, -1); }
+  // What the daemon keeps for the child's image: a pidfd and (copies of) the descriptors the
+  // child handed over.
+  std::unique_ptr<ProcessMemory> memory() const {
+    return std::make_unique<ProcessMemory>(pid_, pidfd(), copy(mem_), copy(maps_));
+  }
+  Fd pidfd() const { return Fd(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0))); }
+  static Fd copy(const Fd& fd) { return Fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0)); }
+  const Fd& mem() const { return mem_; }
+  const Fd& maps() const { return maps_; }
 
   std::vector<std::uint8_t> dump() {
     std::vector<std::uint8_t> out(buffer_bytes());
@@ -206,6 +194,8 @@ class Child {
   pid_t pid_ = -1;
   int sock_ = -1;
   int memfd_ = -1;
+  Fd mem_;
+  Fd maps_;
   std::uint64_t addr_ = 0;
   std::int64_t share_status_ = -1;
 };
@@ -241,7 +231,7 @@ class DmaTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     if (skip_unless_root()) GTEST_SKIP() << "needs root (cross-memory attach into a child)";
     child_ = std::make_unique<Child>(GetParam());
-    memory_ = std::make_unique<ProcessMemory>(child_->pid());
+    memory_ = child_->memory();
     if (GetParam()) {
       ASSERT_GE(child_->share_status(), 0) << "share_region failed: " << child_->share_status();
       ASSERT_EQ(memory_->add_shared(child_->take_memfd(), child_->addr(), buffer_bytes()), 0);
@@ -337,7 +327,8 @@ INSTANTIATE_TEST_SUITE_P(BothPaths, DmaTest, ::testing::Values(false, true),
 TEST(CrossMemory, ExitedButUnreapedChildFailsWithoutBeingMarked) {
   if (skip_unless_root()) GTEST_SKIP() << "needs root";
   Child child(false);
-  ProcessMemory memory(child.pid());
+  auto owned = child.memory();
+  ProcessMemory& memory = *owned;
   std::vector<std::uint8_t> buf(16);
   ASSERT_TRUE(memory.read(child.addr(), buf));
   ::kill(child.pid(), SIGKILL);
@@ -352,7 +343,8 @@ TEST(SharedMapping, CoherentBothWaysWithTheChild) {
   if (skip_unless_root()) GTEST_SKIP() << "needs root";
   Child child(true);
   ASSERT_GE(child.share_status(), 0);
-  ProcessMemory memory(child.pid());
+  auto owned = child.memory();
+  ProcessMemory& memory = *owned;
   ASSERT_EQ(memory.add_shared(child.take_memfd(), child.addr(), buffer_bytes()), 0);
   // The child writes into its buffer: the daemon's view sees it.
   const auto data = random_bytes(buffer_bytes(), 99);
@@ -373,15 +365,19 @@ TEST(SharedMapping, CoherentBothWaysWithTheChild) {
   EXPECT_EQ(word_at(child.dump(), offset), 2 * kEach);
 }
 
-TEST(ProcessMemoryDirectory, PdsOfOneProcessShareOneMemoryAndExitIsNoticed) {
+TEST(ProcessMemoryDirectory, ContextsOfOneProcessShareOneMemoryAndExitIsNoticed) {
   if (skip_unless_root()) GTEST_SKIP() << "needs root";
   Child child(true);
   ASSERT_GE(child.share_status(), 0);
   ProcessMemoryDirectory dir;
-  auto pd1 = dir.view(child.pid());
-  auto pd2 = dir.view(child.pid());
+  // Two contexts of the child, each handing over its image.
+  dir.attach(1, child.pid(), child.pidfd(), Child::copy(child.mem()), Child::copy(child.maps()));
+  dir.attach(2, child.pid(), child.pidfd(), Child::copy(child.mem()), Child::copy(child.maps()));
+  auto pd1 = dir.view(1);
+  auto pd2 = dir.view(2);
   EXPECT_EQ(&pd1->process(), &pd2->process());
-  ASSERT_EQ(dir.find(child.pid())->add_shared(child.take_memfd(), child.addr(), buffer_bytes()), 0);
+  EXPECT_EQ(dir.view(3), nullptr);  // a client that said no hello reaches nothing
+  ASSERT_EQ(dir.find(1)->add_shared(child.take_memfd(), child.addr(), buffer_bytes()), 0);
   // A region registered through the second PD reaches the same pages by the same path.
   EXPECT_EQ(pd2->process().kind_of(child.addr(), 64), DmaKind::kSharedMapping);
   std::uint64_t old = 0;
@@ -394,6 +390,59 @@ TEST(ProcessMemoryDirectory, PdsOfOneProcessShareOneMemoryAndExitIsNoticed) {
   std::vector<std::uint8_t> buf(8);
   EXPECT_FALSE(pd1->read(addr, buf));  // shared path, no system call: failed by the mark
   EXPECT_FALSE(pd2->write(addr, buf));
+}
+
+// The setuid-exec attack at this layer: a process hands over its image and then exec()s (a
+// setuid program would be the same to the kernel). Nothing the daemon holds reaches the new
+// image: the mem descriptor still names the old, gone address space, and the image check says so.
+TEST(ClientImage, AnImageReplacedByExecIsNeverReached) {
+  if (skip_unless_root()) GTEST_SKIP() << "needs root";
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(sv[0]);
+    static std::uint8_t stack_like[4096] = {1, 2, 3};
+    const std::uint64_t addr = reinterpret_cast<std::uint64_t>(stack_like);
+    const int fds[] = {::open("/proc/self/mem", O_RDWR | O_CLOEXEC),
+                       ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)};
+    send_message(sv[1], bytes_of_object(addr), fds);
+    char go = 0;
+    if (::read(sv[1], &go, 1) != 1) ::_exit(1);
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(sv[1]);
+  std::uint64_t addr = 0;
+  ReceivedMessage image;
+  ASSERT_EQ(receive_message(sv[0], std::as_writable_bytes(std::span(&addr, 1)), image), 0);
+  ASSERT_EQ(image.fds.size(), 2u);
+  ProcessMemory memory(pid, Fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))), image.take(0),
+                       image.take(1));
+  std::vector<std::uint8_t> buf(3);
+  ASSERT_TRUE(memory.read(addr, buf));
+  EXPECT_EQ(buf, (std::vector<std::uint8_t>{1, 2, 3}));
+  ASSERT_TRUE(memory.image().alive());
+  ASSERT_EQ(::write(sv[0], "x", 1), 1);
+  // The child exec()s: wait (with a deadline) until its process runs the new program.
+  const std::string exe = "/proc/" + std::to_string(pid) + "/exe";
+  bool execd = false;
+  for (int i = 0; i < 500 && !execd; ++i) {
+    char target[256] = {};
+    execd = ::readlink(exe.c_str(), target, sizeof target - 1) > 0 &&
+            std::string(target).find("sleep") != std::string::npos;
+    if (!execd) ::usleep(10'000);
+  }
+  ASSERT_TRUE(execd);
+  EXPECT_FALSE(memory.image().alive());
+  EXPECT_FALSE(memory.read(addr, buf));
+  EXPECT_FALSE(memory.write(addr, buf));
+  std::string maps;
+  EXPECT_EQ(memory.image().read_maps(maps), 0);
+  EXPECT_TRUE(maps.empty()) << "the old image's maps show the new program: " << maps;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ::close(sv[0]);
 }
 
 TEST(SharedMapping, DaemonRefusesUnsealedOrShortMemfds) {
@@ -419,9 +468,9 @@ TEST(ShareRegion, RebacksAnonymousMemoryKeepingContentsAndUnsharesBack) {
   const auto data = random_bytes(bytes, 7);
   std::memcpy(buf, data.data(), bytes);
 
-  EXPECT_EQ(provider::share_region(buf + 1, page()), -EINVAL);
-  EXPECT_EQ(provider::share_region(buf, page() + 1), -EINVAL);
-  const int memfd = provider::share_region(buf, bytes);
+  EXPECT_EQ(control::share_region(buf + 1, page()), -EINVAL);
+  EXPECT_EQ(control::share_region(buf, page() + 1), -EINVAL);
+  const int memfd = control::share_region(buf, bytes);
   ASSERT_GE(memfd, 0);
   EXPECT_EQ(std::memcmp(buf, data.data(), bytes), 0);
   // The memfd holds the same pages: a write through either side is seen by the other.
@@ -434,14 +483,14 @@ TEST(ShareRegion, RebacksAnonymousMemoryKeepingContentsAndUnsharesBack) {
   EXPECT_EQ(other[page() + 1], 0xcd);
   EXPECT_EQ(::ftruncate(memfd, 0), -1);  // sealed
   // Already shared: not anonymous any more, so a second registration falls back.
-  EXPECT_EQ(provider::share_region(buf, bytes), -ENOTSUP);
+  EXPECT_EQ(control::share_region(buf, bytes), -ENOTSUP);
 
-  ASSERT_EQ(provider::unshare_region(buf, bytes), 0);
+  ASSERT_EQ(control::unshare_region(buf, bytes), 0);
   other[6] = 0x11;  // no longer the same pages
   EXPECT_NE(buf[6], 0x11);
   EXPECT_EQ(buf[5], 0xab);
   EXPECT_EQ(buf[page() + 1], 0xcd);
-  const int again = provider::share_region(buf, bytes);
+  const int again = control::share_region(buf, bytes);
   EXPECT_GE(again, 0);
   ::close(again);
   ::munmap(other, bytes);
@@ -453,16 +502,16 @@ TEST(ShareRegion, RefusesFileBackedSharedAndUnmappedRanges) {
   const std::size_t bytes = buffer_bytes();
   void* shared = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(shared, MAP_FAILED);
-  EXPECT_EQ(provider::share_region(shared, bytes), -ENOTSUP);
+  EXPECT_EQ(control::share_region(shared, bytes), -ENOTSUP);
   void* ro = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(ro, MAP_FAILED);
-  EXPECT_EQ(provider::share_region(ro, bytes), -ENOTSUP);
+  EXPECT_EQ(control::share_region(ro, bytes), -ENOTSUP);
   // A hole in the middle.
   auto* holed = static_cast<std::uint8_t*>(
       ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(holed, MAP_FAILED);
   ASSERT_EQ(::munmap(holed + page(), page()), 0);
-  EXPECT_EQ(provider::share_region(holed, bytes), -ENOTSUP);
+  EXPECT_EQ(control::share_region(holed, bytes), -ENOTSUP);
   ::munmap(shared, bytes);
   ::munmap(ro, bytes);
   ::munmap(holed, bytes);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cerrno>
+#include <vector>
 
 #include "device/device.h"
 
@@ -92,7 +93,7 @@ TEST_F(DeviceModel, QpNeedsOwnedPdAndCqsAndSaneCaps) {
   EXPECT_GT(a->qpn.value(), 1u);
   EXPECT_NE(a->qpn, dev_.qp(kAlice, *q2)->qpn);
   EXPECT_TRUE(a->sq.valid() && a->rq.valid());
-  EXPECT_GE(a->doorbell.fd(), 0);
+  EXPECT_TRUE(a->sq_shadow.valid() && a->rq_shadow.valid());
   EXPECT_EQ(dev_.destroy_cq(kAlice, c), EBUSY);
   EXPECT_EQ(dev_.dealloc_pd(kAlice, p), EBUSY);
   EXPECT_EQ(dev_.destroy_qp(kAlice, *q1), 0);
@@ -256,6 +257,41 @@ TEST_F(DeviceModel, ReleasingAClientDropsEverythingItOwned) {
   EXPECT_EQ(dev_.pd_count(), 0u);
   EXPECT_EQ(dev_.cq_count(), 1u);
   EXPECT_NE(dev_.cq(kBob, bobs), nullptr);
+}
+
+// Quotas (device.h ClientQuota): one client's objects stop at its quota with ENOMEM, as a device
+// out of resources answers, while another client still gets its own; released objects count no
+// more. Registered bytes stop at the client's limit.
+TEST_F(DeviceModel, AClientStopsAtItsQuotaAndOthersDoNot) {
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  const ClientQuota& quota = dev_.client_quota();
+  std::vector<uint32_t> qps;
+  for (uint32_t i = 0; i < quota.max_qp; ++i) {
+    QpRequest r = rc(p, c);
+    r.cap = control::QpCap{1, 1, 1, 1, 0};
+    auto h = dev_.create_qp(kAlice, r);
+    ASSERT_TRUE(h.ok()) << "QP " << i << ": " << h.error();
+    qps.push_back(*h);
+  }
+  EXPECT_EQ(dev_.create_qp(kAlice, rc(p, c)).error(), ENOMEM);
+  EXPECT_EQ(dev_.owned_counts(kAlice).qps, quota.max_qp);
+  const uint32_t bp = pd(kBob);
+  const uint32_t bc = cq(kBob);
+  EXPECT_TRUE(dev_.create_qp(kBob, rc(bp, bc)).ok());
+  ASSERT_EQ(dev_.destroy_qp(kAlice, qps.back()), 0);
+  EXPECT_TRUE(dev_.create_qp(kAlice, rc(p, c)).ok());
+
+  MrRequest mr{p, 0x10000, 8192, 0x10000, 1, 1234, 12288};
+  ASSERT_TRUE(dev_.reg_mr(kAlice, mr).ok());
+  mr.addr = mr.iova = 0x20000;
+  EXPECT_EQ(dev_.reg_mr(kAlice, mr).error(), ENOMEM);  // 16 KiB would pass the 12 KiB limit
+  mr.length = 4096;
+  EXPECT_TRUE(dev_.reg_mr(kAlice, mr).ok());
+  EXPECT_EQ(dev_.owned_counts(kAlice).mr_bytes, 12288u);
+  dev_.release_client(kAlice);
+  EXPECT_EQ(dev_.owned_counts(kAlice).qps, 0u);
+  EXPECT_EQ(dev_.owned_counts(kBob).qps, 1u);
 }
 
 // Walks a QP of the device to RTS (RC: connected through GID 0 with `path_mtu`).

@@ -244,8 +244,36 @@ TEST(QpRegionLayout, ReceiveRingStartsOnItsOwnPage) {
   EXPECT_EQ(l.recv_offset % queues::kPageBytes, 0u);
   EXPECT_GE(l.recv_offset, sizeof(queues::RingHeader) + 16u * l.send_slot_bytes);
   EXPECT_GE(l.total_bytes, l.recv_offset + sizeof(queues::RingHeader) + 8u * l.recv_slot_bytes);
+  // The wr_id shadows follow the rings, each on its own pages, kShadowFactor entries a slot.
+  EXPECT_EQ(l.send_shadow_offset % queues::kPageBytes, 0u);
+  EXPECT_GE(l.send_shadow_offset,
+            l.recv_offset + sizeof(queues::RingHeader) + 8u * l.recv_slot_bytes);
+  EXPECT_GE(l.recv_shadow_offset, l.send_shadow_offset + 16u * queues::kShadowFactor * 8u);
+  EXPECT_GE(l.total_bytes, l.recv_shadow_offset + 8u * queues::kShadowFactor * 8u);
   auto on_srq = queues::qp_region_layout(16, 96, 0, 0);
-  EXPECT_EQ(on_srq.total_bytes, on_srq.recv_offset);
+  EXPECT_EQ(on_srq.send_shadow_offset, on_srq.recv_offset);  // no receive ring
+  EXPECT_EQ(on_srq.total_bytes, on_srq.recv_shadow_offset);  // and no receive shadow
+}
+
+// Completion tracking (queues.h): the transport gets ring indices; completions come back as the
+// application's wr_ids, and `completed` follows them, never backwards.
+TEST(WorkRingTracking, CompletionsGiveBackWrIdsAndAdvanceCompleted) {
+  std::vector<std::uint8_t> region(queues::ring_bytes(4, 96) + queues::shadow_bytes(4));
+  queues::Ring::format(region.data(), queues::RingKind::send, 4, 96);
+  queues::Ring ring(region.data(), 4, 96);
+  queues::WrIdShadow shadow(region.data() + queues::ring_bytes(4, 96), 4);
+  std::uint8_t slot[96] = {};
+  for (std::uint32_t i = 0; i < 6; ++i) {  // wraps the 8-entry shadow's first half
+    const std::uint64_t app_wr_id = 0x1000 + i;
+    std::memcpy(slot, &app_wr_id, sizeof app_wr_id);
+    EXPECT_EQ(take_wqe(shadow, i, slot), i);
+  }
+  EXPECT_EQ(retire_wqe(ring, shadow, 3), 0x1003u);  // a signaled WQE after three unsignaled
+  EXPECT_EQ(ring.header().completed.load(), 4u);
+  EXPECT_EQ(retire_wqe(ring, shadow, 2), 0x1002u);  // out of order: completed stays
+  EXPECT_EQ(ring.header().completed.load(), 4u);
+  EXPECT_EQ(retire_wqe(ring, shadow, 5), 0x1005u);
+  EXPECT_EQ(ring.header().completed.load(), 6u);
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
-// Registered memory: LocalMemory and the MR table's key, bounds and access checks.
+// Registered memory: LocalMemory and the MR table's keys (reproducible or random), bounds and
+// access checks.
 #include "transport/memory.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cerrno>
+#include <random>
+#include <set>
+#include <vector>
 
 namespace xroce::transport {
 namespace {
@@ -231,6 +235,91 @@ TEST_F(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
   EXPECT_EQ(mrs.deallocate_window(w), EINVAL);
   const wire::Rkey again = *mrs.allocate_window(MwType::kType2);
   EXPECT_NE(again, w);  // the slot is re-used under a different key byte
+}
+
+// With random key bits (the daemon's), a key says nothing of the next one: neither the index
+// nor the key byte follows from it, keys stay unique, and stale keys still match nothing.
+TEST(MrTableRandomKeys, KeysComeFromTheGivenBitsAndStayUnique) {
+  LocalMemory mem;
+  const std::uint64_t base = mem.allocate(4096);
+  std::mt19937 rng(20261214);
+  std::vector<std::uint32_t> drawn;
+  MemoryRegionTable mrs(mem, [&] {
+    // Every third draw repeats the previous index: the table must draw again.
+    const std::uint32_t bits = drawn.size() % 3 == 2 ? drawn.back() ^ 0x5a : rng();
+    drawn.push_back(bits);
+    return bits;
+  });
+  std::set<std::uint32_t> indices;
+  std::vector<MemoryRegion> live;
+  for (int i = 0; i < 200; ++i) {
+    const MemoryRegion r = mrs.register_region(base, 64, access::kRemoteRead);
+    EXPECT_EQ(r.lkey.value(), r.rkey.value());
+    EXPECT_NE(r.rkey.value() >> 8, 0u);
+    EXPECT_TRUE(indices.insert(r.rkey.value() >> 8).second) << "index reused while live";
+    live.push_back(r);
+  }
+  // Consecutive registrations are not consecutive keys (rxe's pool index would be).
+  int sequential = 0;
+  for (std::size_t i = 1; i < live.size(); ++i)
+    sequential += (live[i].rkey.value() >> 8) == (live[i - 1].rkey.value() >> 8) + 1 ? 1 : 0;
+  EXPECT_LT(sequential, 3);
+  for (const MemoryRegion& r : live)
+    EXPECT_TRUE(mrs.check_remote(r.rkey, base, 8, access::kRemoteRead));
+  // A key with the right index and another key byte is refused.
+  const wire::Rkey wrong_byte(live[7].rkey.value() ^ 0x01);
+  EXPECT_EQ(mrs.check_remote(wrong_byte, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  ASSERT_EQ(mrs.deregister(live[3].lkey), 0);
+  EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  const MemoryRegion again = mrs.register_region(base, 64, access::kRemoteRead);  // slot reused
+  EXPECT_NE(again.rkey, live[3].rkey);
+  EXPECT_EQ(mrs.check_remote(live[3].rkey, base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  EXPECT_TRUE(mrs.check_remote(again.rkey, base, 8, access::kRemoteRead));
+  EXPECT_EQ(mrs.check_remote(wire::Rkey(0), base, 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+}
+
+// A window's R_Key is as unguessable as a region's: a random index no region or other window
+// uses, which its binds keep while the low 8 bits become the key byte the consumer chose
+// (ibv_inc_rkey); a deallocated window's keys match nothing, whatever the slot holds next.
+TEST(MrTableRandomKeys, WindowKeysAreRandomAndKeepTheConsumersKeyByte) {
+  LocalMemory mem;
+  const std::uint64_t base = mem.allocate(4096);
+  std::mt19937 rng(20261202);
+  MemoryRegionTable mrs(mem, [&] { return static_cast<std::uint32_t>(rng()); });
+  const MemoryRegion mr =
+      mrs.register_region(base, 4096, access::kLocalWrite | access::kRemoteWrite | access::kMwBind);
+  std::set<std::uint32_t> indices{mr.rkey.value() >> 8};
+  std::vector<wire::Rkey> windows;
+  for (int i = 0; i < 64; ++i) {
+    const wire::Rkey w = *mrs.allocate_window(i % 2 == 0 ? MwType::kType2 : MwType::kType1);
+    EXPECT_NE(w.value() >> 8, 0u);
+    EXPECT_TRUE(indices.insert(w.value() >> 8).second) << "index shared with another key";
+    windows.push_back(w);
+  }
+  int sequential = 0;
+  for (std::size_t i = 1; i < windows.size(); ++i)
+    sequential += (windows[i].value() >> 8) == (windows[i - 1].value() >> 8) + 1 ? 1 : 0;
+  EXPECT_LT(sequential, 3);
+
+  constexpr wire::Qpn kQp{0x42};
+  const wire::Rkey w = windows[0];
+  const wire::Rkey bound((w.value() & ~0xFFu) | 0xA5);  // the consumer's key byte
+  ASSERT_TRUE(mrs.bind_window(WindowBind{w, bound, mr.lkey, base, 64, access::kRemoteWrite}, kQp));
+  EXPECT_EQ(*mrs.check_remote(bound, base + 8, 8, access::kRemoteWrite, kQp), base + 8);
+  EXPECT_EQ(mrs.check_remote(wire::Rkey(bound.value() ^ 0x100), base, 8, access::kRemoteWrite, kQp)
+                .error(),
+            MemError::kInvalidKey);  // a neighbouring index is no key at all
+  ASSERT_TRUE(mrs.invalidate(bound));
+  ASSERT_EQ(mrs.deallocate_window(bound), 0);
+  const wire::Rkey next = *mrs.allocate_window(MwType::kType2);  // takes the freed slot
+  EXPECT_NE(next.value() >> 8, bound.value() >> 8);
+  EXPECT_FALSE(mrs.find_window(bound));
+  EXPECT_EQ(mrs.deallocate_window(bound), EINVAL);
+  EXPECT_TRUE(mrs.find_window(next));
 }
 
 }  // namespace

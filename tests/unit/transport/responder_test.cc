@@ -251,6 +251,14 @@ TEST_F(ResponderTest, RkeyViolationIsARemoteAccessError) {
   ASSERT_EQ(out.size(), 1u);
   expect_ack(out[0], kRqPsn, Aeth::nak(0, NakCode::kRemoteAccessError));
   EXPECT_EQ(qp->state(), QpState::kErr);
+  // The responder's consumer hears of it (IBA 11.6.3: a local access violation work queue
+  // error, IBV_EVENT_QP_ACCESS_ERR), and the responder counts it.
+  const auto e = qp->poll_event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->type, AsyncEventType::kQpAccessErr);
+  EXPECT_EQ(e->qpn, qp->qpn());
+  EXPECT_FALSE(qp->poll_event());
+  EXPECT_EQ(qp->counters().rkey_violations, 1u);
 }
 
 TEST_F(ResponderTest, OutOfBoundsAndMissingMrAccessAreRemoteAccessErrors) {
@@ -276,6 +284,11 @@ TEST_F(ResponderTest, UnexpectedOpcodeIsAnInvalidRequest) {
   ASSERT_EQ(out.size(), 1u);
   expect_ack(out[0], kRqPsn, Aeth::nak(0, NakCode::kInvalidRequest));
   EXPECT_EQ(qp->state(), QpState::kErr);
+  // An invalid request local work queue error (IBV_EVENT_QP_REQ_ERR); not an access error.
+  const auto e = qp->poll_event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->type, AsyncEventType::kQpReqErr);
+  EXPECT_EQ(qp->counters().rkey_violations, 0u);
 
   make_qp(QpOptions{});
   ASSERT_EQ(qp->post_recv(recv(1, {sge(local, 1024)})), 0);

@@ -1,17 +1,17 @@
 // The provider's half of the shared-mapping DMA path (docs/ARCHITECTURE.md decision 5; the daemon's
 // half is engine/device/dma.h): re-back a registered buffer with a memfd so the daemon can map
-// the same pages.
+// the same pages. In the shared library because the DMA benchmark plays a client with it too.
 //
 // provider/verbs.cc's reg_mr calls it before asking the daemon to register the region:
 //
-//   int memfd = xroce::provider::share_region(addr, length);
+//   int memfd = xroce::control::share_region(addr, length);
 //   if (memfd >= 0) { send it with the request (SCM_RIGHTS), then close(memfd); }
 //   else            { register anyway: the daemon uses cross-memory attach for the region }
 //
 // and, when the daemon did not map it (reply MrDma::kCrossMemory, or an error), or from
 // dereg_mr after the daemon has forgotten a region that was shared:
 //
-//   xroce::provider::unshare_region(addr, length, memfd_inode);
+//   xroce::control::unshare_region(addr, length, memfd_inode);
 //
 // What share_region does: checks that [addr, addr + length) is page-aligned, whole pages, and
 // lies entirely in private anonymous read-write mappings (malloc'ed / mmap'ed memory, not files,
@@ -33,7 +33,7 @@
 
 #include <cstddef>
 
-namespace xroce::provider {
+namespace xroce::control {
 
 // Returns a memfd (O_CLOEXEC) now backing the range, or a negative errno: -EINVAL (not
 // page-aligned / empty), -ENOTSUP (not private anonymous read-write memory), or the errno of a
@@ -47,4 +47,4 @@ int share_region(void* addr, std::size_t length);
 // unmapped or re-mapped it meanwhile.
 int unshare_region(void* addr, std::size_t length, unsigned long inode = 0);
 
-}  // namespace xroce::provider
+}  // namespace xroce::control

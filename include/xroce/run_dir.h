@@ -11,7 +11,7 @@
 
 #include <string>
 
-namespace xroce::daemon {
+namespace xroce::control {
 
 struct RunPaths {
   std::string dir;
@@ -39,4 +39,4 @@ void remove_run_dir(const RunPaths& paths);
 // lock file nobody holds. Returns how many were removed.
 int reclaim_stale_run_dirs(const RunPaths& own);
 
-}  // namespace xroce::daemon
+}  // namespace xroce::control

@@ -1,4 +1,4 @@
-#include "daemon/run_dir.h"
+#include "xroce/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 #include <set>
 #include <system_error>
 
-namespace xroce::daemon {
+namespace xroce::control {
 
 namespace {
 
@@ -129,4 +129,4 @@ int reclaim_stale_run_dirs(const RunPaths& own) {
   return removed;
 }
 
-}  // namespace xroce::daemon
+}  // namespace xroce::control
