@@ -139,6 +139,28 @@ int attach_rings(Qp* qp, const control::CreateQpReply& reply, int region_fd) {
   return 0;
 }
 
+// Sends a create_qp or open_qp request and gives `qp` what the reply brings (its rings, doorbell,
+// handle and caps). On failure the daemon's QP is released, `qp` deleted and errno set.
+bool take_qp_reply(ibv_context* ctx, control::Op op, const void* request, size_t request_bytes,
+                   Qp* qp, control::CreateQpReply& reply) {
+  Fd region;
+  int err = call_fds(ctx, op, request, request_bytes, &reply, sizeof(reply), std::span(&region, 1));
+  if (err == 0) err = attach_rings(qp, reply, region.release());
+  if (err != 0) {
+    if (reply.handle != 0) {
+      control::HandleRequest release{reply.handle};
+      (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
+    }
+    delete qp;
+    errno = err;
+    return false;
+  }
+  qp->doorbell_fd = context_doorbell(ctx);
+  qp->handle = reply.handle;
+  qp->cap = reply.cap;
+  return true;
+}
+
 // What each type needs from ibv_qp_init_attr_ex: RC, UC, UD a PD and both CQs; XRC_SEND a PD
 // and a send CQ; XRC_RECV an XRC domain only.
 bool init_attr_complete(const ibv_qp_init_attr_ex& attr) {
@@ -175,22 +197,9 @@ ibv_qp* make_qp(ibv_context* ctx, ibv_qp_init_attr_ex& attr) {
                                attr.cap.max_recv_sge, attr.cap.max_inline_data};
   request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
   control::CreateQpReply reply{};
-  Fd region;
-  int err = call_fds(ctx, control::Op::create_qp, &request, sizeof(request), &reply, sizeof(reply),
-                     std::span(&region, 1));
-  if (err == 0) err = attach_rings(qp, reply, region.release());
-  if (err != 0) {
-    if (reply.handle != 0) {
-      control::HandleRequest release{reply.handle};
-      (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
-    }
-    delete qp;
-    errno = err;
+  if (!take_qp_reply(ctx, control::Op::create_qp, &request, sizeof(request), qp, reply)) {
     return nullptr;
   }
-  qp->doorbell_fd = context_doorbell(ctx);
-  qp->handle = reply.handle;
-  qp->cap = reply.cap;
   qp->sq_sig_all = attr.sq_sig_all != 0;
   init_qp_fields(qp->vqp.qp, ctx, attr);
   qp->vqp.qp.handle = reply.handle;
@@ -216,22 +225,9 @@ ibv_qp* attach_opened_qp(ibv_context* ctx, const control::OpenQpRequest& base, v
   control::OpenQpRequest request = base;
   request.cookie = reinterpret_cast<uint64_t>(&qp->vqp.qp);
   control::CreateQpReply reply{};
-  Fd region;
-  int err = call_fds(ctx, control::Op::open_qp, &request, sizeof(request), &reply, sizeof(reply),
-                     std::span(&region, 1));
-  if (err == 0) err = attach_rings(qp, reply, region.release());
-  if (err != 0) {
-    if (reply.handle != 0) {
-      control::HandleRequest release{reply.handle};
-      (void)call(ctx, control::Op::destroy_qp, &release, sizeof(release), nullptr, 0);
-    }
-    delete qp;
-    errno = err;
+  if (!take_qp_reply(ctx, control::Op::open_qp, &request, sizeof(request), qp, reply)) {
     return nullptr;
   }
-  qp->doorbell_fd = context_doorbell(ctx);
-  qp->handle = reply.handle;
-  qp->cap = reply.cap;
   ibv_qp_init_attr_ex attr{};
   attr.qp_type = IBV_QPT_XRC_RECV;
   attr.qp_context = qp_context;

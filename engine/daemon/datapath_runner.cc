@@ -254,10 +254,7 @@ class RingBinding final : public QpBinding {
       ++srq.consumer;  // a malformed WQE is dropped, and its slot freed below
       any = true;
     }
-    const auto outstanding = static_cast<std::uint32_t>(srq.srq->size());
-    if (srq.ring.header().consumer.load(std::memory_order_relaxed) != srq.consumer - outstanding) {
-      srq.ring.release(srq.consumer - outstanding);
-    }
+    release_srq_slots(srq);
     if (srq.srq->poll_limit_event()) {
       const control::AsyncEvent event{srq.cookie, kEventSrqLimitReached};
       send_record(srq.event_fd, &event, sizeof(event));
@@ -265,9 +262,23 @@ class RingBinding final : public QpBinding {
     return any;
   }
 
-  // A receive WQE of the QP's own RQ completed (or was flushed): its slot is free.
+  // The SRQ's slots are those of the WQEs read from its ring that its Srq still holds. Called
+  // when WQEs are read and when one completes: a consumer that reposts only after a completion
+  // (UCX counts its free SRQ slots by completions) must find the slot free by then, even when
+  // nothing else makes this worker read the ring again.
+  static void release_srq_slots(device::SharedReceiveQueue& srq) {
+    const auto outstanding = static_cast<std::uint32_t>(srq.srq->size());
+    if (srq.ring.header().consumer.load(std::memory_order_relaxed) != srq.consumer - outstanding) {
+      srq.ring.release(srq.consumer - outstanding);
+    }
+  }
+
+  // A receive WQE completed (or was flushed): its slot is free.
   void release_recv_slot() {
-    if (!qp_.rq.valid()) return;  // an SRQ's slots follow what its Srq holds (pull_srq)
+    if (!qp_.rq.valid()) {
+      if (srq_ != nullptr) release_srq_slots(*srq_);
+      return;
+    }
     qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
   }
 

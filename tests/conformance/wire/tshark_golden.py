@@ -6,7 +6,10 @@ for a copy of the golden capture with every frame behind an 802.1ad S-tag and an
 the same way (their RoCE frames only).
 
 tshark 4.0 quirks (docs/protocol.md 1.9): the CNP (0x81) is "Unknown (129)" with its 16 reserved
-bytes and the ICRC shown as vendor data; pad bytes are part of "Data".
+bytes and the ICRC shown as vendor data; pad bytes are part of "Data". It dissects only the BTH
+of FLUSH (0x1C), ATOMIC WRITE (0x1D) and the XRC opcodes (0xA0-0xB7), which it predates: for
+those frames the BTH and the IP/UDP/VLAN fields are compared, the rest is xroce's alone
+(unit_wire checks those headers byte by byte).
 
 Usage: /usr/bin/python3 tshark_golden.py XROCE_BINARY WORK_DIR CAPTURE_DIR
 """
@@ -18,6 +21,9 @@ import subprocess
 import sys
 
 failures = []
+
+# Opcodes tshark 4.0 knows only by their BTH (it shows the rest as data it cannot place).
+BTH_ONLY_OPCODES = {0x1C, 0x1D} | set(range(0xA0, 0xB8))
 
 
 def fail(frame, what):
@@ -246,8 +252,9 @@ def check_capture(xroce, path, must_be_all_roce):
                  % layers["frame"]["frame.protocols"])
             continue
         check_bth(n, ib, x["bth"])
-        check_ext_headers(n, ib, x)
-        check_trailer(n, layers, ib, x)
+        if x["bth"]["opcode"] not in BTH_ONLY_OPCODES:
+            check_ext_headers(n, ib, x)
+            check_trailer(n, layers, ib, x)
         check_ip(n, layers, x)
         checked += 1
     print("%s: %d RoCE frames checked against tshark" % (path, checked))
