@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Lists the tests one ctest run skipped, one per line: "NAME: REASON".
+"""What one ctest run skipped or failed, read from its stdout and LastTest.log.
+
+Skipped (the default): one line per test, "NAME: REASON".
 
 ctest counts a skipped test (gtest's GTEST_SKIP, or a script's exit code 77 under
 SKIP_RETURN_CODE) among the passed ones and lists it under "The following tests did not run:"
@@ -8,21 +10,26 @@ not listed here. The reason is read from the test's output in <build>/Testing/Te
 LastTest.log: the message gtest prints after "Skipped", or a line starting with "SKIP", or the
 last line of output.
 
-Usage: ctest_skips.py CTEST_STDOUT_LOG LAST_TEST_LOG
+Failed (--failed): per failed test its name and what gtest said went wrong (each "Failure"
+with the lines after it), else the last lines of its output, at most 40 lines a test: CI shows
+only the end of ci/test's output, so the reason has to be there, not only in the log file.
+
+Usage: ctest_summary.py [--failed] CTEST_STDOUT_LOG LAST_TEST_LOG
 """
 
 import re
 import sys
 
 
-def skipped_names(ctest_stdout):
+def listed_names(ctest_stdout, heading, kind):
+    """The tests ctest lists under `heading` marked "(kind)" (Skipped, Failed, Timeout...)."""
     names, listing = [], False
     for line in ctest_stdout.splitlines():
-        if line.startswith("The following tests did not run:"):
+        if line.startswith(heading):
             listing = True
             continue
         if listing:
-            m = re.match(r"\s+\d+\s+-\s+(.+?)\s+\(Skipped\)\s*$", line)
+            m = re.match(r"\s+\d+\s+-\s+(.+?)\s+\((%s)\)\s*$" % kind, line)
             if m:
                 names.append(m.group(1))
             elif line.strip() == "" or not line.startswith((" ", "\t")):
@@ -52,15 +59,36 @@ def reason(output):
     return lines[-1] if lines else "(no output)"
 
 
+def failure_excerpt(output, limit=40):
+    lines = output.splitlines()
+    picked = []
+    for i, line in enumerate(lines):
+        if re.search(r":\d+: Failure$", line):
+            picked += lines[i : i + 8] + ["..."]
+    if not picked:
+        picked = lines[-15:]
+    return picked[:limit]
+
+
 def main():
-    with open(sys.argv[1], errors="replace") as f:
-        names = skipped_names(f.read())
+    args = sys.argv[1:]
+    failed = args and args[0] == "--failed"
+    if failed:
+        args = args[1:]
+    with open(args[0], errors="replace") as f:
+        stdout = f.read()
     try:
-        with open(sys.argv[2], errors="replace") as f:
+        with open(args[1], errors="replace") as f:
             outputs = outputs_by_test(f.read())
     except OSError:
         outputs = {}
-    for name in names:
+    if failed:
+        for name in listed_names(stdout, "The following tests FAILED:", r"[^)]+"):
+            print(f"--- {name}")
+            for line in failure_excerpt(outputs.get(name, "")):
+                print(f"    {line[:300]}")
+        return 0
+    for name in listed_names(stdout, "The following tests did not run:", "Skipped"):
         print(f"{name}: {reason(outputs.get(name, ''))[:200]}")
     return 0
 
