@@ -54,7 +54,8 @@ class ConnectionPeer {
 int prepare_listening_socket(int listener);
 
 // Whether `mem_fd` and `maps_fd` are process `pid`'s own /proc/<pid>/mem (open for reading and
-// writing) and /proc/<pid>/maps, as a process gets by opening /proc/self/mem and /proc/self/maps.
+// writing) and /proc/<pid>/maps, as a process gets by opening /proc/self/mem and /proc/self/maps,
+// wherever its /proc is mounted and whatever PID namespace it is in.
 bool is_image_of(pid_t pid, int mem_fd, int maps_fd);
 
 // Whether `fd` is an eventfd (what the daemon writes into an rdma_cm event channel).
