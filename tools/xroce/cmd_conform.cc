@@ -211,6 +211,9 @@ int run_conform(const ConformFlags& f) {
   if (f.local_agent || !f.agent_ns.empty()) {
     local.emplace(f.agent_ns, f.agent_dev);
     port = local->port();
+    // An agent in this namespace is reached here; one in NS at the target's address, which is
+    // NS's own.
+    if (f.local_agent) host = "localhost";
   } else if (!f.agent.empty()) {
     std::tie(host, port) = agent_address(f.agent);
   }
