@@ -24,7 +24,6 @@ port needs it against rxe (README: differences, 2).
 """
 
 import argparse
-import base64
 import json
 import re
 import sys
@@ -150,10 +149,7 @@ class Suite:
             f"{summary['opcodes']}")
 
     def install_xri_verbs(self, guest) -> None:
-        data = base64.b64encode(self.xri_verbs.read_bytes()).decode()
-        lines = "\n".join(data[i:i + 76] for i in range(0, len(data), 76))
-        guest.check(f"base64 -d > {VM_XRI_VERBS} <<'EOF'\n{lines}\nEOF\n"
-                    f"chmod +x {VM_XRI_VERBS}")
+        guest.vm.copy_in(self.xri_verbs, VM_XRI_VERBS)
         self.guests_with_xri.add(guest.name)
 
     def xri(self, peer, args: str) -> str:

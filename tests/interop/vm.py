@@ -18,6 +18,7 @@ at EOF; the script ends with a marker line carrying the exit status.
 Needs root, qemu-system-x86_64, /dev/net/tun and iproute2. Run with /usr/bin/python3.
 """
 
+import base64
 import ctypes
 import ipaddress
 import json
@@ -313,6 +314,13 @@ class Vm:
         if not r.ok:
             raise RuntimeError(f"{self.name}: `{command}` exited {r.rc}:\n{r.output}")
         return r.output
+
+    def copy_in(self, local: Path, guest_path: str) -> None:
+        """Copies a host file (a program built here) into the guest, executable, through the
+        command agent: base64 in a here-document."""
+        data = base64.b64encode(local.read_bytes()).decode()
+        lines = "\n".join(data[i:i + 76] for i in range(0, len(data), 76))
+        self.check(f"base64 -d > {guest_path} <<'EOF'\n{lines}\nEOF\nchmod +x {guest_path}")
 
     def wait_in_guest(self, condition: str, timeout_s: float, what: str) -> None:
         """Polls a shell condition inside the guest (one agent round trip) until it holds."""

@@ -329,8 +329,11 @@ void add_retry_cases(std::vector<Case>& out) {
         post(s, WrOp::kSend, 1, 8);
         expect_request(s, Opcode::kRcSendOnly, kS, "the SEND");
         constexpr std::uint8_t kCode = 14;
-        s.send(response(s, Opcode::kRcAck, kS, Aeth::rnr_nak(0, kCode)));
+        // Read before the NAK is sent: the device's timer cannot start earlier, while the send
+        // call itself may return late on a busy host (a reading after it made a device that
+        // waited the whole timer look early).
         const std::uint64_t nak_at = ctx.peer.now_ns();
+        s.send(response(s, Opcode::kRcAck, kS, Aeth::rnr_nak(0, kCode)));
         const std::uint64_t timer_ns = std::uint64_t{wire::rnr_timer_us(kCode)} * 1000;
         const Reply r = ctx.peer.expect(ctx.peer_qpn, "the SEND after the RNR timer",
                                         timer_ns * 4 + ctx.timing.reply_ns);

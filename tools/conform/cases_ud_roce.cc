@@ -82,13 +82,29 @@ void add_ud_list(std::vector<Case>& out) {
         Session s(ctx, ud_spec());
         s.post_recv(1, 0, kGrhBytes + 64);
         const Frame f = ctx.peer.build(ud_send(s, kQkey), pattern(8, 1));
-        ctx.peer.send_frame(f);
-        s.expect_cqe(wc::kSuccess, "the receive");
         const wire::FrameLayout l = wire::walk_frame(f);
         if (l.ip != wire::IpVersion::kV4) throw NotApplicable{"the peer speaks IPv6"};
+        ctx.peer.send_frame(f);
+        s.expect_cqe(wc::kSuccess, "the receive");
         const Bytes ip(f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset),
                        f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset + 20));
         s.expect_memory(20, ip, "bytes 20..39 of the GRH area");
+      });
+  add(out, "ud.grh_holds_ipv6_header", kUdChapter,
+      "A17 for RoCEv2 over IPv6 the GRH area holds the IPv6 header, all 40 bytes (rxe_resp.c "
+      "execute)",
+      "the receive's first 40 bytes", [](CaseContext& ctx) {
+        require_ud(ctx);
+        Session s(ctx, ud_spec());
+        s.post_recv(1, 0, kGrhBytes + 64);
+        const Frame f = ctx.peer.build(ud_send(s, kQkey), pattern(8, 1));
+        const wire::FrameLayout l = wire::walk_frame(f);
+        if (l.ip != wire::IpVersion::kV6) throw NotApplicable{"the peer speaks IPv4"};
+        ctx.peer.send_frame(f);
+        s.expect_cqe(wc::kSuccess, "the receive");
+        const Bytes ip(f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset),
+                       f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset + kGrhBytes));
+        s.expect_memory(0, ip, "the GRH area");
       });
   add(out, "ud.over_mtu_dropped", kUdChapter,
       "IBA 9.8 a UD message is one packet of at most the MTU: a longer one is dropped",
@@ -210,6 +226,7 @@ void add_header_cases(std::vector<Case>& out) {
     const char* title;
     const char* rule;
     std::function<void(Frame&, const wire::FrameLayout&)> edit;
+    bool ipv4_only = false;
   };
   const std::vector<Bad> bads = {
       {"icrc.bad", "a SEND whose ICRC is wrong",
@@ -239,7 +256,7 @@ void add_header_cases(std::vector<Case>& out) {
        }},
       {"hdr.bad_ipv4_checksum", "a SEND whose IPv4 header checksum is wrong",
        "A17 RoCEv2 rides on valid IP: a bad IPv4 header checksum is dropped below the transport",
-       [](Frame& f, const wire::FrameLayout& l) { f[l.ip_offset + 10] ^= 0x10; }},
+       [](Frame& f, const wire::FrameLayout& l) { f[l.ip_offset + 10] ^= 0x10; }, true},
       {"hdr.udp_length_too_long", "a SEND whose UDP length runs past the frame",
        "A17 the UDP length bounds the packet; one that runs past the frame is dropped",
        [](Frame& f, const wire::FrameLayout& l) {
@@ -262,6 +279,9 @@ void add_header_cases(std::vector<Case>& out) {
         std::string(b.title) + ": dropped, not executed, not answered", [b](CaseContext& ctx) {
           if (std::string(b.name).starts_with("icrc") && !ctx.caps.checks_icrc) {
             throw NotApplicable{"the device does not check the ICRC"};
+          }
+          if (b.ipv4_only && !ctx.peer.address().dst_ip.is_v4()) {
+            throw NotApplicable{"the peer speaks IPv6, which has no header checksum"};
           }
           Session s(ctx);
           expect_dropped_then_good(s, edited_send(s, b.edit), b.title);

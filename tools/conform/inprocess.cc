@@ -78,12 +78,20 @@ Cqe to_cqe(const transport::Completion& c) {
 
 }  // namespace
 
-Endpoints inprocess_endpoints() {
+Endpoints inprocess_endpoints(bool ipv6) {
   Endpoints e;
   e.peer_mac = {0x02, 0xC0, 0, 0, 0, 0x01};
   e.target_mac = {0x02, 0xC0, 0, 0, 0, 0x02};
-  e.peer_ip = wire::IpAddr::v4(0xC6120001);    // 198.18.0.1
-  e.target_ip = wire::IpAddr::v4(0xC6120002);  // 198.18.0.2
+  if (ipv6) {
+    std::array<std::uint8_t, 16> a = {0x20, 0x01, 0x00, 0x02};  // 2001:2::
+    a[15] = 1;
+    e.peer_ip = wire::IpAddr::v6(a);
+    a[15] = 2;
+    e.target_ip = wire::IpAddr::v6(a);
+  } else {
+    e.peer_ip = wire::IpAddr::v4(0xC6120001);    // 198.18.0.1
+    e.target_ip = wire::IpAddr::v4(0xC6120002);  // 198.18.0.2
+  }
   return e;
 }
 

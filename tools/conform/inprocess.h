@@ -16,8 +16,8 @@
 
 namespace xroce::conform {
 
-// The addresses the in-process target and its peer use.
-Endpoints inprocess_endpoints();
+// The addresses the in-process target and its peer use: 198.18.0.1 and .2, or 2001:2::1 and ::2.
+Endpoints inprocess_endpoints(bool ipv6 = false);
 
 class InProcessDevice final : public Target, public Link {
  public:

@@ -13,12 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "net/neighbour.h"
 #include "wire/frame_layout.h"
 #include "wire/types.h"
 
@@ -142,9 +143,11 @@ void PacketLink::idle_until(std::uint64_t deadline_ns) {
     held_.push_back(std::move(*f));
 }
 
-AgentTarget::AgentTarget(const std::string& host, std::uint16_t port, const wire::IpAddr& peer_gid,
+AgentTarget::AgentTarget(const std::string& host, std::uint16_t port, const Endpoints& ends,
                          int sgid_index, bool generates_cnp)
-    : peer_gid_hex_(hex_of(peer_gid.bytes.data(), peer_gid.bytes.size())), sgid_index_(sgid_index) {
+    : peer_gid_hex_(hex_of(ends.peer_ip.bytes.data(), ends.peer_ip.bytes.size())),
+      target_gid_hex_(hex_of(ends.target_ip.bytes.data(), ends.target_ip.bytes.size())),
+      sgid_index_(sgid_index) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
@@ -206,7 +209,7 @@ QpInfo AgentTarget::create_qp(const QpSpec& s) {
       s.kind == QpKind::kUd ? "ud" : "rc", peer_gid_hex_, s.peer_qpn, s.sq_psn, s.rq_psn,
       s.mtu_bytes, s.timeout, s.retry_cnt, s.rnr_retry, s.min_rnr_timer, s.max_rd_atomic,
       s.max_dest_rd_atomic, s.access, s.qkey,
-      sgid_index_ < 0 ? std::string() : fmt::format(" sgid={}", sgid_index_)));
+      sgid_index_ < 0 ? " local_gid=" + target_gid_hex_ : fmt::format(" sgid={}", sgid_index_)));
   return QpInfo{static_cast<std::uint32_t>(std::stoul(field(r, "id"))),
                 static_cast<std::uint32_t>(hex_field(r, "qpn"))};
 }
@@ -276,56 +279,95 @@ bool AgentTarget::in_error(const QpInfo& qp) {
   return std::stoi(field(request(fmt::format("query qp={}", qp.id)), "state")) == kIbvQpsErr;
 }
 
-wire::IpAddr interface_ipv4(const std::string& ifname) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) fail_errno("getifaddrs");
-  std::optional<wire::IpAddr> ip;
-  for (ifaddrs* i = list; i && !ip; i = i->ifa_next) {
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && ifname == i->ifa_name) {
-      ip = wire::IpAddr::v4(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr));
-    }
-  }
-  freeifaddrs(list);
-  if (!ip) throw std::runtime_error(ifname + " has no IPv4 address");
-  return *ip;
+std::optional<wire::IpAddr> parse_ip(const std::string& text) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return wire::IpAddr::v4(ntohl(v4.s_addr));
+  std::array<std::uint8_t, 16> v6{};
+  if (inet_pton(AF_INET6, text.c_str(), v6.data()) == 1) return wire::IpAddr::v6(v6);
+  return std::nullopt;
 }
 
-Endpoints discover_endpoints(const std::string& ifname, const std::string& target_ip) {
-  Endpoints e;
-  in_addr target{};
-  if (inet_pton(AF_INET, target_ip.c_str(), &target) != 1) {
-    throw std::runtime_error("--peer must be an IPv4 address (IPv6 peers are not supported yet)");
-  }
-  e.target_ip = wire::IpAddr::v4(ntohl(target.s_addr));
-  e.peer_ip = interface_ipv4(ifname);
+namespace {
+
+bool is_link_local(const wire::IpAddr& ip) {
+  return !ip.is_v4() && ip.bytes[0] == 0xfe && (ip.bytes[1] & 0xc0) == 0x80;
+}
+
+// IFNAME's addresses of the target's family: for IPv6 the link-local ones only when the target
+// is link-local itself (a RoCE GID of a global address is reached from a global one).
+std::vector<wire::IpAddr> interface_addresses(const std::string& ifname,
+                                              const wire::IpAddr& target) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) fail_errno("getifaddrs");
+  std::vector<wire::IpAddr> out;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_PACKET && ifname == i->ifa_name) {
-      const auto* ll = reinterpret_cast<sockaddr_ll*>(i->ifa_addr);
-      std::memcpy(e.peer_mac.data(), ll->sll_addr, 6);
+    if (!i->ifa_addr || ifname != i->ifa_name) continue;
+    if (i->ifa_addr->sa_family == AF_INET && target.is_v4()) {
+      out.push_back(
+          wire::IpAddr::v4(ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr)));
+    } else if (i->ifa_addr->sa_family == AF_INET6 && !target.is_v4()) {
+      std::array<std::uint8_t, 16> b{};
+      std::memcpy(b.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
+      const wire::IpAddr ip = wire::IpAddr::v6(b);
+      if (is_link_local(ip) == is_link_local(target)) out.push_back(ip);
     }
   }
   freeifaddrs(list);
-  std::ifstream arp("/proc/net/arp");
-  std::string line;
-  std::getline(arp, line);
-  while (std::getline(arp, line)) {
-    std::istringstream in(line);
-    std::string ip, hw_type, flags, mac, mask, dev;
-    in >> ip >> hw_type >> flags >> mac >> mask >> dev;
-    if (ip == target_ip && dev == ifname && flags != "0x0") {
-      unsigned b[6];
-      if (std::sscanf(mac.c_str(), "%x:%x:%x:%x:%x:%x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]) ==
-          6) {
-        for (int k = 0; k < 6; ++k)
-          e.target_mac[k] = static_cast<std::uint8_t>(b[k]);
-        return e;
-      }
+  return out;
+}
+
+wire::MacAddr interface_mac(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) fail_errno("getifaddrs");
+  wire::MacAddr mac{};
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_PACKET && ifname == i->ifa_name) {
+      std::memcpy(mac.data(), reinterpret_cast<sockaddr_ll*>(i->ifa_addr)->sll_addr, 6);
     }
   }
-  throw std::runtime_error("no neighbour entry for " + target_ip + " on " + ifname +
-                           " (is the agent reachable on that link?)");
+  freeifaddrs(list);
+  return mac;
+}
+
+}  // namespace
+
+Endpoints discover_endpoints(const std::string& ifname, const std::string& target_ip) {
+  const auto target = parse_ip(target_ip);
+  if (!target) throw std::runtime_error("--peer must be an IPv4 or IPv6 address: " + target_ip);
+  const int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) fail_errno("interface " + ifname);
+  int error = 0;
+  auto resolver = net::NeighbourResolver::open(net::NeighbourOptions{}, error);
+  if (!resolver) {
+    errno = error;
+    fail_errno("rtnetlink socket");
+  }
+  constexpr std::uint64_t kResolveTimeoutNs = 5'000'000'000;
+  const net::NeighbourAnswer a = resolver->resolve_blocking(ifindex, *target, kResolveTimeoutNs);
+  if (a.state == net::NeighbourState::kLocal) {
+    throw std::runtime_error(target_ip +
+                             " is an address of this host: run the peer where the target is "
+                             "reached over " +
+                             ifname + " (another namespace or host)");
+  }
+  if (a.state != net::NeighbourState::kResolved || a.via_gateway) {
+    throw std::runtime_error(fmt::format("{} is not a neighbour on {} ({}{})", target_ip, ifname,
+                                         net::to_string(a.state),
+                                         a.via_gateway ? ", behind a gateway" : ""));
+  }
+  const std::vector<wire::IpAddr> ours = interface_addresses(ifname, *target);
+  Endpoints e;
+  e.target_ip = *target;
+  e.target_mac = a.mac;
+  e.peer_mac = interface_mac(ifname);
+  if (a.source && std::find(ours.begin(), ours.end(), *a.source) != ours.end()) {
+    e.peer_ip = *a.source;
+  } else if (!ours.empty()) {
+    e.peer_ip = ours.front();
+  } else {
+    throw std::runtime_error(ifname + " has no address of " + target_ip + "'s family and scope");
+  }
+  return e;
 }
 
 }  // namespace xroce::conform

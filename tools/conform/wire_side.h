@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 
 #include "target.h"
@@ -39,10 +40,10 @@ class PacketLink final : public Link {
 // the TCP connection.
 class AgentTarget final : public Target {
  public:
-  // `peer_gid` is the peer's address in GID form (the agent's QPs are connected to it).
-  // `sgid_index` is the target's GID index for its RoCE v2 address (-1: the agent finds it).
-  AgentTarget(const std::string& host, std::uint16_t port, const wire::IpAddr& peer_gid,
-              int sgid_index, bool generates_cnp);
+  // The agent's QPs are connected to ends.peer_ip (in GID form) and send from the target's
+  // GID index `sgid_index` (-1: the index whose GID is ends.target_ip).
+  AgentTarget(const std::string& host, std::uint16_t port, const Endpoints& ends, int sgid_index,
+              bool generates_cnp);
   ~AgentTarget() override;
   AgentTarget(const AgentTarget&) = delete;
   AgentTarget& operator=(const AgentTarget&) = delete;
@@ -69,15 +70,19 @@ class AgentTarget final : public Target {
   int fd_ = -1;
   std::string buffered_;
   std::string peer_gid_hex_;
+  std::string target_gid_hex_;
   int sgid_index_ = -1;
   Capabilities caps_;
 };
 
-// The first IPv4 address of IFNAME, in GID form.
-wire::IpAddr interface_ipv4(const std::string& ifname);
+// An IPv4 or IPv6 address in text form.
+std::optional<wire::IpAddr> parse_ip(const std::string& text);
 
-// The addresses of the link: ours from IFNAME, the target's MAC from the neighbour table
-// (the agent's TCP connection has resolved it). IPv4 only.
+// The addresses of the link to the target at `target_ip` (IPv4 or IPv6): the target's MAC from
+// the namespace's neighbour table (resolved through engine/net's resolver, which solicits it
+// when needed: CAP_NET_ADMIN), ours from IFNAME (the route's preferred source when it is one of
+// IFNAME's addresses, else IFNAME's first address of the target's family and scope). The
+// target must be on IFNAME's link, not behind a gateway.
 Endpoints discover_endpoints(const std::string& ifname, const std::string& target_ip);
 
 }  // namespace xroce::conform

@@ -352,7 +352,9 @@ TEST(DatapathCc, DeviceCountersFollowTheTraffic) {
 
 TEST(DatapathCc, SendRnrAndRetryCountersMove) {
   Fabric f;
-  f.connect(Retries{.timeout = 8, .retry_cnt = 1, .rnr_retry = 1});  // ~1 ms ACK timeout
+  // rnr_retry 1 for the RNR part; the default ACK timeout (~268 ms, 7 retries), since a
+  // ~1 ms one with one retry fails the first SEND whenever a loaded host delays B's ACK by 2 ms.
+  f.connect(Retries{.rnr_retry = 1});
   // A SEND that finds a receive: rdma_sends at A, rdma_recvs at B.
   {
     std::lock_guard lock(f.b.boxes[kQpB.value()]->m);

@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/if_packet.h>
+#include <linux/sockios.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -65,6 +67,12 @@ std::optional<std::vector<std::uint8_t>> RawSocket::receive(std::chrono::millise
   if (n < 0) return std::nullopt;
   frame.resize(static_cast<std::size_t>(n));
   return frame;
+}
+
+std::chrono::nanoseconds RawSocket::last_arrival() const {
+  timespec ts{};
+  if (ioctl(fd_, SIOCGSTAMPNS, &ts) != 0) return std::chrono::nanoseconds(0);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 SwitchFabric::SwitchFabric(const std::string& prefix) {

@@ -32,6 +32,9 @@ class RawSocket {
   bool send(std::span<const std::uint8_t> frame);
   // The next frame, or nullopt after `deadline` without one.
   std::optional<std::vector<std::uint8_t>> receive(std::chrono::milliseconds deadline);
+  // When the kernel took in the frame receive() returned last (CLOCK_REALTIME): the moment
+  // the switch sent it, however late this process got to read it.
+  std::chrono::nanoseconds last_arrival() const;
 
  private:
   int fd_ = -1;

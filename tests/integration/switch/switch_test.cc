@@ -88,7 +88,7 @@ void send_paced(RawSocket& s, const std::vector<std::vector<std::uint8_t>>& fram
 
 struct Received {
   std::vector<std::uint8_t> bytes;
-  std::chrono::steady_clock::time_point at;
+  std::chrono::nanoseconds at;  // the kernel's receive timestamp (RawSocket::last_arrival)
 };
 
 // Reads frames until `count` arrived or nothing came for `quiet` (a bound on the wait, not a
@@ -98,7 +98,7 @@ std::vector<Received> receive(RawSocket& s, std::size_t count, milliseconds quie
   while (got.size() < count) {
     auto f = s.receive(quiet);
     if (!f) break;
-    got.push_back({std::move(*f), std::chrono::steady_clock::now()});
+    got.push_back({std::move(*f), s.last_arrival()});
   }
   return got;
 }
@@ -193,11 +193,12 @@ TEST_P(SwitchEcnTest, MarksOnlyEctFramesByQueueDepthAndKeepsThemValid) {
   }
   EXPECT_GT(ce, marked_late) << "some frames between KMIN and KMAX are marked too";
   // The rate once the first burst (the limiter's 100 us tolerance) is through: the bytes after
-  // frame 20 over the time they took to arrive.
+  // frame 20 over the time they took to arrive, by the kernel's receive timestamps (when the
+  // switch sent them, not when this process read them). Only the limit is asserted: a loaded
+  // host can make the switch slower, never faster; how fast it gets is for benchmarks.
   const double seconds_taken = std::chrono::duration<double>(got.back().at - got[20].at).count();
   const double mbit = static_cast<double>((kFrames - 21) * frame_bytes) * 8 / seconds_taken / 1e6;
   EXPECT_LT(mbit, kRateMbit * 1.05);
-  EXPECT_GT(mbit, kRateMbit * 0.5);
 
   int status = -1;
   const auto stats = fabric.stop_switch(&status);

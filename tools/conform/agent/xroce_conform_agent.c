@@ -9,8 +9,8 @@
 //   read_mr id=I offset=O length=N           -> ok hex=H
 //   create_qp kind=rc|ud peer_gid=G peer_qpn=Q sq_psn=S rq_psn=R mtu=M timeout=T retry=C
 //             rnr_retry=C min_rnr_timer=T max_rd_atomic=N max_dest_rd_atomic=N access=A qkey=K
-//             sgid=N (the GID index to send from; default --gid-index, else the first
-//             IPv4-mapped GID)
+//             [sgid=N] [local_gid=G] (the GID to send from: index N, else --gid-index, else
+//             the index whose GID is G, the target's address, else the first IPv4-mapped GID)
 //                                            -> ok id=I qpn=Q
 //   destroy_qp id=I                          -> ok
 //   post_recv qp=I wr_id=W mr=M offset=O length=N                                  -> ok
@@ -23,7 +23,8 @@
 //
 // Numbers are hex without 0x except length/offset/mtu/etc. (decimal). Errors reply
 // "err <text>". Usage: xroce-conform-agent [--port P] [--dev IBDEV] [--gid-index N] [--once]
-// (P default 18516; IBDEV default the first device; N default the first IPv4-mapped GID).
+// (P default 18516, 0 for any free port; IBDEV default the first device). Once listening it
+// prints "xroce-conform-agent: <ibdev> listening on port <P>" (the port it got) on stdout.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -166,7 +167,7 @@ static void do_read_mr(struct agent* a, const char* l, FILE* out) {
   reply(out, "%s", "");
 }
 
-static int modify_rc(struct agent* a, struct ibv_qp* qp, const char* l, const union ibv_gid* gid) {
+static int modify_rc(struct ibv_qp* qp, const char* l, const union ibv_gid* gid, int sgid_index) {
   struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT,
                            .port_num = 1,
                            .qp_access_flags = (unsigned)get(l, "access", 16, 0)};
@@ -181,7 +182,7 @@ static int modify_rc(struct agent* a, struct ibv_qp* qp, const char* l, const un
   at.min_rnr_timer = (uint8_t)get(l, "min_rnr_timer", 10, 1);
   at.ah_attr.is_global = 1;
   at.ah_attr.grh.dgid = *gid;
-  at.ah_attr.grh.sgid_index = (uint8_t)a->gid_index;
+  at.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
   at.ah_attr.grh.hop_limit = 64;
   at.ah_attr.port_num = 1;
   if (ibv_modify_qp(qp, &at,
@@ -223,19 +224,43 @@ static int ipv4_gid_index(struct ibv_context* dev) {
   return -1;
 }
 
+// The index of `gid` in port 1's table, -1 when it has none.
+static int gid_index_of(struct ibv_context* dev, const union ibv_gid* gid) {
+  for (int i = 0; i < 16; i++) {
+    union ibv_gid g;
+    if (ibv_query_gid(dev, 1, i, &g) == 0 && memcmp(g.raw, gid->raw, sizeof g.raw) == 0) return i;
+  }
+  return -1;
+}
+
+// A GID given as 32 hex digits in field `key`; 0 when the field is absent or malformed.
+static int gid_field(const char* l, const char* key, union ibv_gid* gid) {
+  char hex[40];
+  word(l, key, hex, sizeof hex);
+  if (strlen(hex) != 32) return 0;
+  for (int k = 0; k < 16; k++)
+    if (sscanf(hex + 2 * k, "%2hhx", &gid->raw[k]) != 1) return 0;
+  return 1;
+}
+
+// The GID index to send from (create_qp's comment at the top).
+static int source_gid_index(struct agent* a, const char* l) {
+  unsigned long long sgid;
+  union ibv_gid local;
+  if (field(l, "sgid", 10, &sgid)) return (int)sgid;
+  if (a->gid_index >= 0) return a->gid_index;
+  if (gid_field(l, "local_gid", &local)) return gid_index_of(a->dev, &local);
+  return ipv4_gid_index(a->dev);
+}
+
 static void do_create_qp(struct agent* a, const char* l, FILE* out) {
   int i = free_slot((void**)a->qp);
-  unsigned long long sgid;
-  if (field(l, "sgid", 10, &sgid)) a->gid_index = (int)sgid;
-  if (a->gid_index < 0) a->gid_index = ipv4_gid_index(a->dev);
-  if (a->gid_index < 0) return reply(out, "err no IPv4 RoCE v2 GID on port 1");
-  char kind[8], gidhex[40];
+  const int sgid_index = source_gid_index(a, l);
+  if (sgid_index < 0) return reply(out, "err no such RoCE v2 GID on port 1");
+  char kind[8];
   word(l, "kind", kind, sizeof kind);
-  word(l, "peer_gid", gidhex, sizeof gidhex);
   union ibv_gid gid;
-  if (i < 0 || strlen(gidhex) != 32) return reply(out, "err bad create_qp");
-  for (int k = 0; k < 16; k++)
-    sscanf(gidhex + 2 * k, "%2hhx", &gid.raw[k]);
+  if (i < 0 || !gid_field(l, "peer_gid", &gid)) return reply(out, "err bad create_qp");
   const int ud = strcmp(kind, "ud") == 0;
   a->cq[i] = ibv_create_cq(a->dev, kCqDepth, NULL, NULL, 0);
   if (!a->cq[i]) return reply(out, "err ibv_create_cq: %s", strerror(errno));
@@ -251,11 +276,12 @@ static void do_create_qp(struct agent* a, const char* l, FILE* out) {
   if (ud) {
     struct ibv_ah_attr ah = {.is_global = 1, .port_num = 1};
     ah.grh.dgid = gid;
-    ah.grh.sgid_index = (uint8_t)a->gid_index;
+    ah.grh.sgid_index = (uint8_t)sgid_index;
     ah.grh.hop_limit = 64;
     a->ah[i] = ibv_create_ah(a->pd, &ah);
   }
-  if ((ud ? modify_ud(a->qp[i], l) : modify_rc(a, a->qp[i], l, &gid)) || (ud && !a->ah[i])) {
+  if ((ud ? modify_ud(a->qp[i], l) : modify_rc(a->qp[i], l, &gid, sgid_index)) ||
+      (ud && !a->ah[i])) {
     return reply(out, "err modify_qp: %s", strerror(errno));
   }
   reply(out, "ok id=%d qpn=%x", i, a->qp[i]->qp_num);
@@ -424,6 +450,8 @@ int main(int argc, char** argv) {
     perror("xroce-conform-agent: listen");
     return 1;
   }
+  socklen_t addr_len = sizeof addr;
+  if (getsockname(s, (struct sockaddr*)&addr, &addr_len) == 0) port = ntohs(addr.sin6_port);
   printf("xroce-conform-agent: %s listening on port %d\n", ibv_get_device_name(a.dev->device),
          port);
   fflush(stdout);
