@@ -74,38 +74,33 @@ void add_ud_list(std::vector<Case>& out) {
         check(c.byte_len == kGrhBytes + 8, "byte_len 48", fmt::format("{}", c.byte_len));
         s.expect_memory(kGrhBytes, pattern(8, 2), "only the good payload");
       });
-  add(out, "ud.grh_holds_ipv4_header", kUdChapter,
-      "A17 for RoCEv2 over IPv4 the GRH area holds the IPv4 header in its last 20 bytes "
-      "(rxe_resp.c execute)",
-      "the receive's first 40 bytes", [](CaseContext& ctx) {
-        require_ud(ctx);
-        Session s(ctx, ud_spec());
-        s.post_recv(1, 0, kGrhBytes + 64);
-        const Frame f = ctx.peer.build(ud_send(s, kQkey), pattern(8, 1));
-        const wire::FrameLayout l = wire::walk_frame(f);
-        if (l.ip != wire::IpVersion::kV4) throw NotApplicable{"the peer speaks IPv6"};
-        ctx.peer.send_frame(f);
-        s.expect_cqe(wc::kSuccess, "the receive");
-        const Bytes ip(f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset),
-                       f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset + 20));
-        s.expect_memory(20, ip, "bytes 20..39 of the GRH area");
-      });
-  add(out, "ud.grh_holds_ipv6_header", kUdChapter,
-      "A17 for RoCEv2 over IPv6 the GRH area holds the IPv6 header, all 40 bytes (rxe_resp.c "
-      "execute)",
-      "the receive's first 40 bytes", [](CaseContext& ctx) {
-        require_ud(ctx);
-        Session s(ctx, ud_spec());
-        s.post_recv(1, 0, kGrhBytes + 64);
-        const Frame f = ctx.peer.build(ud_send(s, kQkey), pattern(8, 1));
-        const wire::FrameLayout l = wire::walk_frame(f);
-        if (l.ip != wire::IpVersion::kV6) throw NotApplicable{"the peer speaks IPv4"};
-        ctx.peer.send_frame(f);
-        s.expect_cqe(wc::kSuccess, "the receive");
-        const Bytes ip(f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset),
-                       f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset + kGrhBytes));
-        s.expect_memory(0, ip, "the GRH area");
-      });
+  // A17: the first 40 bytes of a UD receive hold the packet's IP header; for IPv4 its 20 bytes
+  // end the area (rxe_resp.c execute).
+  for (const auto version : {wire::IpVersion::kV4, wire::IpVersion::kV6}) {
+    const bool v4 = version == wire::IpVersion::kV4;
+    add(out, v4 ? "ud.grh_holds_ipv4_header" : "ud.grh_holds_ipv6_header", kUdChapter,
+        v4 ? "A17 for RoCEv2 over IPv4 the GRH area holds the IPv4 header in its last 20 bytes "
+             "(rxe_resp.c execute)"
+           : "A17 for RoCEv2 over IPv6 the GRH area holds the IPv6 header, all 40 bytes "
+             "(rxe_resp.c execute)",
+        "the receive's first 40 bytes", [version, v4](CaseContext& ctx) {
+          require_ud(ctx);
+          Session s(ctx, ud_spec());
+          s.post_recv(1, 0, kGrhBytes + 64);
+          const Frame f = ctx.peer.build(ud_send(s, kQkey), pattern(8, 1));
+          const wire::FrameLayout l = wire::walk_frame(f);
+          if (l.ip != version) {
+            throw NotApplicable{v4 ? "the peer speaks IPv6" : "the peer speaks IPv4"};
+          }
+          ctx.peer.send_frame(f);
+          s.expect_cqe(wc::kSuccess, "the receive");
+          const std::size_t header = v4 ? 20 : kGrhBytes;
+          const Bytes ip(f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset),
+                         f.begin() + static_cast<std::ptrdiff_t>(l.ip_offset + header));
+          s.expect_memory(kGrhBytes - header, ip,
+                          v4 ? "bytes 20..39 of the GRH area" : "the GRH area");
+        });
+  }
   add(out, "ud.over_mtu_dropped", kUdChapter,
       "IBA 9.8 a UD message is one packet of at most the MTU: a longer one is dropped",
       "UD SEND of the port MTU + 4 bytes, then one of the MTU", [](CaseContext& ctx) {
