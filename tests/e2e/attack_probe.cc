@@ -1,5 +1,6 @@
 // xroce_attack_probe's attacks on the control protocol (attack_probe.h lists every mode).
 #include "attack_probe.h"
+#include "open_device.h"
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
@@ -288,15 +289,7 @@ uint64_t monotonic_ns() {
 }
 
 ibv_context* open_device(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr) return nullptr;
-  ibv_context* ctx = nullptr;
-  for (int i = 0; i < n; ++i) {
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  }
-  ibv_free_device_list(list);
-  return ctx;
+  return e2e::open_device_named(name);
 }
 
 }  // namespace xroce::attack

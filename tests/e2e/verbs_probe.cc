@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "open_device.h"
 #include "verbs_probe.h"
 
 namespace xroce::probe {
@@ -101,18 +102,6 @@ bool connect_qp(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& gid, uint8_t sgid_
 }
 
 namespace {
-
-ibv_context* open_named(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr) return nullptr;
-  ibv_context* ctx = nullptr;
-  for (int i = 0; i < n; ++i) {
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
-  }
-  ibv_free_device_list(list);
-  return ctx;
-}
 
 int pdmr(ibv_context* ctx) {
   ibv_pd* pd = ibv_alloc_pd(ctx);
@@ -250,7 +239,7 @@ int main_probe(int argc, char** argv) {
                  "channel_cq_ex|transport\n");
     return 2;
   }
-  ibv_context* ctx = open_named(argv[1]);
+  ibv_context* ctx = e2e::open_device_named(argv[1]);
   if (ctx == nullptr) {
     std::printf("open failed: %s\n", std::strerror(errno));
     return 1;
