@@ -473,6 +473,15 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
 int Device::modify_qp(ClientId owner, uint32_t handle, const control::QpAttr& attr, uint32_t mask) {
   QueuePair* qp = this->qp(owner, handle);
   if (qp == nullptr) return EINVAL;
+  // As the kernel's uverbs does before ib_modify_qp_is_ok (uverbs_cmd.c modify_qp_mask): an
+  // XRC send QP (XRC_INI) ignores the responder's attributes and an XRC receive QP (XRC_TGT)
+  // the requester's, so a program that gives every XRC QP the RC mask (perftest -c XRC) is
+  // served as on a NIC.
+  namespace a = transport::qp_attr;
+  if (qp->type == transport::QpType::kXrcSend) mask &= ~(a::kMaxDestRdAtomic | a::kMinRnrTimer);
+  if (qp->type == transport::QpType::kXrcRecv) {
+    mask &= ~(a::kMaxQpRdAtomic | a::kRetryCnt | a::kRnrRetry);
+  }
   transport::QpAttr t = to_transport(attr);
   if ((mask & transport::qp_attr::kAv) != 0) {
     const control::AhAttr& av = attr.ah_attr;

@@ -219,6 +219,62 @@ TEST_F(DeviceTransport, XrcSrqsAndTargetQpsNeedTheirDomain) {
   EXPECT_EQ(dev_.destroy_cq(kAlice, c), 0);
 }
 
+// uverbs' modify_qp_mask: an XRC send QP ignores the responder's RTR attributes, an XRC receive
+// QP the requester's RTS ones, so both walk to RTS with RC's masks (what perftest -c XRC sends);
+// transport::check_modify_qp alone, as ib_modify_qp_is_ok, would refuse them.
+TEST_F(DeviceTransport, XrcQpsTakeTheRcMasksAsUverbsDoes) {
+  namespace a = transport::qp_attr;
+  const uint32_t p = pd();
+  const uint32_t c = cq();
+  auto domain = dev_.open_xrcd(kAlice, kDomainFile, O_CREAT);
+  ASSERT_TRUE(domain.ok());
+  auto initiator = dev_.create_qp(kAlice, qp(kIbvQptXrcSend, p, c));
+  auto target = dev_.create_qp(kAlice, qp(kIbvQptXrcRecv, 0, 0, *domain));
+  ASSERT_TRUE(initiator.ok() && target.ok());
+  for (const uint32_t h : {*initiator, *target}) {
+    control::QpAttr attr{};
+    attr.qp_state = 1;  // INIT
+    attr.port_num = 1;
+    ASSERT_EQ(
+        dev_.modify_qp(kAlice, h, attr, a::kState | a::kPkeyIndex | a::kPort | a::kAccessFlags), 0);
+    attr = {};
+    attr.qp_state = 2;  // RTR
+    attr.path_mtu = 3;
+    attr.dest_qp_num = 0x99;
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.is_global = 1;
+    attr.ah_attr.port_num = 1;
+    EXPECT_EQ(dev_.modify_qp(kAlice, h, attr,
+                             a::kState | a::kAv | a::kPathMtu | a::kDestQpn | a::kRqPsn |
+                                 a::kMaxDestRdAtomic | a::kMinRnrTimer),
+              0);
+    attr = {};
+    attr.qp_state = 3;  // RTS
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    EXPECT_EQ(dev_.modify_qp(kAlice, h, attr,
+                             a::kState | a::kSqPsn | a::kTimeout | a::kRetryCnt | a::kRnrRetry |
+                                 a::kMaxQpRdAtomic),
+              0);
+    EXPECT_EQ(dev_.query_qp(kAlice, h)->attr.qp_state, 3u);
+  }
+  // What neither type has at all is still refused: a Q_Key.
+  control::QpAttr reset{};
+  for (const uint32_t h : {*initiator, *target})
+    ASSERT_EQ(dev_.modify_qp(kAlice, h, reset, a::kState), 0);
+  control::QpAttr init{};
+  init.qp_state = 1;
+  init.port_num = 1;
+  EXPECT_EQ(dev_.modify_qp(kAlice, *initiator, init,
+                           a::kState | a::kPkeyIndex | a::kPort | a::kAccessFlags | a::kQkey),
+            EINVAL);
+  EXPECT_EQ(dev_.destroy_qp(kAlice, *target), 0);
+  EXPECT_EQ(dev_.destroy_qp(kAlice, *initiator), 0);
+}
+
 TEST_F(DeviceTransport, SrqResizeKeepsPostedReceivesAndRefusesTooFewSlots) {
   const uint32_t p = pd();
   auto s = dev_.create_srq(kAlice, SrqRequest{p, {4, 1, 0}, 0});
