@@ -116,7 +116,7 @@ class RingBinding final : public QpBinding {
     } else if (srq_ == nullptr && qp_.rq.valid()) {
       c.wr_id = device::retire_wqe(qp_.rq, qp_.rq_shadow, c.wr_id);
     }
-    if (c.is_recv()) release_recv_slot();
+    if (c.is_recv()) release_recv_slot(c);
     device::CompletionQueue* target = cq_for(c);
     if (target == nullptr) return;  // an XRC SRQ destroyed under its last completion
     device::CompletionQueue& cq = *target;
@@ -273,13 +273,16 @@ class RingBinding final : public QpBinding {
     }
   }
 
-  // A receive WQE completed (or was flushed): its slot is free.
-  void release_recv_slot() {
-    if (!qp_.rq.valid()) {
-      if (srq_ != nullptr) release_srq_slots(*srq_);
-      return;
+  // A receive WQE completed (or was flushed): its slot is free, in the QP's RQ, its SRQ, or for
+  // an XRC target the XRC SRQ the WQE came from.
+  void release_recv_slot(const transport::Completion& c) {
+    if (qp_.rq.valid()) {
+      qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
+    } else if (srq_ != nullptr) {
+      release_srq_slots(*srq_);
+    } else if (xrc_ != nullptr && c.xrc_srqn != 0) {
+      if (device::SharedReceiveQueue* s = xrc_->srq(c.xrc_srqn)) release_srq_slots(*s);
     }
-    qp_.rq.release(qp_.rq.header().consumer.load(std::memory_order_relaxed) + 1);
   }
 
   // A WQE the provider should never have written (it validates at post time): complete it
