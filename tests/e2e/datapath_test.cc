@@ -114,6 +114,34 @@ TEST_P(DatapathE2e, SrqPingpong) {
   expect_pingpong_passed(pingpong("ibv_srq_pingpong", {"-c", "-n", "20"}), 20);
 }
 
+// The verbs rxe offers beside RC, each through the program rdma-core ships for it: UC, ODP
+// registration (-o), completion timestamps (-t), and XRC (XRC domains, XRC SRQs and send QPs).
+TEST_P(DatapathE2e, UcPingpong) {
+  expect_pingpong_passed(pingpong("ibv_uc_pingpong", {"-c", "-n", "20", "-s", "4096"}), 20);
+}
+
+TEST_P(DatapathE2e, RcPingpongWithOdpAndWithTimestamps) {
+  expect_pingpong_passed(pingpong("ibv_rc_pingpong", {"-c", "-o", "-n", "20"}), 20);
+  // -t reads each receive completion's timestamp and prints the spread of their differences:
+  // the device reported timestamps (ibv_wc_read_completion_ts), or the run would fail.
+  const Outcome timed = pingpong("ibv_rc_pingpong", {"-c", "-t", "-n", "20"});
+  expect_pingpong_passed(timed, 20);
+  EXPECT_NE(timed.client.output.find("Average receive completion clock cycles"), std::string::npos)
+      << timed.client.output;
+}
+
+// ibv_xsrq_pingpong: each side an XRC domain, an XRC SRQ and XRC send/receive QPs; it prints
+// "success" after every message came back on the right SRQ, and fails (non-zero) when a receive
+// completes in error, arrives on another SRQ, or ibv_post_srq_recv refuses a repost.
+TEST_P(DatapathE2e, XsrqPingpong) {
+  const Outcome o = serve(*pair_, {"ibv_xsrq_pingpong", "-d", pair_->dev(0), "-g", "0", "-n", "20"},
+                          {"ibv_xsrq_pingpong", "-d", pair_->dev(1), "-g", "0", "-n", "20"});
+  EXPECT_EQ(o.server.status, 0) << o.server.output;
+  EXPECT_EQ(o.client.status, 0) << o.client.output;
+  EXPECT_NE(o.server.output.find("success"), std::string::npos) << o.server.output;
+  EXPECT_NE(o.client.output.find("success"), std::string::npos) << o.client.output;
+}
+
 TEST_P(DatapathE2e, TwoProcessPairsAtOnce) {
   auto first = std::async(std::launch::async, [&] {
     return pingpong("ibv_rc_pingpong", {"-c", "-n", "30", "-s", "8192"}, 18515);
@@ -197,6 +225,15 @@ TEST_P(PerftestE2e, FourQps) {
 TEST_P(PerftestE2e, SendWithCompletionEvents) {
   expect_bandwidth("ib_send_bw", {"-e", "-n", "50"});
   expect_latency("ib_send_lat", {"-e", "-n", "50"});
+}
+
+// UC and XRC transports and ODP registration through perftest (-c UC, -c XRC, --odp).
+TEST_P(PerftestE2e, UcXrcAndOdp) {
+  expect_bandwidth("ib_write_bw", {"-c", "UC", "-n", "50"});
+  expect_bandwidth("ib_send_bw", {"-c", "UC", "-n", "50"});
+  expect_bandwidth("ib_send_bw", {"-c", "XRC", "-n", "50"});
+  expect_bandwidth("ib_write_bw", {"-c", "XRC", "-n", "50"});
+  expect_bandwidth("ib_write_bw", {"--odp", "-n", "50"});
 }
 
 std::string port_name(const ::testing::TestParamInfo<std::string>& info) {
