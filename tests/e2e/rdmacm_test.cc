@@ -239,9 +239,20 @@ TEST_P(RdmacmTest, RpingOnOneDeviceAndBetweenTwoDevicesOfOneHost) {
     auto client = run(host.app({"rping", "-c", "-V", "-v", "-C", "100", "-I", source, "-a",
                                 "198.18.250.1", "-p", "7176"}),
                       seconds(60));
-    EXPECT_EQ(client.status, 0) << source << ": " << client.output;
+    // On a failure, what both sides and both devices saw (this test failed once in CI without
+    // a reason; the client's output alone did not say which side gave up).
+    auto both_sides = [&] {
+      std::string server_output;
+      for (std::string line = server.read_line(milliseconds(200)); !line.empty();
+           line = server.read_line(milliseconds(200)))
+        server_output += line + "\n";
+      return "server said:\n" + server_output +
+             "xlo0: " + host.exec({xroce_bin(), "stat", "xlo0", "--json"}).output +
+             "\nxlo1: " + host.exec({xroce_bin(), "stat", "xlo1", "--json"}).output;
+    };
+    EXPECT_EQ(client.status, 0) << source << ": " << client.output << both_sides();
     EXPECT_NE(client.output.find("rdma-ping-99: "), std::string::npos) << client.output;
-    EXPECT_EQ(server.wait(seconds(20)), 0) << source;
+    EXPECT_EQ(server.wait(seconds(20)), 0) << source << ": " << both_sides();
   }
   EXPECT_GE(host.mads_sent("xlo1"), 3u);  // the second client's REQ, RTU and DREQ or DREP
 }
