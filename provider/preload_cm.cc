@@ -20,6 +20,12 @@
 // Only a path whose $SYSFS_PATH/class/misc/rdma_cm/xroce_control exists is taken over (the
 // tree `xroce env`/`exec` point at); anything else goes to libc unchanged, and so does every
 // other fd: the cost for them is one atomic load per write() and close().
+//
+// The same open() also serves files under /sys/class/infiniband (and infiniband_verbs) from
+// $SYSFS_PATH when the tree there has them: libibverbs honours SYSFS_PATH, but programs that
+// read sysfs themselves do not (UCX reads ports/N/gid_attrs/ndevs/I to find a GID's netdev and
+// its subnet; pyverbs' rdmacm tests read the device's netdev). A file the tree lacks is opened
+// where the program asked, so a host's real RDMA devices stay visible.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -38,6 +44,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "xroce/control.h"
@@ -221,11 +228,30 @@ ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
   return static_cast<ssize_t>(count);
 }
 
+// $SYSFS_PATH + the part of `path` after "/sys", for a path under /sys/class/infiniband while
+// SYSFS_PATH names another tree; "" otherwise.
+std::string sysfs_tree_path(const char* path) {
+  constexpr std::string_view kClass = "/sys/class/infiniband";
+  if (path == nullptr || std::strncmp(path, kClass.data(), kClass.size()) != 0) return {};
+  const char* sysfs = std::getenv("SYSFS_PATH");
+  if (sysfs == nullptr || sysfs[0] != '/' || std::strcmp(sysfs, "/sys") == 0) return {};
+  return std::string(sysfs) + (path + 4);
+}
+
 int open_common(const char* path, int flags, mode_t mode, std::atomic<void*>& slot,
                 const char* real) {
   if (path != nullptr && std::strcmp(path, kRdmaCmPath) == 0 && !control_socket_path().empty())
     return open_channel(flags);
-  return next<OpenFn>(slot, real)(path, flags, mode);
+  const auto open_fn = next<OpenFn>(slot, real);
+  // Reading only: the tree is the daemon's record of its devices, not the program's to change.
+  const bool reading = (flags & O_ACCMODE) == O_RDONLY && (flags & O_CREAT) == 0;
+  if (const std::string tree = reading ? sysfs_tree_path(path) : std::string(); !tree.empty()) {
+    const int saved = errno;
+    const int fd = open_fn(tree.c_str(), flags, mode);
+    if (fd >= 0) return fd;
+    errno = saved;
+  }
+  return open_fn(path, flags, mode);
 }
 
 }  // namespace

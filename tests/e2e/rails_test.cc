@@ -182,11 +182,19 @@ TEST_F(RailsTest, UcxSpreadsOneTransferOverBothDevices) {
   Rails rails(subnet());
   ASSERT_TRUE(rails.ready());
   // RC over verbs (UD for UCX's connection setup) on the given devices, and the rendezvous
-  // protocol over two rails.
+  // protocol over two rails. The rails are two subnets with no route between them, so UCX must
+  // pair each device only with the peer's device on its own subnet: UCX_IB_ROCE_LOCAL_SUBNET=y,
+  // as on any RoCE NIC (by default UCX takes every remote address as reachable from every port,
+  // and a device then sends to the other rail's address, which its link does not reach). UCX
+  // learns each GID's netdev from /sys/class/infiniband/D/ports/1/gid_attrs/ndevs/I, which the
+  // preload serves from the daemon's tree.
   const auto ucx = [&](int side, const std::string& devices, std::vector<std::string> argv) {
-    std::vector<std::string> env = {"env", "UCX_NET_DEVICES=" + devices,
-                                    "UCX_TLS=rc_verbs,ud_verbs,self", "UCX_MAX_RNDV_RAILS=2",
-                                    "UCX_IB_GID_INDEX=0"};
+    std::vector<std::string> env = {"env",
+                                    "UCX_NET_DEVICES=" + devices,
+                                    "UCX_TLS=rc_verbs,ud_verbs,self",
+                                    "UCX_MAX_RNDV_RAILS=2",
+                                    "UCX_IB_GID_INDEX=0",
+                                    "UCX_IB_ROCE_LOCAL_SUBNET=y"};
     env.insert(env.end(), argv.begin(), argv.end());
     return rails.app(side, env);
   };

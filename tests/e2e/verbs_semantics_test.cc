@@ -81,6 +81,28 @@ TEST_P(VerbsSemantics, SysfsTreeLinksTheNetdev) {
   EXPECT_EQ(listed_ifindex, netdev_ifindex);
 }
 
+// A program that reads /sys/class/infiniband itself (UCX, pyverbs' rdmacm tests), not through
+// $SYSFS_PATH as libibverbs does, gets the daemon's tree inside `xroce exec`: the GID's netdev
+// and type, and its GID; a path the tree lacks still fails as it would without the preload.
+TEST_P(VerbsSemantics, SysClassInfinibandIsTheDevicesTreeForEveryProgram) {
+  const std::string port = "/sys/class/infiniband/" + std::string(kDevice) + "/ports/1/";
+  auto r = host_->exec({xroce_bin(), "exec", "--", "/usr/bin/python3", "-c",
+                        "import sys\n"
+                        "p = sys.argv[1]\n"
+                        "print(open(p + 'gid_attrs/ndevs/0').read().strip(),"
+                        " open(p + 'gid_attrs/types/0').read().strip().replace(' ', '_'),"
+                        " open(p + 'gids/0').read().strip())\n"
+                        "try:\n"
+                        "    open(p + 'no_such_file')\n"
+                        "except FileNotFoundError:\n"
+                        "    print('absent')\n",
+                        port});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("xr0a RoCE_v2 0000:0000:0000:0000:0000:ffff:"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("absent"), std::string::npos) << r.output;
+}
+
 // Two QPs of one device connected to each other (the device reaches its own GID): every
 // receive accepted serves a SEND with rnr_retry 0; ibv_query_qp gives the current PSNs; UD
 // completions carry the network header type in wc.sl for IPv4 and IPv6.
