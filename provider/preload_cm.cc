@@ -61,7 +61,13 @@ struct Channel {
   std::mutex lock;  // serialises this channel's commands on its control connection
   xroce::control::ControlClient* control = nullptr;
   std::uint32_t file = 0;  // the daemon's name for the channel (MIGRATE_ID)
+  // Which open of this slot a command was issued on: a write() that began before its channel
+  // was closed must not go on with the next channel that takes the slot.
+  std::atomic<std::uint64_t> generation{0};
 };
+
+// A call on a channel closed since the write() began.
+constexpr int kReleased = -1;
 
 // Constant-initialised: interposed functions may run before any constructor.
 Channel g_channels[kMaxChannels];
@@ -133,6 +139,7 @@ int open_channel(int flags) {
     if (c.fd.load() != -1) continue;
     c.control = control;
     c.file = reply.handle;
+    c.generation.fetch_add(1, std::memory_order_acq_rel);
     c.fd.store(efd, std::memory_order_release);
     g_open_channels.fetch_add(1);
     return efd;
@@ -164,17 +171,30 @@ void* response_pointer(std::uint32_t cmd, const std::vector<char>& body) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
 }
 
-// One command: 0 or errno.
-int call(Channel& c, const std::vector<char>& body, std::vector<char>& reply) {
+// One command on the open `generation` of the channel: 0, an errno, or kReleased.
+int call(Channel& c, std::uint64_t generation, const std::vector<char>& body,
+         std::vector<char>& reply) {
   std::lock_guard<std::mutex> guard(c.lock);
-  if (c.control == nullptr) return EBADF;
+  if (c.control == nullptr || c.generation.load(std::memory_order_acquire) != generation) {
+    return kReleased;
+  }
   std::fill(reply.begin(), reply.end(), 0);
   const int err = c.control->call(xroce::control::Op::cm_command, body.data(), body.size(),
                                   reply.data(), reply.size());
   return err == EIO ? ENODEV : err;
 }
 
+// What a thread blocked in GET_EVENT sees when another thread closes the channel: the kernel's
+// write() holds the file, so close() neither wakes nor fails it and it waits for an event that
+// never comes, until the process exits (rping's CM thread is in GET_EVENT when main destroys
+// the channel and returns). Returning an error instead made such a program fail at its end.
+[[noreturn]] void wait_for_process_exit() {
+  for (;;)
+    pause();
+}
+
 ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
+  const std::uint64_t generation = c.generation.load(std::memory_order_acquire);
   rdma_ucm_cmd_hdr hdr;
   if (count < sizeof hdr) {
     errno = EINVAL;
@@ -210,10 +230,16 @@ ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
   }
   std::vector<char> reply(hdr.out);
   int err;
+  const bool get_event = hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT;
+  const bool blocking = (fcntl(fd, F_GETFL) & O_NONBLOCK) == 0;
   for (;;) {
-    err = call(c, body, reply);
-    if (err != EAGAIN || hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT) break;
-    if ((fcntl(fd, F_GETFL) & O_NONBLOCK) != 0) break;
+    err = call(c, generation, body, reply);
+    if (err == kReleased) {
+      if (get_event && blocking) wait_for_process_exit();
+      err = EBADF;
+      break;
+    }
+    if (err != EAGAIN || !get_event || !blocking) break;
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
   }
