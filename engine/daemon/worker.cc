@@ -303,6 +303,7 @@ void Worker::run() {
     busy |= drain_outputs_on_worker(now);
     busy |= service_neighbours_on_worker(now);
     busy |= flush_on_worker();
+    sample_port_drops_on_worker(now);
     if (busy) {
       idle_since_ns = 0;
     } else if (idle_since_ns == 0) {
@@ -332,6 +333,16 @@ bool Worker::spin_allowed_on_worker(std::uint64_t now_ns) {
   unsigned long running = 0;  // "0.50 0.40 0.30 3/512 1234": 3 runnable, this thread included
   if (std::sscanf(buf, "%*s %*s %*s %lu/", &running) == 1) spin_allowed_ = running <= cpus_;
   return spin_allowed_;
+}
+
+void Worker::sample_port_drops_on_worker(std::uint64_t now_ns) {
+  if (now_ns - port_drops_sampled_ns_ < kSpinCheckNs) return;
+  port_drops_sampled_ns_ = now_ns;
+  const std::uint64_t drops = port_->stats().rx_drops;
+  if (drops > port_drops_counted_) {
+    device_counters_.add(device::Counter::kRxPortDrops, drops - port_drops_counted_);
+    port_drops_counted_ = drops;
+  }
 }
 
 bool Worker::run_commands_on_worker() {

@@ -255,6 +255,9 @@ class Worker {
   bool on_worker() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool run_commands_on_worker();
   bool spin_allowed_on_worker(std::uint64_t now_ns);
+  // Adds the port's receive drops since the last sample to rx_port_drops (a syscall on AF_XDP,
+  // so at most once per kSpinCheckNs).
+  void sample_port_drops_on_worker(std::uint64_t now_ns);
   bool drain_handovers_on_worker(std::uint64_t now_ns);
   bool drain_loopback_on_worker(std::uint64_t now_ns);
   bool receive_on_worker(std::uint64_t now_ns);
@@ -310,6 +313,9 @@ class Worker {
   unsigned long cpus_ = 1;
   static constexpr std::uint64_t kSpinCheckNs = 1'000'000;
   std::uint64_t spin_checked_ns_ = 0;
+  // The port's receive drops already added to rx_port_drops, and when the port was last asked.
+  std::uint64_t port_drops_counted_ = 0;
+  std::uint64_t port_drops_sampled_ns_ = 0;
   bool spin_allowed_ = true;
   io_uring ring_{};
   bool ring_ok_ = false;

@@ -62,6 +62,11 @@ enum class Counter : std::uint8_t {
   kRespRemoteAccessErrors,
   kRxPeerMismatch,  // packets for an RC QP from an address not its peer's (dropped, as rxe's
                     // check_addr drops them)
+  // Frames the port lost before the device saw them: the AF_XDP receive ring was full or had no
+  // free buffer, or the UDP socket's buffer overflowed (a worker that fell behind its link).
+  // RC recovers them by retransmission; UC and UD lose the message, as they do on a real link.
+  // Sampled from the port at most once a millisecond of the worker's loop.
+  kRxPortDrops,
   kCount
 };
 
@@ -103,6 +108,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "loopback_pkts",
     "resp_remote_access_errors",
     "rx_peer_mismatch",
+    "rx_port_drops",
 };
 
 constexpr std::string_view counter_name(Counter c) {
