@@ -6,6 +6,14 @@
 namespace xroce::cm {
 namespace {
 
+// 127.0.0.0/8 or ::1.
+bool is_loopback(const wire::IpAddr& ip) {
+  if (ip.is_v4()) return (ip.v4_host_order() >> 24) == 127;
+  static constexpr std::array<std::uint8_t, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0,
+                                                            0, 0, 0, 0, 0, 0, 0, 1};
+  return ip.bytes == kV6Loopback;
+}
+
 // ibv_qp_state and ibv_qp_attr_mask values (verbs.h), and ibv_access_flags.
 constexpr std::uint32_t kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3;
 constexpr std::uint32_t kMaskState = 1, kMaskAccess = 8, kMaskPkeyIndex = 16, kMaskPort = 32,
@@ -173,7 +181,11 @@ int RdmaCm::bind(std::uint64_t file, std::uint32_t handle, const SockAddr& addr)
   std::optional<std::uint32_t> device;
   if (!addr.any()) {
     device = device_of(addr.ip);
-    if (!device) return EADDRNOTAVAIL;
+    // The kernel (rdma_bind_addr_dst) finds the netdev of a local address, then fails with
+    // ENODEV when no RDMA port has its GID, as for the loopback addresses that libfabric binds
+    // ("localhost"); an address of no netdev is EADDRNOTAVAIL. Loopback addresses are always
+    // local: xroce never has their GIDs.
+    if (!device) return is_loopback(addr.ip) ? ENODEV : EADDRNOTAVAIL;
   }
   id->src = addr;
   if (const int err = bind_port(*id); err != 0) {

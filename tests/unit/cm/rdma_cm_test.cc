@@ -279,6 +279,8 @@ TEST(RdmaCm, OneFileCannotNameAnothersIds) {
   EXPECT_EQ(h.a.init_qp_attr(kFileA + 1, id, 1).error(), EINVAL);
   EXPECT_FALSE(h.a.get_event(kFileA + 1));
   EXPECT_EQ(h.a.bind(kFileA, id, at(kIpB, 1)), EADDRNOTAVAIL);  // not our address
+  // A loopback address is local but no RoCE port's GID: ENODEV, as rdma_bind_addr_dst.
+  EXPECT_EQ(h.a.bind(kFileA, id, at(wire::IpAddr::v4(0x7f000001), 1)), ENODEV);
   const std::uint32_t second = *h.a.create_id(kFileA, 0xa1, PortSpace::kTcp);
   ASSERT_EQ(h.a.bind(kFileA, id, at(kIpA, 5000)), 0);
   EXPECT_EQ(h.a.bind(kFileA, second, at(kIpA, 5000)), EADDRINUSE);
