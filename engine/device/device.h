@@ -342,6 +342,13 @@ class Device {
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
   transport::KeyBits key_bits_;
+  // Request PSNs all of this device's RC QPs may have unacknowledged together: half the
+  // frames a peer's AF_XDP receive ring holds (AfXdpPortConfig::umem_frames / 2 = 2,048), so
+  // a peer whose worker falls behind for a while still has room for the responses and the
+  // other devices' traffic instead of dropping and making every QP go back N at once.
+  static constexpr std::uint32_t kInflightBudgetPsns = 1024;
+  std::shared_ptr<transport::InflightBudget> inflight_budget_ =
+      std::make_shared<transport::InflightBudget>(kInflightBudgetPsns);
   QpRunner* runner_ = nullptr;
   std::map<uint32_t, ProtectionDomain> pds_;
   std::map<uint32_t, MemoryRegion> mrs_;

@@ -48,11 +48,18 @@ Qp::Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq)
   resp_.reset(wire::Psn(0), 0);
 }
 
+Qp::~Qp() {
+  // What this QP held goes back to the device's budget.
+  if (ctx_.config.inflight_budget != nullptr)
+    ctx_.config.inflight_budget->update(ctx_.budget_held_psns, 0);
+}
+
 int Qp::modify(const QpAttr& attr, std::uint32_t mask) {
   const int rc = check_modify_qp(ctx_.config.type, ctx_.state, attr, mask, ctx_.config.limits);
   if (rc != 0) return rc;
   apply_attributes(attr, mask);
   if (mask & qp_attr::kState) enter_state(attr.qp_state);
+  ctx_.sync_inflight_budget();
   return 0;
 }
 
@@ -279,6 +286,7 @@ void Qp::settle() {
       ctx_.events.push_back(AsyncEvent{AsyncEventType::kSqDrained, ctx_.config.qpn});
     }
   }
+  ctx_.sync_inflight_budget();
 }
 
 void Qp::flush_send_queue() {

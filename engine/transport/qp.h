@@ -34,6 +34,7 @@ namespace xroce::transport {
 class Qp {
  public:
   Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq = nullptr);
+  ~Qp();
   Qp(const Qp&) = delete;
   Qp& operator=(const Qp&) = delete;
 

@@ -144,4 +144,16 @@ void QpContext::restart_retransmit_timer(std::uint64_t now_ns) {
   retransmit_deadline_ns = (timeout_ns != 0 && outstanding()) ? now_ns + timeout_ns : 0;
 }
 
+std::uint32_t QpContext::unacked_psns() const {
+  if (!reliable() || (state != QpState::kRts && state != QpState::kSqd)) return 0;
+  return static_cast<std::uint32_t>(psn_high.distance_from(comp_psn));
+}
+
+void QpContext::sync_inflight_budget() {
+  if (config.inflight_budget == nullptr) return;
+  const std::uint32_t now_held = unacked_psns();
+  config.inflight_budget->update(budget_held_psns, now_held);
+  budget_held_psns = now_held;
+}
+
 }  // namespace xroce::transport

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "transport/inflight_budget.h"
 #include "transport/memory.h"
 #include "transport/qp_state.h"
 #include "transport/rtt.h"
@@ -59,6 +61,10 @@ struct QpConfig {
   bool sq_sig_all = false;                    // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
+  // The device-wide bound on unacknowledged request PSNs this RC/XRC requester shares with the
+  // device's other QPs (shared: a QP may outlive its device on a worker; nullptr = only
+  // max_unacked_psns bounds it).
+  std::shared_ptr<InflightBudget> inflight_budget;
 };
 
 // kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);
@@ -162,6 +168,13 @@ struct QpContext {
   // XRC go to ERR.
   void send_queue_error();
   void restart_retransmit_timer(std::uint64_t now_ns);
+
+  // The request PSNs sent and not yet acknowledged while the requester may send (RTS, SQD);
+  // none in any other state, where nothing will be acknowledged any more.
+  std::uint32_t unacked_psns() const;
+  // Tells the device's InflightBudget what this QP holds now (after any input or output).
+  void sync_inflight_budget();
+  std::uint32_t budget_held_psns = 0;  // what the budget was last told
 };
 
 }  // namespace xroce::transport

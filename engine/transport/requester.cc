@@ -74,6 +74,7 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
       static_cast<std::uint32_t>(ctx_.req_psn.distance_from(ctx_.comp_psn)) >=
           ctx_.config.max_unacked_psns)
     return RequesterState::kWaitWindow;
+  if (!budget_allows()) return RequesterState::kWaitBudget;
   if (ctx_.cc != nullptr) {
     const std::uint64_t earliest_ns = ctx_.cc->earliest_send_ns(now_ns);
     if (earliest_ns > now_ns) {
@@ -82,6 +83,30 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
     }
   }
   return RequesterState::kSend;
+}
+
+// Only new PSNs count against the device's budget: a retransmission resends PSNs it holds.
+bool Requester::budget_allows() {
+  force_ackreq_ = false;
+  const InflightBudget* budget = ctx_.config.inflight_budget.get();
+  if (budget == nullptr || !ctx_.reliable() || ctx_.req_psn.before(ctx_.psn_high)) return true;
+  if (budget->may_take(ctx_.unacked_psns())) return true;
+  // Over its share (which shrinks as other QPs start sending) while nothing it sent asked for
+  // an ACK: one more packet, asking for one, so that an ACK frees the budget rather than the
+  // local ACK timeout.
+  if (last_sent_ackreq_) return false;
+  force_ackreq_ = true;
+  return true;
+}
+
+// Whether the device's budget will stop this QP once the packet being built left, the newest
+// PSN it holds (a new one, or the last of a go-back-N resend): that packet then asks for the ACK
+// that lets the QP go on.
+bool Requester::budget_full_after_this() const {
+  const InflightBudget* budget = ctx_.config.inflight_budget.get();
+  const wire::Psn next = ctx_.req_psn + 1;
+  if (budget == nullptr || next.before(ctx_.psn_high)) return false;
+  return !budget->may_take(static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)));
 }
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
@@ -113,6 +138,7 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
+  last_sent_ackreq_ = t.hdr.bth.ack_req;
   if (ctx_.reliable())
     ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);
@@ -180,10 +206,12 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   const bool completes_recv = h.info().operation == wire::Operation::kSend || h.info().with_imm;
   h.bth.solicited = last && completes_recv && (w.wr.send_flags & send_flags::kSolicited);
   // AckReq on every message end, and periodically inside long messages (rxe_req.c
-  // init_req_packet; docs/protocol.md §3.3); never on UC, which nothing acknowledges (rxe:
-  // ack_req stays 0 for UC and UD).
+  // init_req_packet; docs/protocol.md §3.3), and where the device's InflightBudget stops the QP
+  // (the BTH's AckReq may be set on any request packet, IBA 9.2); never on UC, which nothing
+  // acknowledges (rxe: ack_req stays 0 for UC and UD).
   h.bth.ack_req =
-      ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq);
+      ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq ||
+                          force_ackreq_ || budget_full_after_this());
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
   t.payload_len = chunk;

@@ -20,6 +20,7 @@ enum class RequesterState : std::uint8_t {
   kWaitFence,     // IBV_SEND_FENCE: prior READ/ATOMIC still outstanding
   kWaitRdAtomic,  // max_rd_atomic READ/ATOMIC already outstanding
   kWaitWindow,    // max_unacked_psns in flight
+  kWaitBudget,    // the QP's share of the device's InflightBudget in flight
   kWaitRnrTimer,  // an RNR NAK's timer is running
   kWaitPacer,     // congestion control holds the next packet
   kDrained,       // SQD: no new WQE may start
@@ -40,11 +41,14 @@ class Requester {
   void reset() {
     packets_since_ackreq_ = 0;
     halted_ = false;
+    last_sent_ackreq_ = true;
   }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
 
  private:
   RequesterState next_state(std::uint64_t now_ns);
+  bool budget_allows();
+  bool budget_full_after_this() const;
   RequesterState start_wqe(SendWqe& w);
   WcStatus local_check(const SendWqe& w) const;
   void execute_local(SendWqe& w);
@@ -61,6 +65,9 @@ class Requester {
   std::uint32_t packets_since_ackreq_ = 0;
   WcStatus pending_local_error_ = WcStatus::kSuccess;
   bool halted_ = false;
+  // Whether the newest packet sent asked for an acknowledgement, and whether the next one must.
+  bool last_sent_ackreq_ = true;
+  bool force_ackreq_ = false;
 };
 
 }  // namespace xroce::transport

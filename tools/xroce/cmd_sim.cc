@@ -64,6 +64,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"timeouts", s.timeouts},
           {"frames_sent", s.frames_sent},
           {"frames_dropped_bad", s.frames_dropped_bad},
+          {"queue_drops", s.queue_drops},
           {"sim_time_us", s.sim_time_us},
           {"ack_timeout_exp", s.timeout_exp},
           {"posted_by_kind", by_kind},
@@ -358,6 +359,12 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--nodes", c.nodes, "Hosts on the simulated switch (2..250)");
   cmd->add_option("--qps", c.qps, "RC QP pairs between every two nodes");
   cmd->add_option("--uc-qps", c.uc_qps, "UC QP pairs between every two nodes (UC kinds)");
+  cmd->add_option("--bottleneck-gbps", c.bottleneck_gbps,
+                  "Rate of the switch's port toward each host (0 = the link rate)");
+  cmd->add_option("--queue-bytes", c.queue_bytes,
+                  "Drop-tail queue of the switch's port toward each host (0 = unbounded)");
+  cmd->add_option("--inflight-budget", c.inflight_budget_psns,
+                  "Each node's bound on unacknowledged request PSNs over its QPs (0 = none)");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
                   "read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, "

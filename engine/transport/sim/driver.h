@@ -116,6 +116,7 @@ struct Node {
   LocalMemory mem;
   MemoryRegionTable mrs{mem};
   ns::NodeId host = 0;
+  std::shared_ptr<InflightBudget> inflight_budget;  // ScenarioConfig::inflight_budget_psns
   std::vector<std::unique_ptr<Endpoint>> eps;
   std::unordered_map<std::uint32_t, Endpoint*> by_qpn;
 };
@@ -178,6 +179,7 @@ class Driver {
   ns::Rng rng_;
   ns::Network net_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<ns::PortId> switch_ports_;  // the switch's port toward each host
   std::uint32_t slot_bytes_ = 0;
   std::uint32_t recv_slots_ = 0;
   std::uint8_t timeout_exp_ = 0;

@@ -59,6 +59,9 @@ void Driver::build_network() {
   ns::PortConfig switch_egress;
   switch_egress.link.rate_bps = host_egress.link.rate_bps;
   switch_egress.link.propagation_ns = 0;
+  if (cfg_.bottleneck_gbps > 0)
+    switch_egress.link.rate_bps = static_cast<std::uint64_t>(cfg_.bottleneck_gbps * 1e9);
+  switch_egress.queue.capacity_bytes = cfg_.queue_bytes;
 
   const ns::NodeId sw = net_.add_switch("sw");
   for (std::uint32_t i = 0; i < cfg_.nodes; ++i) {
@@ -68,7 +71,10 @@ void Driver::build_network() {
     h.ips = {wire::IpAddr::v4(0xC6120001 + i)};  // 198.18.0.(i + 1)
     nodes_.push_back(std::make_unique<Node>());
     nodes_.back()->host = net_.add_host(h);
-    net_.connect(nodes_.back()->host, sw, host_egress, switch_egress);
+    if (cfg_.inflight_budget_psns > 0)
+      nodes_.back()->inflight_budget = std::make_shared<InflightBudget>(cfg_.inflight_budget_psns);
+    const ns::Link link = net_.connect(nodes_.back()->host, sw, host_egress, switch_egress);
+    switch_ports_.push_back(link.b_to_a);
   }
 }
 
@@ -86,6 +92,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.max_send_wr = 2 * cfg_.max_outstanding;
   qc.max_recv_wr = recv_slots_;
   qc.max_inline_data = kMaxInlineBytes;
+  qc.inflight_budget = node.inflight_budget;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);
@@ -244,7 +251,8 @@ std::string Driver::describe_outstanding() const {
 }
 
 bool Driver::faulty() const {
-  return cfg_.loss > 0 || cfg_.reorder > 0 || cfg_.dup > 0 || cfg_.corrupt > 0;
+  return cfg_.loss > 0 || cfg_.reorder > 0 || cfg_.dup > 0 || cfg_.corrupt > 0 ||
+         cfg_.queue_bytes > 0;
 }
 
 // Every operation completed and every RC message arrived. UC receptions are not waited for:
@@ -265,6 +273,8 @@ void Driver::fail(const std::string& why) {
 }
 
 void Driver::finish() {
+  for (const ns::PortId port : switch_ports_)
+    summary_.queue_drops += net_.stats(port).dropped_overflow;
   for (const auto& np : nodes_) {
     for (const auto& e : np->eps) {
       if (e->type == QpType::kUc) {

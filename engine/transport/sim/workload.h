@@ -66,6 +66,13 @@ struct ScenarioConfig {
   double loss = 0, reorder = 0, dup = 0, corrupt = 0;  // per frame, on each host's egress
   std::uint64_t delay_us = 1;                          // one-way propagation
   double rate_gbps = 100;                              // link rate; 0 = infinite
+  // The switch's port toward each host: a slower rate and a drop-tail queue of queue_bytes
+  // model a receiver that takes frames slower than they come, with a bounded receive ring
+  // (0 = the link rate, an unbounded queue).
+  double bottleneck_gbps = 0;
+  std::uint64_t queue_bytes = 0;
+  // Each node's InflightBudget over its RC QPs, in PSNs (0 = none).
+  std::uint32_t inflight_budget_psns = 0;
   std::uint32_t max_msg_bytes = 16384;
   std::uint32_t max_outstanding = 8;              // per QP and direction
   std::uint64_t time_limit_ns = 600'000'000'000;  // virtual time before declaring a stall
@@ -89,6 +96,7 @@ struct Summary {
   std::uint64_t timeouts = 0;
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_dropped_bad = 0;  // failed decode or ICRC at the receiving node
+  std::uint64_t queue_drops = 0;         // frames the switch's queues dropped (queue_bytes)
   std::uint64_t sim_time_us = 0;
   std::uint8_t timeout_exp = 0;  // the local ACK timeout the QPs used
   std::array<std::uint64_t, kOpKinds> posted_by_kind{};

@@ -42,7 +42,8 @@ struct QpOptions {
   std::uint32_t sq_psn = kSqPsn;
   std::uint32_t rq_psn = kRqPsn;
   PathMtu path_mtu = PathMtu::k256;
-  PathMtu port_mtu = PathMtu::k4096;  // the port's active MTU (QpConfig::port_mtu)
+  PathMtu port_mtu = PathMtu::k4096;                // the port's active MTU (QpConfig::port_mtu)
+  std::shared_ptr<InflightBudget> inflight_budget;  // QpConfig::inflight_budget
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -71,6 +72,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.qpn = kLocalQpn;
     cfg.xrc = o.xrc;
     cfg.port_mtu = o.port_mtu;
+    cfg.inflight_budget = o.inflight_budget;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
   }
