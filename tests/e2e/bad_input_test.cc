@@ -7,9 +7,12 @@
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "pair.h"
@@ -159,6 +162,120 @@ TEST_P(BadInput, XrcSendToAForeignDomainIsAnInvalidRequest) {
   EXPECT_EQ(server_wcs.count(1500), 0u) << "the foreign domain's SRQ took a SEND: " << s;
   EXPECT_TRUE(counter_reaches(1, "req_remote_invalid_request", 1));
 }
+
+// FLUSH needs a peer that can send one: rdma-core 44 has no FLUSH verb (ibv_wr_flush came in
+// v45), so the peer is the attack probe forging it from the QP's peer address (namespace b, a
+// plain host here so its capture sees the answer before any XDP program could take it).
+class ForgedFlush : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (network namespaces, XDP)";
+    static int subnet = 200 + static_cast<int>(getpid() % 40);
+    pair_ =
+        std::make_unique<Pair>("xrflush", subnet++ % 250 + 1,
+                               PairOptions{.port = GetParam(), .device_on_b = false, .device = ""});
+    ASSERT_TRUE(pair_->ready()) << pair_->why_not();
+    pcap_ = "/tmp/xroce-rxe16-flush-" + std::to_string(getpid()) + ".pcap";
+  }
+  void TearDown() override { std::remove(pcap_.c_str()); }
+
+  std::unique_ptr<Pair> pair_;
+  std::string pcap_;
+};
+
+// Lines of `child` until one starts with `prefix` (returned), or "" at the deadline.
+std::string read_until(Child& child, const std::string& prefix, std::string& seen) {
+  for (std::string line = child.read_line(seconds(20)); !line.empty();
+       line = child.read_line(seconds(20))) {
+    seen += line + "\n";
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return {};
+}
+
+// What a forged FLUSH brought about at the target.
+struct FlushOutcome {
+  std::string event;   // the target's async event line
+  std::string state;   // its QP's state in `xroce qp show`
+  int nak_syndrome;    // AETH syndrome of the answer on the wire (ICRC ok), or -1
+  std::string detail;  // what the test saw, for failure messages
+};
+
+// A FLUSH (placement global, 64 bytes of the target's region) forged from the QP's peer with
+// its expected PSN; the target's QP allows FLUSH_GLOBAL or not, its region never does.
+FlushOutcome forged_flush(const Pair& pair, const std::string& pcap, bool qp_allows_flush) {
+  FlushOutcome out{"", "", -1, ""};
+  std::vector<std::string> argv = {XROCE_ATTACK_PROBE, "target", pair.dev(0), pair.ip(1), "1"};
+  if (qp_allows_flush) argv.push_back("flush");
+  Child target(pair.app(0, argv), Child::Input::kPipe);
+  if (read_until(target, "ready", out.detail).empty()) return out;
+  std::smatch mr, qp;
+  if (!std::regex_search(out.detail, mr, std::regex("mr (\\d+) (0x[0-9a-f]+) \\d+")) ||
+      !std::regex_search(out.detail, qp, std::regex("qp (\\d+) (\\d+)")))
+    return out;
+  const std::string qpn = qp[1];
+  Child capture(
+      pair.in(1, {"tcpdump", "-i", pair.netdev(1), "-U", "-n", "-w", pcap, "udp", "port", "4791"}));
+  bool listening = false;
+  for (int i = 0; i < 5 && !listening; ++i)
+    listening = capture.read_line(seconds(10)).find("listening on") != std::string::npos;
+  if (!listening) {
+    out.detail += "tcpdump did not start\n";
+    return out;
+  }
+  const auto forged = pair.exec(1, {XROCE_ATTACK_PROBE, "forge", pair.ip(1), pair.ip(0), "50000",
+                                    qpn, qp[2], mr[2], mr[1], "64", "0", "flush"});
+  out.detail += forged.output;
+  out.event = read_until(target, "event", out.detail);
+  const auto qps = nlohmann::json::parse(
+      pair.exec(0, {xroce_bin(), "qp", "show", pair.dev(0), "--json"}).output, nullptr, false);
+  if (qps.is_array()) {
+    for (const auto& q : qps)
+      if (std::to_string(q.value("qpn", 0u)) == qpn) out.state = q.value("state", "");
+  }
+  eventually(
+      [&] {
+        const auto frames = nlohmann::json::parse(
+            run({xroce_bin(), "wire", "decode", "--json", pcap}).output, nullptr, false);
+        if (!frames.is_array()) return false;
+        for (const auto& f : frames) {
+          if (f.contains("aeth") && f.value("icrc", "") == "ok")
+            out.nak_syndrome = f["aeth"].value("syndrome", -1);
+        }
+        return out.nak_syndrome >= 0;
+      },
+      seconds(10));
+  capture.wait(milliseconds(0));
+  return out;
+}
+
+// The QP allows FLUSH_GLOBAL, the region does not: the placement type asks for an access the
+// region does not grant (oA19-*; rxe_resp.c check_rkey looks the key up with
+// IB_ACCESS_FLUSH_GLOBAL added: RESPST_ERR_RKEY_VIOLATION). A remote access error NAK (AETH
+// syndrome 0x62), the QP in ERR with IBV_EVENT_QP_ACCESS_ERR ("local access violation work
+// queue error"), resp_remote_access_errors.
+TEST_P(ForgedFlush, FlushWithoutFlushAccessOnTheRegionIsARemoteAccessError) {
+  const FlushOutcome out = forged_flush(*pair_, pcap_, true);
+  EXPECT_NE(out.event.find("local access violation"), std::string::npos) << out.detail;
+  EXPECT_EQ(out.nak_syndrome, 0x62) << out.detail;
+  EXPECT_EQ(out.state, "ERR") << out.detail;
+  EXPECT_TRUE(eventually([&] { return pair_->hw_counter(0, "resp_remote_access_errors") >= 1; },
+                         seconds(10)));
+}
+
+// Neither the QP nor the region allows FLUSH: the QP's own access flags refuse the operation
+// first (rxe_resp.c check_qp_attr_access: RESPST_ERR_UNSUPPORTED_OPCODE), an invalid request
+// NAK (0x61), the QP in ERR with IBV_EVENT_QP_REQ_ERR; no remote access error is counted.
+TEST_P(ForgedFlush, FlushToAQpWithoutFlushAccessIsAnInvalidRequest) {
+  const FlushOutcome out = forged_flush(*pair_, pcap_, false);
+  EXPECT_NE(out.event.find("invalid request"), std::string::npos) << out.detail;
+  EXPECT_EQ(out.nak_syndrome, 0x61) << out.detail;
+  EXPECT_EQ(out.state, "ERR") << out.detail;
+  EXPECT_LE(pair_->hw_counter(0, "resp_remote_access_errors"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ports, ForgedFlush, ::testing::Values("afxdp", "udp"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(Ports, BadInput, ::testing::Values("afxdp", "udp"),
                          [](const auto& info) { return info.param; });
