@@ -21,12 +21,8 @@
 // tree `xroce env`/`exec` point at); anything else goes to libc unchanged, and so does every
 // other fd: the cost for them is one atomic load per write() and close().
 //
-// The same open() also serves files under /sys/class/infiniband (and infiniband_verbs) from
-// $SYSFS_PATH when the tree there has them: libibverbs honours SYSFS_PATH, but programs that
-// read sysfs themselves do not (UCX reads ports/N/gid_attrs/ndevs/I to find a GID's netdev and
-// its subnet; pyverbs' rdmacm tests read the device's netdev). A file the tree lacks is opened
-// where the program asked, so a host's real RDMA devices stay visible.
-#include <dlfcn.h>
+// The same open() also serves files under /sys/class/infiniband from the daemon's tree (see
+// preload_sysfs.cc, which does the same for stat, opendir and readlink).
 #include <fcntl.h>
 #include <poll.h>
 #include <rdma/rdma_user_cm.h>
@@ -47,10 +43,14 @@
 #include <string_view>
 #include <vector>
 
+#include "preload_libc.h"
 #include "xroce/control.h"
 #include "xroce/control_client.h"
 
 namespace {
+
+using xroce::preload::libc;
+using xroce::preload::sysfs_tree_path;
 
 constexpr const char* kRdmaCmPath = "/dev/infiniband/rdma_cm";
 constexpr int kMaxChannels = 256;
@@ -74,18 +74,6 @@ Channel g_channels[kMaxChannels];
 std::atomic<int> g_open_channels{0};
 std::mutex g_table_lock;  // taking and releasing slots
 
-// libc's definition of an interposed function, looked up once per slot (dlsym costs
-// microseconds; this runs on every write() and close() of the process). Two threads racing on
-// the first call both find the same function.
-template <typename Fn>
-Fn next(std::atomic<void*>& slot, const char* name) {
-  void* fn = slot.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = dlsym(RTLD_NEXT, name);
-    slot.store(fn, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(fn);
-}
 std::atomic<void*> g_libc_open{nullptr}, g_libc_open64{nullptr}, g_libc_close{nullptr},
     g_libc_write{nullptr}, g_libc_fstat{nullptr}, g_libc_fstat64{nullptr};
 
@@ -130,7 +118,7 @@ int open_channel(int flags) {
   if (int err = control->call(xroce::control::Op::cm_open, nullptr, 0, &reply, sizeof reply,
                               std::span(&efd, 1))) {
     delete control;
-    next<CloseFn>(g_libc_close, "close")(efd);
+    libc<CloseFn>(g_libc_close, "close")(efd);
     errno = err == EIO ? ENODEV : err;
     return -1;
   }
@@ -145,7 +133,7 @@ int open_channel(int flags) {
     return efd;
   }
   delete control;
-  next<CloseFn>(g_libc_close, "close")(efd);
+  libc<CloseFn>(g_libc_close, "close")(efd);
   errno = EMFILE;
   return -1;
 }
@@ -254,21 +242,11 @@ ssize_t serve_write(int fd, Channel& c, const void* buf, size_t count) {
   return static_cast<ssize_t>(count);
 }
 
-// $SYSFS_PATH + the part of `path` after "/sys", for a path under /sys/class/infiniband while
-// SYSFS_PATH names another tree; "" otherwise.
-std::string sysfs_tree_path(const char* path) {
-  constexpr std::string_view kClass = "/sys/class/infiniband";
-  if (path == nullptr || std::strncmp(path, kClass.data(), kClass.size()) != 0) return {};
-  const char* sysfs = std::getenv("SYSFS_PATH");
-  if (sysfs == nullptr || sysfs[0] != '/' || std::strcmp(sysfs, "/sys") == 0) return {};
-  return std::string(sysfs) + (path + 4);
-}
-
 int open_common(const char* path, int flags, mode_t mode, std::atomic<void*>& slot,
                 const char* real) {
   if (path != nullptr && std::strcmp(path, kRdmaCmPath) == 0 && !control_socket_path().empty())
     return open_channel(flags);
-  const auto open_fn = next<OpenFn>(slot, real);
+  const auto open_fn = libc<OpenFn>(slot, real);
   // Reading only: the tree is the daemon's record of its devices, not the program's to change.
   const bool reading = (flags & O_ACCMODE) == O_RDONLY && (flags & O_CREAT) == 0;
   if (const std::string tree = reading ? sysfs_tree_path(path) : std::string(); !tree.empty()) {
@@ -307,26 +285,26 @@ __attribute__((visibility("default"))) int open64(const char* path, int flags, .
 }
 
 __attribute__((visibility("default"))) int fstat(int fd, struct stat* st) {
-  const int r = next<FstatFn>(g_libc_fstat, "fstat")(fd, st);
+  const int r = libc<FstatFn>(g_libc_fstat, "fstat")(fd, st);
   if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
   return r;
 }
 
 __attribute__((visibility("default"))) int fstat64(int fd, struct stat64* st) {
   using Fstat64Fn = int (*)(int, struct stat64*);
-  const int r = next<Fstat64Fn>(g_libc_fstat64, "fstat64")(fd, st);
+  const int r = libc<Fstat64Fn>(g_libc_fstat64, "fstat64")(fd, st);
   if (r == 0 && channel_of(fd) != nullptr) st->st_mode = S_IFCHR | 0666;
   return r;
 }
 
 __attribute__((visibility("default"))) ssize_t write(int fd, const void* buf, size_t count) {
   if (Channel* c = channel_of(fd)) return serve_write(fd, *c, buf, count);
-  return next<WriteFn>(g_libc_write, "write")(fd, buf, count);
+  return libc<WriteFn>(g_libc_write, "write")(fd, buf, count);
 }
 
 __attribute__((visibility("default"))) int close(int fd) {
   if (Channel* c = channel_of(fd)) release_channel(*c);
-  return next<CloseFn>(g_libc_close, "close")(fd);
+  return libc<CloseFn>(g_libc_close, "close")(fd);
 }
 
 }  // extern "C"

@@ -182,6 +182,117 @@ TEST_P(RdmacmTest, KilledProcessDisconnectsItsPeer) {
       [&] { return cm_show(pair, 0).value("ids", nlohmann::json::array()).empty(); }, seconds(10)));
 }
 
+// rsockets (librdmacm's sockets over RDMA: rdma_cm ids, RDMA WRITE WITH IMM into credits the
+// peer advertises, completion channels polled like sockets) in its three modes. rstream's two
+// sides must run the same test, so both get the same options; -T v checks every byte.
+TEST_P(RdmacmTest, RsocketsStreamBlockingNonblockingAndVerified) {
+  if (!have("rstream") || !have("riostream")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-rs", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  const std::vector<std::vector<std::string>> runs = {
+      {"rstream", "-T", "b", "-S", "16384", "-C", "100"},
+      {"rstream", "-T", "n", "-S", "1024", "-C", "1000"},
+      {"rstream", "-T", "v", "-S", "100000", "-C", "20"},
+      {"riostream", "-S", "100000", "-C", "10"},
+  };
+  for (const auto& argv : runs) {
+    SCOPED_TRACE(argv[0] + " " + argv[2]);
+    auto client_argv = argv;
+    client_argv.insert(client_argv.begin() + 1, {"-s", pair.ip(0)});
+    auto [server, client] = server_client(pair, argv, client_argv);
+    EXPECT_EQ(client.status, 0) << client.output;
+    EXPECT_EQ(server.status, 0) << server.output;
+    // One result row: name, bytes, xfers, iterations, total, time, Gb/sec, usec/xfer.
+    EXPECT_NE(client.output.find("custom"), std::string::npos) << client.output;
+  }
+}
+
+// rcopy sends a file over an rsocket; the copy must be the file, byte for byte.
+TEST_P(RdmacmTest, RcopyCopiesAFileExactly) {
+  if (!have("rcopy")) GTEST_SKIP() << "needs rdmacm-utils";
+  Pair pair("xrcm-rcopy", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  const std::string dir = "/tmp/xrcm-rcopy-" + std::to_string(getpid()) + "-" + port();
+  ASSERT_EQ(run({"mkdir", "-p", dir}).status, 0);
+  ASSERT_EQ(run({"sh", "-c", "head -c 3000017 /dev/urandom > " + dir + "/src"}).status, 0);
+  Child server(pair.app(0, {"rcopy"}));  // serves until killed
+  ASSERT_TRUE(eventually([&] { return listening(pair); }, seconds(20)));
+  auto client =
+      run(pair.app(1, {"rcopy", dir + "/src", pair.ip(0) + ":" + dir + "/copy"}), seconds(60));
+  kill(server.pid(), SIGTERM);
+  server.wait(seconds(10));
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_NE(client.output.find("3000017 bytes"), std::string::npos) << client.output;
+  EXPECT_EQ(run({"cmp", dir + "/src", dir + "/copy"}).status, 0);
+  run({"rm", "-rf", dir});
+}
+
+// perftest connects its QPs through rdma_cm with -R.
+TEST_P(RdmacmTest, PerftestOverRdmaCm) {
+  if (!have("ib_send_bw")) GTEST_SKIP() << "needs perftest";
+  Pair pair("xrcm-perf", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  for (const char* program : {"ib_send_bw", "ib_write_bw", "ib_read_lat"}) {
+    SCOPED_TRACE(program);
+    const std::vector<std::string> args = {program, "-R", "-n", "200", "-p", "18560"};
+    auto client_argv = args;
+    client_argv.push_back(pair.ip(0));
+    auto [server, client] = server_client(pair, args, client_argv);
+    EXPECT_EQ(client.status, 0) << client.output;
+    EXPECT_EQ(server.status, 0) << server.output;
+    EXPECT_NE(client.output.find("rdma_cm QPs\t : ON"), std::string::npos) << client.output;
+  }
+}
+
+// qperf -cm1 sets its RC connections up through rdma_cm. (qperf 0.4.11's UD tests ignore -cm1 and
+// build an address handle without a GRH, which a RoCE device refuses with EINVAL, as the
+// kernel's rdma_check_ah_attr does for rxe and ConnectX: they are not run here.)
+// qperf's server sends its rdma_cm port to the client before it calls rdma_listen
+// (cm_open_server), so a client quick enough gets a REJ for a service nobody listens on yet, with
+// the kernel's CM as with ours: each test gets three tries, and only that REJ is forgiven.
+TEST_P(RdmacmTest, QperfOverRdmaCm) {
+  if (!have("qperf")) GTEST_SKIP() << "needs qperf";
+  Pair pair("xrcm-qperf", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  Child server(pair.app(0, {"qperf", "-lp", "19766"}));  // serves until killed
+  ASSERT_TRUE(eventually([&] { return pair.listening(0, 19766); }, seconds(20)));
+  for (const char* test : {"rc_bw", "rc_lat", "rc_rdma_write_bw", "rc_rdma_read_lat"}) {
+    RunResult client;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      client = run(pair.app(1, {"qperf", "-lp", "19766", "-cm1", "-t", "1", pair.ip(0), test}),
+                   seconds(60));
+      if (client.output.find("unexpected event from RDMA CM: Event rejected") == std::string::npos)
+        break;
+    }
+    EXPECT_EQ(client.status, 0) << test << ": " << client.output;
+    EXPECT_NE(client.output.find(std::string(test) + ":"), std::string::npos) << client.output;
+    EXPECT_EQ(client.output.find("failed"), std::string::npos) << client.output;
+  }
+  kill(server.pid(), SIGTERM);
+  server.wait(seconds(10));
+}
+
+// libfabric's verbs provider: RDM endpoints (ofi_rxm over verbs MSG endpoints, connected
+// through rdma_cm) and DGRAM endpoints (UD), each with fi_pingpong's data check. (MSG endpoints
+// directly: libfabric 1.17 binds fi_pingpong's passive endpoint to "localhost", which no RoCE
+// device's GID matches, so the kernel's rdma_bind_addr refuses it too.)
+TEST_P(RdmacmTest, LibfabricVerbsRdmAndDgram) {
+  if (!have("fi_pingpong")) GTEST_SKIP() << "needs libfabric-bin";
+  Pair pair("xrcm-ofi", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  for (const char* ep : {"rdm", "dgram"}) {
+    SCOPED_TRACE(ep);
+    const std::vector<std::string> args = {"fi_pingpong", "-p",  "verbs", "-e",   ep,   "-c",
+                                           "-I",          "100", "-S",    "1024", "-B", "47600"};
+    auto client_args = args;
+    client_args.insert(client_args.end(), {"-P", "47600"});
+    auto [server, client] = pair.server_client(args, client_args, "47600");
+    EXPECT_EQ(client.status, 0) << client.output << server.output;
+    EXPECT_EQ(server.status, 0) << server.output;
+    EXPECT_NE(client.output.find("=100"), std::string::npos) << client.output;  // #ack
+  }
+}
+
 // One namespace with both ends of a veth, a device on each: rping on one device (the MADs
 // and the data loop back inside the daemon) and between the two devices of one host.
 struct OneHost {

@@ -101,6 +101,20 @@ TEST_P(VerbsSemantics, SysClassInfinibandIsTheDevicesTreeForEveryProgram) {
   EXPECT_NE(r.output.find("xr0a RoCE_v2 0000:0000:0000:0000:0000:ffff:"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("absent"), std::string::npos) << r.output;
+
+  // Directories, links and metadata too: pyverbs lists device/net with `ls` (glibc's opendir),
+  // Python with os.listdir, and both test paths with stat.
+  const std::string dev = "/sys/class/infiniband/" + std::string(kDevice) + "/";
+  auto ls = host_->exec({xroce_bin(), "exec", "--", "ls", dev + "device/net/"});
+  EXPECT_EQ(ls.output, "xr0a\n");
+  auto py = host_->exec({xroce_bin(), "exec", "--", "/usr/bin/python3", "-c",
+                         "import os, sys\n"
+                         "d = sys.argv[1]\n"
+                         "print(os.path.isdir(d + 'device/net'), os.listdir(d + 'device/net'),"
+                         " os.readlink(d + 'device/net/xr0a'), os.access(d + 'ports', os.R_OK),"
+                         " os.path.exists(d + 'no_such_file'))\n",
+                         dev});
+  EXPECT_EQ(py.output, "True ['xr0a'] /sys/class/net/xr0a True False\n");
 }
 
 // Two QPs of one device connected to each other (the device reaches its own GID): every
