@@ -31,6 +31,7 @@ port needs it against rxe (README: differences, 2).
 import argparse
 import json
 import re
+import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -354,8 +355,14 @@ class Suite:
             self.atomic_write(server, client)
         cap.stop()
         summary = check_capture(xroce, cap.path, WINDOW_OPCODES)
+        # Each refused window WRITE was answered with a remote access error NAK, both ways.
+        naks = remote_access_naks(xroce, cap.path)
+        senders = {self.rxe.ip4, self.xr.ip4, self.rxe.ip6, self.xr.ip6}
+        if len(naks) < 4 or len(set(naks) & senders) < 2:
+            raise AssertionError(f"windows capture: remote access error NAKs (AETH 0x62) from "
+                                 f"{naks}; expected 2 from each side")
         log(f"windows capture {cap.path}: {summary['roce']} RoCEv2 frames, all decoded with "
-            f"ICRC ok; {summary['opcodes']}")
+            f"ICRC ok; {summary['opcodes']}; remote access error NAKs from {naks}")
 
     # --- go-back-N through xroce-switch ------------------------------------------------
 
@@ -452,6 +459,17 @@ class Suite:
                if re.search(r"BUG:|Oops|WARNING:|Call Trace|rxe|ib_uverbs", line)]
         if bad:
             raise AssertionError(f"the guest kernel complained after our CNPs: {bad}")
+
+
+REMOTE_ACCESS_NAK = 0x62  # AETH syndrome: NAK (0b11 << 5), code 2 (remote access error)
+
+
+def remote_access_naks(xroce: Path, pcap: Path) -> list:
+    """The IP source of every ACKNOWLEDGE whose AETH is a remote access error NAK."""
+    out = subprocess.run([str(xroce), "wire", "decode", "--json", str(pcap)], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return [f["ip"]["src"] for f in json.loads(out)
+            if f["status"] == "ok" and (f.get("aeth") or {}).get("syndrome") == REMOTE_ACCESS_NAK]
 
 
 def diff(before: dict, after: dict) -> dict:
