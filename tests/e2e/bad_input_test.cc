@@ -183,16 +183,6 @@ class ForgedFlush : public ::testing::TestWithParam<std::string> {
   std::string pcap_;
 };
 
-// Lines of `child` until one starts with `prefix` (returned), or "" at the deadline.
-std::string read_until(Child& child, const std::string& prefix, std::string& seen) {
-  for (std::string line = child.read_line(seconds(20)); !line.empty();
-       line = child.read_line(seconds(20))) {
-    seen += line + "\n";
-    if (line.rfind(prefix, 0) == 0) return line;
-  }
-  return {};
-}
-
 // What a forged FLUSH brought about at the target.
 struct FlushOutcome {
   std::string event;   // the target's async event line
