@@ -65,10 +65,14 @@ std::uint64_t QpCongestion::earliest_send_ns(std::uint64_t now_ns) {
   if (!active()) return now_ns;
   rp_.on_timer(now_ns);  // a rate increase that is due applies before the packet
   sync_pacer(now_ns);
-  // Without pace_unlimited, a QP at the line rate is left to the port; one held below it (by
-  // DCQCN, or by rpg_max_rate) is paced.
-  if (!device_->pace_unlimited && rp_.rate_mbps() >= device_->line_rate_mbps) return now_ns;
+  if (!paced()) return now_ns;
   return pacer_.next_send_ns();
+}
+
+// Without pace_unlimited, a QP at the line rate is left to the port; one held below it (by
+// DCQCN, or by rpg_max_rate) is paced.
+bool QpCongestion::paced() const {
+  return device_->pace_unlimited || rp_.rate_mbps() < device_->line_rate_mbps;
 }
 
 bool QpCongestion::on_transmit(std::uint64_t now_ns, std::uint32_t bytes) {
@@ -76,7 +80,10 @@ bool QpCongestion::on_transmit(std::uint64_t now_ns, std::uint32_t bytes) {
   const std::uint64_t wire_bytes = std::uint64_t{bytes} + overhead_bytes_;
   rp_.on_bytes_sent(wire_bytes, now_ns);
   sync_pacer(now_ns);
-  pacer_.on_sent(now_ns, static_cast<std::uint32_t>(wire_bytes), rp_.rate_mbps());
+  // A packet the pacer was not asked about (earliest_send_ns returned now) is not charged to
+  // it (Pacer::on_sent requires may_send): once the QP is cut below the line rate, its pacing
+  // starts from the cut, not behind a backlog of packets the port serialised.
+  if (paced()) pacer_.on_sent(now_ns, static_cast<std::uint32_t>(wire_bytes), rp_.rate_mbps());
   return true;
 }
 

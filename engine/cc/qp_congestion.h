@@ -99,6 +99,9 @@ class QpCongestion final : public transport::CongestionHooks {
 
  private:
   void sync_pacer(std::uint64_t now_ns);
+  // Whether the pacer spaces this QP's packets: always with pace_unlimited; without it only
+  // while the QP's rate is below the line rate (at the line rate the port serialises them).
+  bool paced() const;
 
   const CcDevice* device_;
   wire::Qpn peer_qpn_;

@@ -6,6 +6,14 @@
 namespace xroce::cm {
 namespace {
 
+// 127.0.0.0/8 or ::1.
+bool is_loopback(const wire::IpAddr& ip) {
+  if (ip.is_v4()) return (ip.v4_host_order() >> 24) == 127;
+  static constexpr std::array<std::uint8_t, 16> kV6Loopback{0, 0, 0, 0, 0, 0, 0, 0,
+                                                            0, 0, 0, 0, 0, 0, 0, 1};
+  return ip.bytes == kV6Loopback;
+}
+
 // ibv_qp_state and ibv_qp_attr_mask values (verbs.h), and ibv_access_flags.
 constexpr std::uint32_t kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3;
 constexpr std::uint32_t kMaskState = 1, kMaskAccess = 8, kMaskPkeyIndex = 16, kMaskPort = 32,
@@ -173,7 +181,11 @@ int RdmaCm::bind(std::uint64_t file, std::uint32_t handle, const SockAddr& addr)
   std::optional<std::uint32_t> device;
   if (!addr.any()) {
     device = device_of(addr.ip);
-    if (!device) return EADDRNOTAVAIL;
+    // The kernel (rdma_bind_addr_dst) finds the netdev of a local address, then fails with
+    // ENODEV when no RDMA port has its GID, as for the loopback addresses that libfabric binds
+    // ("localhost"); an address of no netdev is EADDRNOTAVAIL. Loopback addresses are always
+    // local: xroce never has their GIDs.
+    if (!device) return is_loopback(addr.ip) ? ENODEV : EADDRNOTAVAIL;
   }
   id->src = addr;
   if (const int err = bind_port(*id); err != 0) {
@@ -379,9 +391,7 @@ int RdmaCm::accept(std::uint64_t now_ns, std::uint64_t file, std::uint32_t handl
   if (param->private_data.size() > kRepPrivateBytes) return EINVAL;
   RepParams p;
   p.qpn = param->qp_num;
-  // Our send PSN is the REQ's: the kernel's rdma_init_qp_attr gives the active side an RQ PSN
-  // equal to the PSN it sent in its REQ, whatever our REP says.
-  p.starting_psn = id->seq_num;
+  p.starting_psn = id->seq_num;  // the PSN we receive from (see init_qp_attr)
   p.responder_resources = param->responder_resources;
   p.initiator_depth = param->initiator_depth;
   p.target_ack_delay = 15;
@@ -450,7 +460,11 @@ wire::Result<QpAttrs, int> RdmaCm::init_qp_attr(std::uint64_t file, std::uint32_
       a.flow_label = id->flow_label;
       a.path_mtu = id->path_mtu;
       a.dest_qp_num = id->remote_qpn;
-      a.rq_psn = id->remote_psn;
+      // The kernel's PSN rule (cm.c, cma.c): the Starting PSN a side puts in its REQ or REP is
+      // the PSN it will receive from (rdma_init_qp_attr sets rq_psn = id_priv->seq_num, which
+      // cma_connect_ib and cma_accept_ib sent), and the other side sends from it
+      // (cm_req_handler and cm_rep_handler take sq_psn from the message).
+      a.rq_psn = id->seq_num;
       a.max_dest_rd_atomic = id->responder_resources;
       a.min_rnr_timer = 0;
       return a;
@@ -458,7 +472,7 @@ wire::Result<QpAttrs, int> RdmaCm::init_qp_attr(std::uint64_t file, std::uint32_
       if (!id->comm_id) return wire::Err(EINVAL);
       a.mask = kMaskState | kMaskSqPsn | kMaskTimeout | kMaskRetryCnt | kMaskRnrRetry |
                kMaskMaxQpRdAtomic;
-      a.sq_psn = id->seq_num;
+      a.sq_psn = id->remote_psn;
       a.timeout = id->ack_timeout.value_or(endpoint_defaults_.packet_life_time + 1);
       a.retry_cnt = id->retry_count;
       a.rnr_retry = id->rnr_retry_count;
@@ -697,7 +711,7 @@ void RdmaCm::on_connect_request(std::uint64_t now_ns, std::uint32_t device, cons
   Id conn = make_passive_id(*listener, device, e.id, *header);
   conn.remote_qpn = req.local_qpn;
   conn.remote_psn = req.starting_psn;
-  conn.seq_num = req.starting_psn;
+  conn.seq_num = static_cast<std::uint32_t>(rng_()) & 0xffffff;
   // ib_cm reports a REQ's resources from the receiver's side: its initiator depth is our
   // responder resources.
   conn.responder_resources = req.initiator_depth;

@@ -260,10 +260,10 @@ class RdmaCm {
     std::uint8_t tos = 0;
     std::optional<std::uint8_t> ack_timeout;
     std::uint8_t hop_limit = 64;
-    std::uint32_t seq_num = 0;  // our starting PSN
+    std::uint32_t seq_num = 0;  // the Starting PSN of our REQ or REP: the PSN we receive from
     std::uint32_t qp_num = 0;
     std::uint32_t remote_qpn = 0;
-    std::uint32_t remote_psn = 0;
+    std::uint32_t remote_psn = 0;  // the Starting PSN of the peer's: the PSN we send from
     std::uint8_t responder_resources = 0;
     std::uint8_t initiator_depth = 0;
     std::uint8_t retry_count = 7;

@@ -3,9 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
+#include <cstring>
+
+#include "daemon/worker_uring.h"
 #include "net/afxdp_port.h"
+#include "net/neighbour.h"
 #include "net/udp_port.h"
 
 namespace xroce::daemon {
@@ -26,6 +31,18 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
   auto port = net::UdpPort::open(pc);
   if (!port) return wire::Err(port.error().message());
   return std::unique_ptr<net::Port>(std::move(*port));
+}
+
+// A worker's own route and neighbour resolver (its rtnetlink socket); null when it cannot be
+// opened (the worker then says so, and no destination resolves).
+std::unique_ptr<net::NeighbourResolver> open_resolver(std::uint32_t worker) {
+  int error = 0;
+  auto resolver = net::NeighbourResolver::open({}, error);
+  if (!resolver) {
+    std::fprintf(stderr, "xroce worker %u: no neighbour resolver (%s): frames cannot leave\n",
+                 worker, std::strerror(error));
+  }
+  return resolver;
 }
 
 }  // namespace
@@ -100,8 +117,10 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
     wc.index = static_cast<std::uint32_t>(i);
     wc.routes = &routes_;
     wc.port = std::move(ports[i]);
+    wc.sleeper = std::make_unique<UringSleeper>();
     wc.ifindex = ifindex;
     wc.resolve_macs = resolve_macs;
+    if (resolve_macs) wc.resolver = open_resolver(wc.index);
     workers_.push_back(std::make_unique<Worker>(std::move(wc)));
   }
   std::vector<Worker*> all;

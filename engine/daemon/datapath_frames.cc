@@ -43,9 +43,9 @@ QpRoutes::~QpRoutes() {
   munmap(table_, std::size_t{wire::Qpn::kMask} + 1);
 }
 
-Ingress classify(wire::Bytes frame, wire::DecodedFrame& out) {
-  if (wire::decode_frame_into(frame, out).has_value()) return Ingress::kMalformed;
-  return out.icrc_ok ? Ingress::kPacket : Ingress::kBadIcrc;
+FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out) {
+  if (wire::decode_frame_into(frame, out).has_value()) return FrameClass::kMalformed;
+  return out.icrc_ok ? FrameClass::kPacket : FrameClass::kBadIcrc;
 }
 
 transport::RxMeta rx_meta_of(wire::Bytes frame, const wire::DecodedFrame& decoded) {

@@ -1,14 +1,15 @@
 // The data path's frame steps, pure functions between the ports' bytes and the transport's
 // TransportHeaders + payload (docs/ARCHITECTURE.md decision 6: the worker does the I/O, these do
-// the translation). Ingress is the one door where packets are validated: a frame that passes
-// classify() is a well-formed RoCEv2 packet with a good ICRC, and everything after it may rely on
-// that.
+// the translation). classify() is the one door where packets are validated (worker_ingress.h):
+// a frame that passes it is a well-formed RoCEv2 packet with a good ICRC, and everything after
+// it may rely on that.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "transport/work.h"
 #include "wire/frame.h"
@@ -37,14 +38,20 @@ struct DatapathCounters {
   DatapathCounters& operator+=(const DatapathCounters& o);
 };
 
-enum class Ingress : std::uint8_t {
+enum class FrameClass : std::uint8_t {
   kPacket,     // well-formed, ICRC verified: route it
   kMalformed,  // decode_frame refused it
   kBadIcrc,    // decoded, but the ICRC does not verify
 };
 
 // Decodes a received frame into `out` and says what to do with it.
-Ingress classify(wire::Bytes frame, wire::DecodedFrame& out);
+FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out);
+
+// A frame copied out of a port's buffer, owned by whoever holds the pointer while it travels
+// between workers (a handover ring, a loopback inbox).
+struct FrameCopy {
+  std::vector<std::uint8_t> bytes;
+};
 
 // The per-packet facts the transport takes from below the BTH: ECN CE and, for UD receives,
 // the GRH area (the IPv6 header, or the IPv4 header in its last 20 bytes, as rxe fills it).

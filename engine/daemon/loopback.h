@@ -10,8 +10,8 @@
 // publishes an immutable LoopbackTable to every worker of every device; a worker looks each
 // frame's destination IP up in the table it holds (no lock, no shared write). The handover
 // itself goes through the receiving worker's loopback inbox, a bounded lock-free queue any
-// worker may push to (Worker::push_loopback); a full inbox drops the frame, as a full receive
-// ring would (RC retransmits it, UD loses it).
+// worker may push to (Worker::push_loopback, worker_ingress.h); a full inbox drops the frame, as a
+// full receive ring would (RC retransmits it, UD loses it).
 //
 // Lifetime: a table names workers and QP routes of live data paths only. A data path leaves
 // the registry (remove) before its workers stop, and remove() returns only once every other
@@ -19,6 +19,9 @@
 //
 // Threading: LoopbackRegistry is control-thread only. LoopbackTable is immutable once published
 // and read by workers.
+//
+// Files: loopback.cc holds the table (part of the worker loop, pure), loopback_registry.cc the
+// registry (it knows the daemon's data paths).
 #pragma once
 
 #include <array>
@@ -36,11 +39,6 @@ class Datapath;
 class QpRoutes;
 class Worker;
 
-// One frame handed from a worker to another through its loopback inbox.
-struct LoopbackFrame {
-  std::vector<std::uint8_t> bytes;
-};
-
 // Where frames for one served GID go.
 struct LoopbackTarget {
   const QpRoutes* routes = nullptr;  // the receiving device's QPN -> worker table
@@ -53,6 +51,10 @@ struct LoopbackTarget {
 
 class LoopbackTable {
  public:
+  // While the table is being built, before it is published: frames to `ips` go to `target`.
+  // An address already in the table keeps its first target (two devices may share an IPv6
+  // link-local address on two links).
+  void add(const std::vector<wire::IpAddr>& ips, LoopbackTarget target);
   // The device serving `ip`, or nullptr.
   const LoopbackTarget* find(const wire::IpAddr& ip) const {
     const auto it = by_ip_.find(ip.bytes);
@@ -61,7 +63,6 @@ class LoopbackTable {
   bool empty() const { return by_ip_.empty(); }
 
  private:
-  friend class LoopbackRegistry;
   struct IpHash {
     std::size_t operator()(const std::array<std::uint8_t, 16>& b) const;
   };

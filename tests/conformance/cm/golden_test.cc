@@ -258,5 +258,31 @@ TEST(CmGolden, TsharkDissectsEveryFieldWeSet) {
   EXPECT_EQ(num(rows[4].at("infiniband.cm.dreq.remotecommid")), 0x5e6f7081ull);
 }
 
+// The other direction: MADs the kernel's CM wrote (Linux 6.1 ib_cm/rdma_cm over rxe, against
+// xroce, captured by interop.cm_rxe: tests/data/captures/README.md). Every one, from either
+// side, is a GSI MAD our decoder takes, and the kernel side's messages are the ones its
+// programs make: REQ, REP, RTU, REJ, DREQ, DREP, SIDR REQ and SIDR REP.
+TEST(CmKernelCapture, EveryKernelMadDecodes) {
+  const auto bytes = read_file(XROCE_CM_KERNEL_CAPTURE);
+  auto file = wire::pcap::parse(bytes);
+  ASSERT_TRUE(file) << wire::pcap::to_string(file.error());
+  constexpr std::uint8_t kKernelHostByte = 10;  // the guest is 198.18.102.10, xroce .2
+  std::map<std::string, int> from_kernel, from_xroce;
+  for (const auto& record : file->records) {
+    auto frame = wire::decode_frame(record.data);
+    ASSERT_TRUE(frame) << "a frame of the capture does not decode";
+    ASSERT_TRUE(is_gsi_mad(*frame));
+    auto mad = decode_cm_mad(frame->payload);
+    ASSERT_TRUE(mad) << to_string(mad.error());
+    const MadPeer peer = peer_of(*frame);
+    const bool by_kernel = peer.remote_gid[15] == kKernelHostByte;
+    (by_kernel ? from_kernel : from_xroce)[message_name(mad->message)]++;
+  }
+  for (const char* name : {"REQ", "REP", "RTU", "REJ", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP"}) {
+    EXPECT_GT(from_kernel[name], 0) << name;
+    EXPECT_GT(from_xroce[name], 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace xroce::cm

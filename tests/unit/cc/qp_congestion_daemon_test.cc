@@ -30,6 +30,26 @@ TEST(QpCongestionDaemon, UnlimitedQpIsNotPacedButStillEct) {
   EXPECT_EQ(qp.target_rate_mbps(), 10'000);
 }
 
+// Back-to-back packets of an unpaced QP are the port's to serialise: they are not charged to
+// the pacer, so after a cut the QP is paced from the cut, not behind ~330 µs of them.
+TEST(QpCongestionDaemon, AnUnlimitedQpsBurstIsNotChargedToThePacer) {
+  const CcDevice d = daemon_like();
+  QpCongestion qp(d, wire::Qpn(0x42), kTc);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(qp.earliest_send_ns(0), 0u);
+    EXPECT_TRUE(qp.on_transmit(0, 4096));
+  }
+  qp.on_cnp(10 * kUs);
+  const double rate = 1000 * (1 - (1023.0 / 1024) / 2);
+  ASSERT_DOUBLE_EQ(qp.rate_mbps(), rate);
+  ASSERT_LE(qp.earliest_send_ns(20 * kUs), 20 * kUs);  // may send at once
+  EXPECT_TRUE(qp.on_transmit(20 * kUs, 1000));
+  const auto spacing_ns =
+      static_cast<std::uint64_t>((1000 + kRoceV4DataOverheadBytes) * 8e3 / rate);
+  EXPECT_NEAR(static_cast<double>(qp.earliest_send_ns(20 * kUs)),
+              static_cast<double>(20 * kUs + spacing_ns), 2.0);
+}
+
 TEST(QpCongestionDaemon, MaxRateBelowTheLineIsPacedBeforeAnyCnp) {
   CcDevice d = daemon_like();
   d.params.rpg_max_rate = 500;  // Mb/s

@@ -31,6 +31,8 @@ struct Hosts {
   RdmaCm b{route_b, EndpointConfig{0, 20, 3, 16, 24, 12}};
   std::uint64_t now = 0;
   bool link_up = true;
+  // The Starting PSN of the last REQ and REP that crossed the link.
+  std::uint32_t req_starting_psn = 0, rep_starting_psn = 0;
   Hosts() {
     a.add_device(0, CmDeviceInfo{0xa, {kIpA}, 3, 3, 16});
     b.add_device(0, CmDeviceInfo{0xb, {kIpB}, 3, 3, 16});
@@ -40,17 +42,27 @@ struct Hosts {
       progress = false;
       while (auto m = a.poll_transmit()) {
         progress = true;
+        note(m->second.mad);
         if (link_up)
           b.handle_mad(now, 0, MadPeer{m->second.to.local_gid, m->second.to.remote_gid},
                        m->second.mad);
       }
       while (auto m = b.poll_transmit()) {
         progress = true;
+        note(m->second.mad);
         if (link_up)
           a.handle_mad(now, 0, MadPeer{m->second.to.local_gid, m->second.to.remote_gid},
                        m->second.mad);
       }
     }
+  }
+  void note(std::span<const std::uint8_t> mad) {
+    auto decoded = decode_cm_mad(mad);
+    if (!decoded) return;
+    if (const auto* req = std::get_if<ReqMsg>(&decoded->message))
+      req_starting_psn = req->starting_psn;
+    if (const auto* rep = std::get_if<RepMsg>(&decoded->message))
+      rep_starting_psn = rep->starting_psn;
   }
   void advance(std::uint64_t ns) {
     const std::uint64_t end = now + ns;
@@ -152,6 +164,11 @@ TEST(RdmaCm, RpingHandshakeGivesMatchingQpAttributes) {
   EXPECT_EQ(b_rtr->dest_qp_num, 0x11u);
   EXPECT_EQ(a_rtr->rq_psn, b_rts->sq_psn);  // each expects what the other sends
   EXPECT_EQ(b_rtr->rq_psn, a_rts->sq_psn);
+  // As the kernel's CM: each side receives from the Starting PSN of its own message (the
+  // client's REQ, the server's REP) and sends from the other's; the two differ.
+  EXPECT_EQ(a_rtr->rq_psn, c.h.req_starting_psn);
+  EXPECT_EQ(b_rtr->rq_psn, c.h.rep_starting_psn);
+  EXPECT_NE(c.h.req_starting_psn, c.h.rep_starting_psn);
   EXPECT_EQ(a_rtr->dgid, kIpB.bytes);
   EXPECT_EQ(b_rtr->dgid, kIpA.bytes);
   EXPECT_EQ(a_rtr->hop_limit, 64);
@@ -262,6 +279,8 @@ TEST(RdmaCm, OneFileCannotNameAnothersIds) {
   EXPECT_EQ(h.a.init_qp_attr(kFileA + 1, id, 1).error(), EINVAL);
   EXPECT_FALSE(h.a.get_event(kFileA + 1));
   EXPECT_EQ(h.a.bind(kFileA, id, at(kIpB, 1)), EADDRNOTAVAIL);  // not our address
+  // A loopback address is local but no RoCE port's GID: ENODEV, as rdma_bind_addr_dst.
+  EXPECT_EQ(h.a.bind(kFileA, id, at(wire::IpAddr::v4(0x7f000001), 1)), ENODEV);
   const std::uint32_t second = *h.a.create_id(kFileA, 0xa1, PortSpace::kTcp);
   ASSERT_EQ(h.a.bind(kFileA, id, at(kIpA, 5000)), 0);
   EXPECT_EQ(h.a.bind(kFileA, second, at(kIpA, 5000)), EADDRINUSE);

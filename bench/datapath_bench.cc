@@ -1,0 +1,401 @@
+// The data path in one process, without the host's noise: two workers (the daemon's Worker and
+// its loop, engine/daemon/worker.h) joined by an in-memory port, one connected RC QP on each,
+// their memory reached through the daemon's real DMA paths (engine/device/dma.h): the shared
+// mapping of a memfd the "application" buffer was re-backed with (include/xroce/shared_mr.h), or
+// cross-memory attach into this process. One thread runs the two workers turn by turn, as the
+// simulator does, so a figure depends on the code, not on wakeups or the scheduler.
+//
+// Reports, per case (operation / message bytes / DMA path, MTU 4096, 32 messages in flight),
+// per data packet (WRITE: request packets; READ: response packets):
+//   cpu_ns_per_pkt   the benchmark thread's CPU time (the figure on a shared host)
+//   wall_ns_per_pkt  wall time (adds what other processes took from this thread)
+//   frames_per_pkt   frames through the port (ACKs and READ requests included)
+// Instructions per data packet come from callgrind, which counts them exactly on this host
+// (perf has no instruction counter in this VM): bench/bench-datapath.sh runs
+//   valgrind --tool=callgrind --collect-atstart=no bench_datapath --packets=N --case=NAME
+// where this program toggles collection around exactly N data packets after a warm-up.
+//
+// Run: <build>/bin/bench/bench_datapath [Google Benchmark flags]
+//      <build>/bin/bench/bench_datapath --list-cases
+//      bench/bench-datapath.sh [BUILD_DIR] [PACKETS]   (both figures for every case)
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_TOGGLE_COLLECT
+#define RUNNING_ON_VALGRIND 0
+#endif
+
+#include "daemon/worker.h"
+#include "device/dma.h"
+#include "transport/memory.h"
+#include "xroce/fd.h"
+#include "xroce/shared_mr.h"
+
+namespace {
+
+using namespace xroce;
+using daemon::Worker;
+
+constexpr std::size_t kBufferBytes = 1 << 22;  // each side's registered buffer
+constexpr std::uint32_t kInFlight = 32;        // messages posted and not yet completed
+constexpr std::uint64_t kLineRateMbps = 100'000;
+
+// A port whose transmit copies each frame into its peer's receive ring (one copy per frame,
+// as AF_XDP copy mode makes), with back-pressure when the ring is full. Single-threaded: the
+// benchmark runs both workers on its own thread.
+class MemoryPort final : public net::Port {
+ public:
+  static constexpr std::size_t kSlots = 1024;
+  static constexpr std::size_t kSlotBytes = 4096 + 256;
+
+  MemoryPort() : slots_(kSlots, std::vector<std::uint8_t>(kSlotBytes)), lengths_(kSlots) {}
+  MemoryPort* peer = nullptr;
+
+  net::Result<std::size_t, net::PortError> receive(std::span<net::RxFrame> frames) override {
+    std::size_t n = 0;
+    while (n < frames.size() && head_ + out_ < tail_) {
+      const std::size_t i = (head_ + out_) % kSlots;
+      frames[n++] = net::RxFrame{std::span(slots_[i].data(), lengths_[i]), head_ + out_};
+      ++out_;
+    }
+    return n;
+  }
+  // Frames come back in the order they were handed out (the worker releases a whole batch).
+  void release(std::span<const net::RxFrame> frames) override {
+    head_ += frames.size();
+    out_ -= frames.size();
+  }
+  net::Result<std::size_t, net::PortError> transmit(std::span<const net::TxFrame> frames) override {
+    std::size_t n = 0;
+    for (const net::TxFrame& f : frames) {
+      if (!peer->accept(f)) break;
+      ++stats_.tx_packets;
+      stats_.tx_bytes += f.size();
+      ++n;
+    }
+    return n;
+  }
+  net::Result<std::size_t, net::PortError> flush() override { return std::size_t{0}; }
+  int wait_fd() const override { return -1; }
+  net::PortStats stats() const override { return stats_; }
+  net::PortMode mode() const override { return net::PortMode::kUdpSocket; }
+  std::size_t max_frame_bytes() const override { return kSlotBytes; }
+
+ private:
+  bool accept(net::TxFrame f) {
+    if (tail_ - head_ == kSlots || f.size() > kSlotBytes) return false;
+    const std::size_t i = tail_ % kSlots;
+    std::memcpy(slots_[i].data(), f.data(), f.size());
+    lengths_[i] = f.size();
+    ++tail_;
+    return true;
+  }
+
+  std::vector<std::vector<std::uint8_t>> slots_;
+  std::vector<std::size_t> lengths_;
+  std::uint64_t head_ = 0, tail_ = 0, out_ = 0;
+  net::PortStats stats_;
+};
+
+// The benchmark's workers never sleep: every turn runs.
+class SpinningSleeper final : public daemon::Sleeper {
+ public:
+  void notify() override {}
+  bool spin_allowed(std::uint64_t) override { return true; }
+  void watch_doorbell(int) override {}
+  void unwatch_doorbell(int) override {}
+  std::optional<daemon::Wakeup> wait(const daemon::WaitSet&, std::uint64_t) override {
+    return daemon::Wakeup{};
+  }
+};
+
+// The application's side of one QP: keeps kInFlight copies of one work request posted.
+class RepeatBinding final : public daemon::QpBinding {
+ public:
+  RepeatBinding(transport::WorkRequest wr, wire::FrameAddress av) : wr_(std::move(wr)), av_(av) {}
+  bool pull_work_on_worker(transport::Qp& qp) override {
+    if (!posting) return false;
+    bool any = false;
+    while (posted - completed < kInFlight) {
+      wr_.wr_id = posted++;
+      if (qp.post_send(wr_) != 0) std::abort();
+      any = true;
+    }
+    return any;
+  }
+  bool work_pending_on_worker() const override { return false; }
+  void complete_on_worker(const transport::Completion& c) override {
+    if (c.status != transport::WcStatus::kSuccess) std::abort();  // a benchmark of failures is none
+    ++completed;
+  }
+  void event_on_worker(const transport::AsyncEvent&) override {}
+  const wire::FrameAddress* address_on_worker(std::uint32_t) override { return &av_; }
+
+  bool posting = true;  // false: the receiving side, which posts nothing
+  std::uint64_t posted = 0;
+  std::uint64_t completed = 0;
+
+ private:
+  transport::WorkRequest wr_;
+  wire::FrameAddress av_;
+};
+
+enum class Op { kWrite, kRead };
+enum class Dma { kShared, kCma };
+
+struct Case {
+  Op op;
+  std::uint32_t bytes;
+  Dma dma;
+  std::string name() const {
+    return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
+           (dma == Dma::kShared ? "shared" : "cma");
+  }
+};
+
+const std::vector<Case> kCases = {
+    {Op::kWrite, 64, Dma::kShared},    {Op::kWrite, 64, Dma::kCma},
+    {Op::kWrite, 4096, Dma::kShared},  {Op::kWrite, 4096, Dma::kCma},
+    {Op::kWrite, 65536, Dma::kShared}, {Op::kWrite, 65536, Dma::kCma},
+    {Op::kRead, 4096, Dma::kShared},   {Op::kRead, 65536, Dma::kShared},
+    {Op::kRead, 65536, Dma::kCma},
+};
+
+// The pidfd the DMA layer polls to learn that the client process exited. valgrind 3.19
+// (Debian 12) does not know pidfd_open (Linux 5.3) and fails it with ENOSYS; under it the
+// bench passes an eventfd nobody writes instead (never readable: "the process has not
+// exited"), so the DMA paths run unchanged under callgrind.
+Fd own_pidfd() {
+  const long fd = syscall(SYS_pidfd_open, getpid(), 0);
+  if (fd >= 0) return Fd(static_cast<int>(fd));
+  return Fd(eventfd(0, EFD_CLOEXEC));
+}
+
+// One side: a device with one worker and a QP whose memory is this process's, through `dma`.
+struct Side {
+  daemon::QpRoutes routes;
+  MemoryPort* port = nullptr;
+  std::unique_ptr<Worker> worker;
+  std::shared_ptr<device::ProcessMemory> memory;
+  std::unique_ptr<transport::MemoryRegionTable> mrs;
+  std::uint8_t* buffer = nullptr;
+  transport::MemoryRegion mr;
+  RepeatBinding* binding = nullptr;
+
+  Side(Dma dma, std::unique_ptr<MemoryPort> p) {
+    port = p.get();
+    daemon::WorkerConfig wc;
+    wc.routes = &routes;
+    wc.port = std::move(p);
+    wc.sleeper = std::make_unique<SpinningSleeper>();
+    wc.spin_ns = UINT64_MAX;
+    wc.cc.line_rate_mbps = kLineRateMbps;
+    worker = std::make_unique<Worker>(std::move(wc));
+    worker->attach_to_this_thread();
+    void* b =
+        mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED) std::abort();
+    buffer = static_cast<std::uint8_t*>(b);
+    std::memset(buffer, 0x5A, kBufferBytes);
+    memory = std::make_shared<device::ProcessMemory>(
+        getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
+        Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
+    if (dma == Dma::kShared) {
+      const int memfd = control::share_region(buffer, kBufferBytes);
+      if (memfd < 0 ||
+          memory->add_shared(memfd, reinterpret_cast<std::uint64_t>(buffer), kBufferBytes) != 0) {
+        std::fprintf(stderr, "bench_datapath: the shared mapping could not be set up\n");
+        std::exit(1);
+      }
+    }
+    mrs = std::make_unique<transport::MemoryRegionTable>(*memory);
+    mr = mrs->register_region(reinterpret_cast<std::uint64_t>(buffer), kBufferBytes,
+                              transport::access::kLocalWrite | transport::access::kRemoteWrite |
+                                  transport::access::kRemoteRead);
+  }
+  ~Side() {
+    worker.reset();  // its QP uses the memory below
+    mrs.reset();
+    memory.reset();
+    munmap(buffer, kBufferBytes);
+  }
+  std::uint64_t addr() const { return reinterpret_cast<std::uint64_t>(buffer); }
+};
+
+wire::FrameAddress address(std::uint8_t src, std::uint8_t dst) {
+  wire::FrameAddress a;
+  a.src_mac = {0x02, 0, 0, 0, 0, src};
+  a.dst_mac = {0x02, 0, 0, 0, 0, dst};
+  a.src_ip = wire::IpAddr::v4(0xC6120000u | src);  // 198.18.0.x
+  a.dst_ip = wire::IpAddr::v4(0xC6120000u | dst);
+  return a;
+}
+
+void connect(transport::Qp& qp, wire::Qpn peer) {
+  namespace m = transport::qp_attr;
+  transport::QpAttr at;
+  at.qp_access_flags = transport::access::kRemoteWrite | transport::access::kRemoteRead;
+  at.path_mtu = transport::PathMtu::k4096;
+  at.dest_qp_num = peer;
+  at.max_rd_atomic = at.max_dest_rd_atomic = 16;
+  at.timeout = 14;
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  at.qp_state = transport::QpState::kInit;
+  qp.modify(at, m::kState | m::kPkeyIndex | m::kPort | m::kAccessFlags);
+  at.qp_state = transport::QpState::kRtr;
+  qp.modify(at, m::kState | m::kAv | m::kPathMtu | m::kDestQpn | m::kRqPsn | m::kMaxDestRdAtomic |
+                    m::kMinRnrTimer);
+  at.qp_state = transport::QpState::kRts;
+  qp.modify(at,
+            m::kState | m::kTimeout | m::kRetryCnt | m::kRnrRetry | m::kSqPsn | m::kMaxQpRdAtomic);
+}
+
+// The requester (side a) WRITEs to or READs from the responder (side b), over two workers.
+struct Bench {
+  std::unique_ptr<Side> a, b;
+
+  explicit Bench(const Case& c) {
+    auto pa = std::make_unique<MemoryPort>();
+    auto pb = std::make_unique<MemoryPort>();
+    pa->peer = pb.get();
+    pb->peer = pa.get();
+    a = std::make_unique<Side>(c.dma, std::move(pa));
+    b = std::make_unique<Side>(c.dma, std::move(pb));
+    const wire::Qpn qa(0x11), qb(0x22);
+    transport::WorkRequest wr;
+    wr.opcode =
+        c.op == Op::kWrite ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kRdmaRead;
+    wr.send_flags = transport::send_flags::kSignaled;
+    wr.sg_list = {transport::Sge{a->addr(), c.bytes, a->mr.lkey}};
+    wr.remote_addr = b->addr();
+    wr.rkey = b->mr.rkey;
+    place(*a, qa, qb, address(1, 2), wr, true);
+    place(*b, qb, qa, address(2, 1), wr, false);
+  }
+
+  static void place(Side& s, wire::Qpn qpn, wire::Qpn peer, const wire::FrameAddress& av,
+                    const transport::WorkRequest& wr, bool posting) {
+    transport::QpConfig cfg;
+    cfg.qpn = qpn;
+    cfg.max_send_wr = kInFlight;
+    auto qp = std::make_unique<transport::Qp>(cfg, *s.mrs);
+    connect(*qp, peer);
+    auto binding = std::make_unique<RepeatBinding>(wr, av);
+    binding->posting = posting;
+    s.binding = binding.get();
+    s.routes.set(qpn, 0);
+    s.worker->add_qp_on_worker(daemon::HostedQp{std::move(qp), std::move(binding)});
+  }
+
+  void turn() {
+    a->worker->run_once_on_worker();
+    b->worker->run_once_on_worker();
+  }
+  // Data packets so far: WRITE requests (a's frames) or READ responses (b's frames).
+  std::uint64_t data_packets(Op op) const {
+    return (op == Op::kWrite ? a : b)->port->stats().tx_packets;
+  }
+  std::uint64_t frames() const { return a->port->stats().tx_packets + b->port->stats().tx_packets; }
+};
+
+std::uint64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void BM_Datapath(benchmark::State& state, Case c) {
+  Bench bench(c);
+  for (int i = 0; i < 1000; ++i)  // warm-up: buffers faulted in, the window open
+    bench.turn();
+  const std::uint64_t packets0 = bench.data_packets(c.op), frames0 = bench.frames();
+  const std::uint64_t done0 = bench.a->binding->completed;
+  const std::uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = clock_ns(CLOCK_MONOTONIC);
+  for (auto _ : state)
+    bench.turn();
+  const double cpu_ns = static_cast<double>(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
+  const double wall_ns = static_cast<double>(clock_ns(CLOCK_MONOTONIC) - wall0);
+  const double packets = static_cast<double>(bench.data_packets(c.op) - packets0);
+  const double frames = static_cast<double>(bench.frames() - frames0);
+  if (packets == 0) {
+    state.SkipWithError("no packet moved");
+    return;
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(bench.a->binding->completed - done0) * c.bytes);
+  // CPU time is the figure on a shared host; wall time adds what other processes took.
+  state.counters["cpu_ns_per_pkt"] = cpu_ns / packets;
+  state.counters["wall_ns_per_pkt"] = wall_ns / packets;
+  state.counters["frames_per_pkt"] = frames / packets;
+}
+
+// --packets=N --case=NAME: exactly N data packets of one case with callgrind collecting (and
+// nothing else), after a warm-up; prints what ran.
+int run_counted(std::string_view name, std::uint64_t packets) {
+  for (const Case& c : kCases) {
+    if (c.name() != name) continue;
+    Bench bench(c);
+    for (int i = 0; i < 1000; ++i)
+      bench.turn();
+    const std::uint64_t start = bench.data_packets(c.op), frames0 = bench.frames();
+    std::uint64_t turns = 0;
+    CALLGRIND_TOGGLE_COLLECT;
+    while (bench.data_packets(c.op) - start < packets) {
+      bench.turn();
+      ++turns;
+    }
+    CALLGRIND_TOGGLE_COLLECT;
+    std::printf("case %s data_packets %llu frames %llu turns %llu\n", c.name().c_str(),
+                static_cast<unsigned long long>(bench.data_packets(c.op) - start),
+                static_cast<unsigned long long>(bench.frames() - frames0),
+                static_cast<unsigned long long>(turns));
+    return 0;
+  }
+  std::fprintf(stderr, "bench_datapath: no case %.*s; cases:", static_cast<int>(name.size()),
+               name.data());
+  for (const Case& c : kCases)
+    std::fprintf(stderr, " %s", c.name().c_str());
+  std::fprintf(stderr, "\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string_view counted_case;
+  std::uint64_t counted_packets = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--list-cases") {
+      for (const Case& c : kCases)
+        std::printf("%s\n", c.name().c_str());
+      return 0;
+    }
+    if (arg.starts_with("--packets=")) counted_packets = std::strtoull(argv[i] + 10, nullptr, 10);
+    if (arg.starts_with("--case=")) counted_case = arg.substr(7);
+  }
+  if (counted_packets > 0) return run_counted(counted_case, counted_packets);
+  for (const Case& c : kCases)
+    benchmark::RegisterBenchmark(("BM_Datapath/" + c.name()).c_str(), BM_Datapath, c);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

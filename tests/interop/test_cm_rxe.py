@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""interop: xroce's connection manager against the Linux kernel's (ib_cm, rdma_cm) over rxe.
+
+One VM boots with rxe0 and the kernel's rdma_cm (rdma_ucm loaded, /dev/infiniband/rdma_cm);
+an xroce device (AF_XDP port) runs in a host namespace on the VM's bridge. Unmodified
+rdmacm-utils and perftest on both sides, each side once server and once client:
+
+  rping -V (data checked), ucmatose (4 connections), udaddy (UD: SIDR REQ/REP),
+  ib_send_bw -R (perftest connecting through rdma_cm);
+  a connect to a port nobody listens on: the listener's CM answers REJ (invalid service ID)
+  and the client sees REJECTED;
+  a client killed mid-run: its CM sends DREQ, and the server sees DISCONNECTED.
+
+The bridge is captured throughout: every RoCEv2 frame must decode with `xroce wire decode`
+with its ICRC ok, and the CM MADs (QP1, tshark's decoder) must include REQ, REP, RTU, REJ,
+DREQ, DREP, SIDR REQ and SIDR REP sent by each side.
+
+Usage: test_cm_rxe.py XROCE [--port afxdp|udp]
+"""
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from check_capture import check_capture
+from peers import RxeGuest, XroceHost
+from vm import Lab, log, main_wrapper
+
+FIRST_PORT = 7300
+# CM attribute IDs (IBA 16.7.2 table 204 / 16.7.5 for SIDR), as tshark's infiniband dissector
+# prints them.
+CM_MADS = {0x0010: "REQ", 0x0012: "REJ", 0x0013: "REP", 0x0014: "RTU", 0x0015: "DREQ",
+           0x0016: "DREP", 0x0017: "SIDR_REQ", 0x0018: "SIDR_REP"}
+# What each side must have sent once the phases ran (REJ only by the listener's side; SIDR REP
+# only by the UD server's side, which both sides were).
+NEEDED_FROM_EACH = {"REQ", "REP", "RTU", "REJ", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP"}
+
+
+class CmSuite:
+    def __init__(self, rxe: RxeGuest, xr: XroceHost):
+        self.rxe = rxe
+        self.xr = xr
+        self.port = FIRST_PORT
+        self.directions = [(rxe, xr), (xr, rxe)]  # (server, client)
+
+    def next_port(self) -> int:
+        self.port += 1
+        return self.port
+
+    def wait_cm_listener(self, server, port: int, timeout_s: float = 30) -> None:
+        """Until the server's rdma_cm id listens on `port` (not a TCP port: asked of the CM)."""
+        if server is self.xr:
+            deadline = time.monotonic() + timeout_s
+            while not re.search(rf"listener\b.*:{port}\b",
+                                self.xr.xroce_cli("cm", "show", self.xr.device).stdout):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{server.name}: no rdma_cm listener on port {port}")
+                time.sleep(0.02)  # polling a condition with a deadline
+        else:
+            self.rxe.vm.wait_in_guest(f"rdma resource show cm_id | grep -q 'state LISTEN.*:{port} '"
+                                      f" || rdma resource show cm_id | grep -q 'src-port {port} '",
+                                      timeout_s, f"an rdma_cm listener on port {port}")
+
+    def pair(self, server, client, server_cmd: str, client_cmd: str, port: int,
+             timeout_s: float = 120):
+        srv = server.start_command(server_cmd)
+        try:
+            self.wait_cm_listener(server, port)
+        except AssertionError:
+            srv.kill() if hasattr(srv, "kill") else None
+            raise
+        cli = client.run(client_cmd, timeout_s)
+        s = srv.wait(timeout_s)
+        for side, peer, r in (("server", server, s), ("client", client, cli)):
+            if not r.ok:
+                raise AssertionError(f"{side} on {peer.name} exited {r.rc} (`{server_cmd}` / "
+                                     f"`{client_cmd}`):\n{r.output}")
+        return s.output, cli.output
+
+    def rping(self, server, client) -> None:
+        port = self.next_port()
+        _, out = self.pair(server, client, f"rping -s -V -C 50 -a {server.ip4} -p {port}",
+                           f"rping -c -V -v -C 50 -a {server.ip4} -p {port}", port)
+        if "rdma-ping-49: " not in out:
+            raise AssertionError(f"rping: the 50th ping did not come back:\n{out}")
+        log(f"rping -V -C 50: server {server.name}, client {client.name}: ok")
+
+    def ucmatose(self, server, client) -> None:
+        port = self.next_port()
+        _, out = self.pair(server, client, f"ucmatose -p {port} -c 4 -C 10",
+                           f"ucmatose -s {server.ip4} -p {port} -c 4 -C 10", port)
+        if "test complete" not in out:
+            raise AssertionError(f"ucmatose: no 'test complete':\n{out}")
+        log(f"ucmatose -c 4 -C 10: server {server.name}, client {client.name}: ok")
+
+    def udaddy(self, server, client) -> None:
+        port = 7174  # udaddy's own; its -p names a port space
+        _, out = self.pair(server, client, "udaddy -c 2 -C 10",
+                           f"udaddy -s {server.ip4} -c 2 -C 10", port)
+        if "test complete" not in out:
+            raise AssertionError(f"udaddy: no 'test complete':\n{out}")
+        log(f"udaddy -c 2 -C 10: server {server.name}, client {client.name}: ok")
+
+    def send_bw(self, server, client) -> None:
+        port = self.next_port()
+        flags = f"-R -n 50 -s 65536 -p {port}"
+        _, out = self.pair(server, client, f"ib_send_bw -d {server.device} {flags}",
+                           f"ib_send_bw -d {client.device} {flags} {server.ip4}", port)
+        if not re.search(r"^\s*65536\s+50\s+[\d.]+\s+[\d.]+", out, re.MULTILINE):
+            raise AssertionError(f"ib_send_bw -R: no result line:\n{out}")
+        log(f"ib_send_bw -R: server {server.name}, client {client.name}: ok")
+
+    def reject(self, server, client) -> None:
+        """A connect to a port nobody listens on: REJ from the server's CM, REJECTED seen."""
+        port = self.next_port()
+        r = client.run(f"rping -c -C 1 -a {server.ip4} -p {port}", 60)
+        if r.ok or "REJECTED" not in r.output:
+            raise AssertionError(f"connect to an unused port from {client.name}: rc {r.rc}, "
+                                 f"expected REJECTED:\n{r.output}")
+        log(f"connect to an unused port of {server.name}: REJECTED as expected")
+
+    def killed_client(self, server, client) -> None:
+        """The client dies with its connection up: its CM sends DREQ, the server disconnects."""
+        port = self.next_port()
+        srv = server.start_command(f"rping -s -v -C 0 -a {server.ip4} -p {port}")
+        self.wait_cm_listener(server, port)
+        if client is self.xr:
+            cli = client.start_command(f"rping -c -C 0 -a {server.ip4} -p {port}")
+            self.wait_established_xroce()
+            cli.kill()
+        else:
+            client.vm.check(f"rping -c -C 0 -a {server.ip4} -p {port} >/dev/null 2>&1 & "
+                            f"echo $! > /tmp/rping.pid")
+            self.wait_established_xroce()
+            client.vm.check("kill -9 $(cat /tmp/rping.pid)")
+        s = srv.wait(60)  # rping's server returns after the disconnect
+        if "DISCONNECT" not in s.output and "cq completion failed" not in s.output:
+            raise AssertionError(f"server {server.name} did not see the client go:\n{s.output}")
+        log(f"client {client.name} killed: server {server.name} saw it go")
+
+    def wait_established_xroce(self, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while "established" not in self.xr.xroce_cli("cm", "show", self.xr.device).stdout:
+            if time.monotonic() > deadline:
+                raise AssertionError("no established connection on the xroce side")
+            time.sleep(0.02)  # polling a condition with a deadline
+
+
+def cm_mads_by_sender(pcap: Path) -> dict:
+    """{sender IPv4: {MAD name}} of the QP1 MADs in the capture, decoded by tshark."""
+    out = subprocess.run(["tshark", "-r", str(pcap), "-d", "udp.port==4791,infiniband",
+                          "-Y", "infiniband.bth.destqp == 1", "-T", "fields", "-e", "ip.src",
+                          "-e", "infiniband.mad.attributeid"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         check=True).stdout
+    seen = {}
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 2 and parts[1]:
+            name = CM_MADS.get(int(parts[1], 16), parts[1])
+            seen.setdefault(parts[0], set()).add(name)
+    return seen
+
+
+def test(xroce: Path, port_kind: str) -> None:
+    if not xroce.is_file():
+        raise AssertionError(f"{xroce} does not exist: build xroce")
+    started = time.monotonic()
+    with Lab("xc", mtu=1500) as lab, ExitStack() as devices:
+        vm = lab.add_vm("a")
+        hp = lab.add_host_port("x")
+        lab.boot_all()
+        vm.add_rxe()
+        vm.check("test -c /dev/infiniband/rdma_cm")  # the kernel's rdma_cm is there
+        rxe = RxeGuest(vm)
+        xr = devices.enter_context(
+            XroceHost(xroce, hp.ns, hp.ifname, hp.ip4, "xrc0", port_kind, hp.ip6))
+        suite = CmSuite(rxe, xr)
+        cap = lab.capture(vm.tap, "cm")
+        try:
+            for server, client in suite.directions:
+                suite.rping(server, client)
+                suite.ucmatose(server, client)
+                suite.udaddy(server, client)
+                suite.send_bw(server, client)
+                suite.reject(server, client)
+                suite.killed_client(server, client)
+        except Exception:
+            log(f"xroce cm counters: {xr.xroce_cli('stat', xr.device).stdout}")
+            raise
+        log(f"tcpdump: {' / '.join(cap.stop().splitlines()[-3:])}")
+        summary = check_capture(xroce, cap.path, {0x64: "UD_SEND_ONLY"})
+        log(f"capture: {summary['roce']} RoCEv2 frames, all decoded with ICRC ok; "
+            f"{summary['opcodes']}")
+        mads = cm_mads_by_sender(cap.path)
+        log(f"CM MADs by sender: { {k: sorted(v) for k, v in mads.items()} }")
+        for peer in (rxe, xr):
+            missing = NEEDED_FROM_EACH - mads.get(peer.ip4, set())
+            if missing:
+                raise AssertionError(f"{peer.name} sent no {sorted(missing)} in the capture")
+        vm.check("ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE")
+        dmesg = vm.check("dmesg")
+        bad = [line for line in dmesg.splitlines() if re.search(r"BUG:|Oops|WARNING:", line)]
+        if bad:
+            raise AssertionError(f"the guest kernel complained: {bad}")
+    log(f"cm-rxe test took {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("xroce", type=Path)
+    parser.add_argument("--port", default="afxdp", choices=("afxdp", "udp"))
+    args = parser.parse_args()
+    sys.exit(main_wrapper(lambda: test(args.xroce, args.port)))
