@@ -67,6 +67,14 @@ enum class Counter : std::uint8_t {
   // RC recovers them by retransmission; UC and UD lose the message, as they do on a real link.
   // Sampled from the port at most once a millisecond of the worker's loop.
   kRxPortDrops,
+  // Error completions, under ConnectX's hw_counters names: requester (send queue) and responder
+  // (receive queue) completions with an error status other than IBV_WC_WR_FLUSH_ERR (a local
+  // bind error, a NAK that ended the WQE, retries exceeded); and of those, the requester's that
+  // a remote access error NAK or an invalid request NAK ended.
+  kReqCqeError,
+  kRespCqeError,
+  kReqRemoteAccessErrors,
+  kReqRemoteInvalidRequest,
   kCount
 };
 
@@ -109,6 +117,10 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "resp_remote_access_errors",
     "rx_peer_mismatch",
     "rx_port_drops",
+    "req_cqe_error",
+    "resp_cqe_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -48,9 +48,12 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   reported = now;
 }
 
-void feed_completion(CounterBlock& block, const transport::Completion& completion) {
-  using transport::WcOpcode;
+namespace {
+
+// The error counters of one completion that is neither a success nor a flush.
+void feed_error_completion(CounterBlock& block, const transport::Completion& completion) {
   using transport::WcStatus;
+  block.add(completion.is_recv() ? Counter::kRespCqeError : Counter::kReqCqeError);
   switch (completion.status) {
     case WcStatus::kRetryExcErr:
       block.add(Counter::kRetryExceededErr);
@@ -58,10 +61,26 @@ void feed_completion(CounterBlock& block, const transport::Completion& completio
     case WcStatus::kRnrRetryExcErr:
       block.add(Counter::kRetryRnrExceededErr);
       return;
-    case WcStatus::kSuccess:
-      break;
+    case WcStatus::kRemAccessErr:
+      if (!completion.is_recv()) block.add(Counter::kReqRemoteAccessErrors);
+      return;
+    case WcStatus::kRemInvReqErr:
+      if (!completion.is_recv()) block.add(Counter::kReqRemoteInvalidRequest);
+      return;
     default:
       return;
+  }
+}
+
+}  // namespace
+
+void feed_completion(CounterBlock& block, const transport::Completion& completion) {
+  using transport::WcOpcode;
+  using transport::WcStatus;
+  if (completion.status == WcStatus::kWrFlushErr) return;
+  if (completion.status != WcStatus::kSuccess) {
+    feed_error_completion(block, completion);
+    return;
   }
   if (completion.is_recv()) {
     block.add(Counter::kRdmaRecvs);

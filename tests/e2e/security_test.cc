@@ -56,17 +56,6 @@ std::vector<std::string> as_root(const Host& host, const std::vector<std::string
   return host.in_netns(concat({xroce_bin(), "exec", "--"}, argv));
 }
 
-// Lines until one starts with `prefix` (returned), or "" at the deadline; all kept in `seen`.
-std::string read_until(Child& child, const std::string& prefix, std::string& seen,
-                       milliseconds deadline = seconds(20)) {
-  for (std::string line = child.read_line(deadline); !line.empty();
-       line = child.read_line(deadline)) {
-    seen += line + "\n";
-    if (line.rfind(prefix, 0) == 0) return line;
-  }
-  return {};
-}
-
 // Lines until every prefix has started one (true), or false at the deadline; all kept in `seen`.
 bool read_until_all(Child& child, std::vector<std::string> prefixes, std::string& seen,
                     milliseconds deadline = seconds(20)) {

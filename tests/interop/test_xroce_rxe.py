@@ -16,6 +16,11 @@ bridge. Phases, each with both sides once as server and once as client unless sa
            retransmission.
   cnp      through xroce-switch marking rxe's ECT(0) WRITEs CE: no CNP from xroce by default;
            with np_enable=1 CNPs go to rxe, which ignores them (transfer completes, rxe works).
+  windows  ibv_uc_pingpong -c (one packet and multi-packet messages); xri_verbs through a type 2
+           memory window the server binds (WRITE + READ back), through one it invalidated and
+           one it never bound (IBV_WC_REM_ACCESS_ERR, both QPs in ERR), a bind beyond its
+           region (IBV_WC_MW_BIND_ERR, local); ATOMIC WRITE where both sides' devices offer it
+           (the guest's kernel 6.1 rxe does not: logged and skipped); captured, ICRC ok.
 
 Usage: test_xroce_rxe.py XROCE XRI_VERBS XROCE_SWITCH [--only PHASE ...] [--port afxdp|udp]
                          [--ipv6]
@@ -26,6 +31,7 @@ port needs it against rxe (README: differences, 2).
 import argparse
 import json
 import re
+import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -53,6 +59,17 @@ OTHER_PINGPONG = [("ibv_ud_pingpong", 1024, 50, ""), ("ibv_srq_pingpong", 4096, 
 PERFTEST = [("ib_write_bw", 65536, 100, ""), ("ib_read_bw", 65536, 50, ""),
             ("ib_send_bw", 65536, 50, ""), ("ib_atomic_bw", 8, 100, "-A FETCH_AND_ADD"),
             ("ib_atomic_bw", 8, 100, "-A CMP_AND_SWAP"), ("ib_send_lat", 64, 100, "")]
+# ibv_uc_pingpong -c at path MTU 1024: (message size, iterations); 4 KiB messages take 4 packets.
+UC_PINGPONG = [(1024, 20), (4096, 20)]
+QPS_RTS, QPS_ERR = 3, 6  # enum ibv_qp_state
+# What the windows phase must show on the wire: UC SENDs of one packet and of several; RC WRITE
+# and READ through a window (2 KiB: xri_verbs --size 4096 gives the window half the region),
+# WRITEs refused with a NAK (an ACKNOWLEDGE), and xroce's ATOMIC WRITE.
+UC_OPCODES = {0x20: "UC_SEND_FIRST", 0x21: "UC_SEND_MIDDLE", 0x22: "UC_SEND_LAST",
+              0x24: "UC_SEND_ONLY"}
+WINDOW_XRI_SIZE = "--size 4096"
+WINDOW_OPCODES = {0x06: "RDMA_WRITE_FIRST", 0x08: "RDMA_WRITE_LAST", 0x0A: "RDMA_WRITE_ONLY",
+                  0x0C: "RDMA_READ_REQUEST", 0x11: "ACKNOWLEDGE", 0x1D: "ATOMIC_WRITE"}
 NEEDED_OPCODES = {
     0x00: "SEND_FIRST", 0x01: "SEND_MIDDLE", 0x02: "SEND_LAST", 0x04: "SEND_ONLY",
     0x06: "RDMA_WRITE_FIRST", 0x07: "RDMA_WRITE_MIDDLE", 0x08: "RDMA_WRITE_LAST",
@@ -247,6 +264,106 @@ class Suite:
             f"{summary['opcodes']}")
 
 
+    # --- UC, memory windows, ATOMIC WRITE -------------------------------------------------
+
+    def window_write(self, server, client) -> None:
+        """The server binds a type 2 window over half its region; the client WRITEs through it
+        and READs back: the window holds what was written."""
+        s, c = self.xri_pair(server, client, f"--test mw {WINDOW_XRI_SIZE}",
+                             f"--test mw {WINDOW_XRI_SIZE}")
+        wcs = self.completions(c, "client")
+        sums = (re.search(r"^client_sum (\w+)", c, re.M), re.search(r"^server_sum (\w+)", s, re.M))
+        if wcs != {1: "success", 2: "success"} or "read_back equal" not in c:
+            raise AssertionError(f"window WRITE, requester {client.name}: completions {wcs}\n"
+                                 f"client:\n{c}\nserver:\n{s}")
+        if not all(sums) or sums[0].group(1) != sums[1].group(1):
+            raise AssertionError(f"window WRITE: {server.name}'s window differs from what "
+                                 f"{client.name} wrote\nclient:\n{c}\nserver:\n{s}")
+        binds = self.completions(s, "server")
+        log(f"window bound by {server.name} ({binds.get(1)}), written and read by {client.name}: "
+            f"data equal")
+
+    def window_refused(self, server, client, test: str) -> None:
+        """A WRITE through an invalidated or never bound window: a remote access error NAK,
+        both QPs in ERR (rxe_resp.c check_rkey / rxe_lookup_mw; C10-72, o10-37.2.26)."""
+        before = server.counters()
+        s, c = self.xri_pair(server, client, f"--test {test} {WINDOW_XRI_SIZE}",
+                             f"--test {test} {WINDOW_XRI_SIZE}")
+        wcs = self.completions(c, "client")
+        expected = {1: "remote access error", 2: "Work Request Flushed Error"}
+        states = {side: re.search(rf"^qp_state {side} (\d+)", out, re.M)
+                  for side, out in (("client", c), ("server", s))}
+        got_states = {k: int(m.group(1)) if m else None for k, m in states.items()}
+        if wcs != expected or got_states != {"client": QPS_ERR, "server": QPS_ERR}:
+            raise AssertionError(f"{test}, requester {client.name}: completions {wcs} (expected "
+                                 f"{expected}), QP states {got_states}\nclient:\n{c}\n"
+                                 f"server:\n{s}")
+        log(f"{test}: requester {client.name} {wcs}; both QPs in ERR; responder {server.name} "
+            f"counters {diff(before, server.counters())}")
+
+    def bind_beyond(self, server, client) -> None:
+        """A bind reaching past its region fails locally (C10-75; rxe_mw.c rxe_check_bind_mw):
+        IBV_WC_MW_BIND_ERR, the requester in ERR, the peer untouched."""
+        s, c = self.xri_pair(server, client, f"--test bind_beyond {WINDOW_XRI_SIZE}",
+                             f"--test bind_beyond {WINDOW_XRI_SIZE}")
+        wcs = self.completions(c, "client")
+        expected = {1: "memory management operation error", 2: "Work Request Flushed Error"}
+        peer_state = re.search(r"^qp_state server (\d+)", s, re.M)
+        if wcs != expected or not peer_state or int(peer_state.group(1)) != QPS_RTS:
+            raise AssertionError(f"bind beyond, {client.name}: completions {wcs} (expected "
+                                 f"{expected})\nclient:\n{c}\nserver:\n{s}")
+        log(f"bind beyond the region on {client.name}: {wcs}; {server.name}'s QP still RTS")
+
+    def atomic_write(self, server, client) -> None:
+        """ATOMIC WRITE where both devices offer it (IB_UVERBS_DEVICE_ATOMIC_WRITE). Where only
+        the requester does, it sends one anyway: a responder without the opcode must not
+        complete it (rxe before Linux 6.2 drops it unanswered: README, differences)."""
+        s, c = self.xri_pair(server, client, f"--test atomic_write {WINDOW_XRI_SIZE}",
+                             f"--test atomic_write {WINDOW_XRI_SIZE}")
+        caps = {peer.name: re.search(r"^caps atomic_write (\d)", out, re.M)
+                for peer, out in ((server, s), (client, c))}
+        offered = {name: bool(m and m.group(1) == "1") for name, m in caps.items()}
+        wcs = self.completions(c, "client")
+        if not offered[client.name]:
+            log(f"ATOMIC WRITE {client.name} -> {server.name}: not sent, offered {offered}")
+            return
+        if not offered[server.name]:
+            if wcs.get(1) in (None, "success"):
+                raise AssertionError(f"ATOMIC WRITE to {server.name}, which lacks it: {wcs}\n{c}")
+            log(f"ATOMIC WRITE {client.name} -> {server.name} (offered {offered}): {wcs}")
+            return
+        if wcs != {1: "success", 2: "success"} or "read_back equal" not in c:
+            raise AssertionError(f"ATOMIC WRITE {client.name} -> {server.name}: {wcs}\n{c}\n{s}")
+        log(f"ATOMIC WRITE {client.name} -> {server.name}: read back equal")
+
+    def windows(self, xroce: Path) -> None:
+        cap = self.lab.capture(self.lab.vms[0].tap, "windows-uc")
+        for server, client in self.directions:
+            for size, iters in UC_PINGPONG:
+                self.pingpong(server, client, "ibv_uc_pingpong", size, iters, "-m 1024")
+        cap.stop()
+        summary = check_capture(xroce, cap.path, UC_OPCODES)
+        log(f"UC capture: {summary['roce']} RoCEv2 frames, all decoded with ICRC ok; "
+            f"{summary['opcodes']}")
+        # A capture small enough to keep (tests/data/captures/rxe_xroce_windows.pcap).
+        cap = self.lab.capture(self.lab.vms[0].tap, "windows-mw")
+        for server, client in self.directions:
+            self.window_write(server, client)
+            self.window_refused(server, client, "mw_invalidated")
+            self.window_refused(server, client, "mw_unbound")
+            self.bind_beyond(server, client)
+            self.atomic_write(server, client)
+        cap.stop()
+        summary = check_capture(xroce, cap.path, WINDOW_OPCODES)
+        # Each refused window WRITE was answered with a remote access error NAK, both ways.
+        naks = remote_access_naks(xroce, cap.path)
+        senders = {self.rxe.ip4, self.xr.ip4, self.rxe.ip6, self.xr.ip6}
+        if len(naks) < 4 or len(set(naks) & senders) < 2:
+            raise AssertionError(f"windows capture: remote access error NAKs (AETH 0x62) from "
+                                 f"{naks}; expected 2 from each side")
+        log(f"windows capture {cap.path}: {summary['roce']} RoCEv2 frames, all decoded with "
+            f"ICRC ok; {summary['opcodes']}; remote access error NAKs from {naks}")
+
     # --- go-back-N through xroce-switch ------------------------------------------------
 
     def go_back_n(self, sw, xr2) -> None:
@@ -344,12 +461,23 @@ class Suite:
             raise AssertionError(f"the guest kernel complained after our CNPs: {bad}")
 
 
+REMOTE_ACCESS_NAK = 0x62  # AETH syndrome: NAK (0b11 << 5), code 2 (remote access error)
+
+
+def remote_access_naks(xroce: Path, pcap: Path) -> list:
+    """The IP source of every ACKNOWLEDGE whose AETH is a remote access error NAK."""
+    out = subprocess.run([str(xroce), "wire", "decode", "--json", str(pcap)], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return [f["ip"]["src"] for f in json.loads(out)
+            if f["status"] == "ok" and (f.get("aeth") or {}).get("syndrome") == REMOTE_ACCESS_NAK]
+
+
 def diff(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0) for k, v in after.items()
             if isinstance(v, int) and v != before.get(k, 0)}
 
 
-PHASES = ("matrix", "errors", "gbn", "cnp")
+PHASES = ("matrix", "errors", "gbn", "cnp", "windows")
 
 
 def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
@@ -380,6 +508,8 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
                     suite.matrix(xroce)
                 elif phase == "errors":
                     suite.errors(xroce)
+                elif phase == "windows":
+                    suite.windows(xroce)
                 elif phase == "gbn":
                     if xr2 is None:
                         xr2 = devices.enter_context(

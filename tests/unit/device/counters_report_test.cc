@@ -73,6 +73,37 @@ TEST(CountersReport, CompletionsCountSendsReceivesAndRetryFailures) {
   EXPECT_EQ(at(v, Counter::kRetryRnrExceededErr), 1u);
 }
 
+// Error completions other than flushes count on the side that completed them; the requester's
+// remote access and invalid request NAKs count apart too (ConnectX's names).
+TEST(CountersReport, ErrorCompletionsCountPerSideAndPerNak) {
+  DeviceCounters counters(1);
+  CounterBlock& block = counters.worker_block(0);
+  transport::Completion c;
+  c.opcode = transport::WcOpcode::kRdmaWrite;
+  c.status = transport::WcStatus::kRemAccessErr;
+  feed_completion(block, c);
+  c.opcode = transport::WcOpcode::kSend;
+  c.status = transport::WcStatus::kRemInvReqErr;
+  feed_completion(block, c);
+  c.opcode = transport::WcOpcode::kBindMw;
+  c.status = transport::WcStatus::kMwBindErr;
+  feed_completion(block, c);
+  c.status = transport::WcStatus::kWrFlushErr;
+  feed_completion(block, c);  // a flush is no error of its own
+  c.opcode = transport::WcOpcode::kRecv;
+  c.status = transport::WcStatus::kRemAccessErr;  // a receive consumed by a refused request
+  feed_completion(block, c);
+  c.status = transport::WcStatus::kWrFlushErr;
+  feed_completion(block, c);
+  const CounterValues v = counters.read();
+  EXPECT_EQ(at(v, Counter::kReqCqeError), 3u);
+  EXPECT_EQ(at(v, Counter::kRespCqeError), 1u);
+  EXPECT_EQ(at(v, Counter::kReqRemoteAccessErrors), 1u);
+  EXPECT_EQ(at(v, Counter::kReqRemoteInvalidRequest), 1u);
+  EXPECT_EQ(at(v, Counter::kRdmaSends), 0u);
+  EXPECT_EQ(at(v, Counter::kRdmaRecvs), 0u);
+}
+
 TEST(CountersReport, JsonHasEveryCounterInOrder) {
   CounterValues v{};
   v[static_cast<std::size_t>(Counter::kSentPkts)] = 42;
