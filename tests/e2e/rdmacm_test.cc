@@ -282,11 +282,15 @@ TEST_P(RdmacmTest, LibfabricVerbsRdmAndDgram) {
   ASSERT_TRUE(pair.ready());
   for (const char* ep : {"rdm", "dgram"}) {
     SCOPED_TRACE(ep);
-    const std::vector<std::string> args = {"fi_pingpong", "-p",  "verbs", "-e",   ep,   "-c",
-                                           "-I",          "100", "-S",    "1024", "-B", "47600"};
+    const std::vector<std::string> args = {"fi_pingpong", "-p", "verbs", "-e", ep,
+                                           "-c",          "-I", "100",   "-S", "1024"};
+    // The server's control port is -B, the client's destination -P; the client's own source
+    // port stays ephemeral (a fixed one would still be in TIME_WAIT for the next run).
+    auto server_args = args;
+    server_args.insert(server_args.end(), {"-B", "47600"});
     auto client_args = args;
     client_args.insert(client_args.end(), {"-P", "47600"});
-    auto [server, client] = pair.server_client(args, client_args, "47600");
+    auto [server, client] = pair.server_client(server_args, client_args, "47600");
     EXPECT_EQ(client.status, 0) << client.output << server.output;
     EXPECT_EQ(server.status, 0) << server.output;
     EXPECT_NE(client.output.find("=100"), std::string::npos) << client.output;  // #ack
