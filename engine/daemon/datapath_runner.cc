@@ -409,6 +409,15 @@ void DatapathRunner::run(device::QueuePair& qp, const std::function<void(transpo
   });
 }
 
+void DatapathRunner::catch_up(device::QueuePair& qp) {
+  Worker* w = datapath_->worker_for(qp.qpn);
+  if (w == nullptr) return;
+  w->call([](Worker& self) {
+    self.catch_up_on_worker();
+    return 0;
+  });
+}
+
 void DatapathRunner::unhost(device::QueuePair& qp) {
   datapath_->remove_qp(qp.qpn);
   auto placed = placed_with_.find(qp.qpn.value());

@@ -29,6 +29,7 @@ class DatapathRunner final : public device::QpRunner {
 
   void host(device::QueuePair& qp, std::unique_ptr<transport::Qp> core) override;
   void run(device::QueuePair& qp, const std::function<void(transport::Qp&)>& fn) override;
+  void catch_up(device::QueuePair& qp) override;
   void unhost(device::QueuePair& qp) override;
 
   Datapath& datapath() { return *datapath_; }

@@ -203,6 +203,12 @@ bool Worker::run_commands_on_worker() {
   return any;
 }
 
+void Worker::catch_up_on_worker() {
+  pull_work_on_worker();
+  drain_outputs_on_worker(clock_->now_ns());
+  egress_.flush();
+}
+
 bool Worker::pull_work_on_worker() {
   bool any = false;
   for (auto& [qpn, hosted] : qps_)

@@ -127,6 +127,9 @@ class Worker {
       std::this_thread::yield();
     return result.get();
   }
+  // On the worker: takes in the work posted to its QPs and sends what it can (a turn's
+  // pull and drain, without the port's receive), for a control call that must see it.
+  void catch_up_on_worker();
   // Any thread: makes a sleeping worker run a turn (a doorbell).
   void wake() { sleep_.wake(); }
   // Another worker: queues a looped-back frame for this worker, taking ownership on success;

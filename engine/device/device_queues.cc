@@ -174,6 +174,10 @@ int Device::resize_cq(ClientId owner, uint32_t handle, uint32_t cqe) {
     if (qp->send_cq == handle || qp->recv_cq == handle) writer = qp.get();
   }
   if (writer != nullptr) {
+    // The CQEs of work posted before the call count as unpolled (a resize below them fails with
+    // EINVAL), as with rxe, whose ibv_post_send has sent a UD request and written its CQE before
+    // it returns (pyverbs test_cq test_resize_cq).
+    if (writer->hosted) runner_->catch_up(*writer);
     with_core(*writer, [&](transport::Qp&) { swap(); });
   } else {
     swap();

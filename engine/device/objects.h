@@ -143,6 +143,10 @@ class QpRunner {
   virtual void host(QueuePair& qp, std::unique_ptr<transport::Qp> core) = 0;
   virtual void run(QueuePair& qp, const std::function<void(transport::Qp&)>& fn) = 0;
   virtual void unhost(QueuePair& qp) = 0;
+  // Before a control call that must see it: takes in the work the application posted to the QP
+  // (and to the QPs sharing its worker) and sends what it can, so the completions of requests
+  // that need no answer (UD sends) are written, as rxe writes them while ibv_post_send runs.
+  virtual void catch_up(QueuePair& qp) { (void)qp; }
 };
 
 // Decodes one WQE slot into a transport work request. The daemon copies the slot out of shared
