@@ -391,6 +391,49 @@ void check_ud_sl(ibv_context* ctx, ibv_pd* pd, int gid_index, const ibv_gid& gid
   ibv_destroy_cq(cq);
 }
 
+// ibv_resize_cq below the completions of work already posted fails with EINVAL, as with rxe,
+// which writes a UD send's CQE inside ibv_post_send: the daemon takes in the posted sends first
+// (pyverbs test_cq test_resize_cq posts cqe-1 UD sends and shrinks to 1 at once).
+void check_resize_below_posted(ibv_context* ctx, ibv_pd* pd, int gid_index, const ibv_gid& gid) {
+  constexpr int kSends = 6;
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* qp = create_qp(pd, cq, IBV_QPT_UD, kSends);
+  Buffer buf(pd, kMessageBytes);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.dgid = gid;
+  ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
+  ah_attr.grh.hop_limit = 64;
+  ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
+  const bool made = qp != nullptr && ah != nullptr && buf.mr != nullptr && ud_to_rts(qp) == 0;
+  check(made, "resize_setup");
+  if (!made) return;
+  ibv_sge sge = buf.sge(0, kMessageBytes);
+  bool posted = true;
+  for (int i = 0; i < kSends; ++i) {
+    ibv_send_wr wr{};
+    wr.wr_id = static_cast<uint64_t>(i);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = qp->qp_num;  // no receive posted: the datagram is dropped
+    wr.wr.ud.remote_qkey = kQkey;
+    ibv_send_wr* bad = nullptr;
+    posted = posted && ibv_post_send(qp, &wr, &bad) == 0;
+  }
+  const int shrink = ibv_resize_cq(cq, 1);
+  std::printf("resize_cq to 1 right after %d UD sends: %d\n", kSends, shrink);
+  std::vector<ibv_wc> wcs;
+  check(posted && shrink == EINVAL && wait_completions(cq, kSends, wcs),
+        "resize_below_posted_sends_is_einval");
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(qp);
+  ibv_destroy_cq(cq);
+}
+
 }  // namespace
 
 int loopback_semantics(ibv_context* ctx) {
@@ -405,6 +448,7 @@ int loopback_semantics(ibv_context* ctx) {
   check_rc_loopback(ctx, pd, v4);
   check_ud_sl(ctx, pd, v4_index, v4, kSlUdpIpv4, "ud_ipv4_sl");
   check_ud_sl(ctx, pd, v6_index, v6, kSlUdpIpv6, "ud_ipv6_sl");
+  check_resize_below_posted(ctx, pd, v4_index, v4);
   ibv_dealloc_pd(pd);
   return 0;
 }
