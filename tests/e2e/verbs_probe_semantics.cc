@@ -346,18 +346,23 @@ void check_rc_loopback(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid) {
 }
 
 // One datagram from a UD QP to itself through GID index `gid_index`.
-void check_ud_sl(ibv_context* ctx, ibv_pd* pd, int gid_index, const ibv_gid& gid, uint8_t want_sl,
-                 const char* name) {
-  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
-  ibv_qp* qp = create_qp(pd, cq, IBV_QPT_UD, 4);
-  Buffer buf(pd, 2 * (kGrhBytes + kMessageBytes));
+// An address handle to `gid` from port 1's GID `gid_index`.
+ibv_ah* create_global_ah(ibv_pd* pd, int gid_index, const ibv_gid& gid) {
   ibv_ah_attr ah_attr{};
   ah_attr.is_global = 1;
   ah_attr.port_num = 1;
   ah_attr.grh.dgid = gid;
   ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
   ah_attr.grh.hop_limit = 64;
-  ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
+  return ibv_create_ah(pd, &ah_attr);
+}
+
+void check_ud_sl(ibv_context* ctx, ibv_pd* pd, int gid_index, const ibv_gid& gid, uint8_t want_sl,
+                 const char* name) {
+  ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* qp = create_qp(pd, cq, IBV_QPT_UD, 4);
+  Buffer buf(pd, 2 * (kGrhBytes + kMessageBytes));
+  ibv_ah* ah = create_global_ah(pd, gid_index, gid);
   const bool made = qp != nullptr && ah != nullptr && buf.mr != nullptr && ud_to_rts(qp) == 0 &&
                     post_one_recv(qp, nullptr, buf, 0, kGrhBytes + kMessageBytes) == 0;
   check(made, "ud_setup");
@@ -399,13 +404,7 @@ void check_resize_below_posted(ibv_context* ctx, ibv_pd* pd, int gid_index, cons
   ibv_cq* cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
   ibv_qp* qp = create_qp(pd, cq, IBV_QPT_UD, kSends);
   Buffer buf(pd, kMessageBytes);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.port_num = 1;
-  ah_attr.grh.dgid = gid;
-  ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
-  ah_attr.grh.hop_limit = 64;
-  ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
+  ibv_ah* ah = create_global_ah(pd, gid_index, gid);
   const bool made = qp != nullptr && ah != nullptr && buf.mr != nullptr && ud_to_rts(qp) == 0;
   check(made, "resize_setup");
   if (!made) return;

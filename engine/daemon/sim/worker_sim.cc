@@ -15,6 +15,7 @@
 #include "net/sim/network.h"
 #include "net/sim/rng.h"
 #include "transport/memory.h"
+#include "transport/sim/driver.h"
 #include "wire/frame.h"
 
 namespace xroce::daemon::sim {
@@ -32,20 +33,9 @@ constexpr std::uint32_t kAllAccess =
     transport::access::kLocalWrite | transport::access::kRemoteWrite |
     transport::access::kRemoteRead | transport::access::kRemoteAtomic;
 
-// Deterministic message contents: byte i of a message is a function of (pattern, i).
-std::uint8_t pattern_byte(std::uint64_t pattern, std::uint64_t i) {
-  std::uint64_t s = pattern ^ (i >> 3) * 0x9E3779B97F4A7C15ULL;
-  return static_cast<std::uint8_t>(ns::splitmix64(s) >> ((i & 7) * 8));
-}
-void fill_pattern(std::span<std::uint8_t> out, std::uint64_t pattern) {
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out[i] = pattern_byte(pattern, i);
-}
-bool matches_pattern(std::span<const std::uint8_t> in, std::uint64_t pattern) {
-  for (std::size_t i = 0; i < in.size(); ++i)
-    if (in[i] != pattern_byte(pattern, i)) return false;
-  return true;
-}
+// Deterministic message contents: the transport simulator's (byte i a function of (pattern, i)).
+using transport::sim::fill_pattern;
+using transport::sim::matches_pattern;
 
 class Simulation;
 class SimPort;
