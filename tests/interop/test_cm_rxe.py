@@ -68,11 +68,7 @@ class CmSuite:
     def pair(self, server, client, server_cmd: str, client_cmd: str, port: int,
              timeout_s: float = 120):
         srv = server.start_command(server_cmd)
-        try:
-            self.wait_cm_listener(server, port)
-        except AssertionError:
-            srv.kill() if hasattr(srv, "kill") else None
-            raise
+        self.wait_cm_listener(server, port)
         cli = client.run(client_cmd, timeout_s)
         s = srv.wait(timeout_s)
         for side, peer, r in (("server", server, s), ("client", client, cli)):

@@ -389,10 +389,7 @@ std::uint8_t Simulation::pick_timeout_exp() const {
   const double queued_ns = flows * window_bytes * 8 / rate_bps * 1e9;
   const double rtt_ns = queued_ns + 4.0 * static_cast<double>(cfg_.delay_ns) +
                         8.0 * static_cast<double>(cfg_.wake_ns) + 100'000;
-  std::uint8_t t = 1;
-  while (t < 31 && static_cast<double>(std::uint64_t{4096} << t) < 4 * rtt_ns)
-    ++t;
-  return t;
+  return transport::sim::timeout_exp_covering(rtt_ns);
 }
 
 void Simulation::build_network() {

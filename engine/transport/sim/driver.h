@@ -31,6 +31,9 @@ inline constexpr std::uint32_t kMaxInlineBytes = 64;
 std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t i);
 void fill_pattern(std::span<std::uint8_t> out, std::uint64_t seed);
 bool matches_pattern(std::span<const std::uint8_t> in, std::uint64_t seed);
+// The smallest local ACK timeout exponent (4.096 µs x 2^t, IBA 9.7.6.1.3) that waits at least
+// four times `rtt_ns`, at most 31: a scenario's timeout that no round trip it builds can reach.
+std::uint8_t timeout_exp_covering(double rtt_ns);
 
 // A send WQE the driver posted, in posting order per QP. Most belong to an operation of the
 // workload (`slot` of the posting endpoint); binds and LOCAL_INVs are posted on the peer's QP

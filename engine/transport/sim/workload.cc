@@ -33,6 +33,13 @@ bool matches_pattern(std::span<const std::uint8_t> in, std::uint64_t seed) {
   return true;
 }
 
+std::uint8_t timeout_exp_covering(double rtt_ns) {
+  std::uint8_t t = 1;
+  while (t < 31 && static_cast<double>(std::uint64_t{4096} << t) < 4 * rtt_ns)
+    ++t;
+  return t;
+}
+
 std::uint8_t Driver::pick_timeout_exp() const {
   // Longer than the worst RTT the scenario can build: every QP's window queued at the
   // bottleneck, plus propagation both ways.
@@ -41,10 +48,7 @@ std::uint8_t Driver::pick_timeout_exp() const {
   const double flows_into_a_node = 2.0 * (cfg_.qps + cfg_.uc_qps) * (cfg_.nodes - 1);
   const double queued_ns = flows_into_a_node * window_bytes * 8 / rate_bps * 1e9;
   const double rtt_ns = queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000;
-  std::uint8_t t = 1;
-  while (t < 31 && static_cast<double>(std::uint64_t{4096} << t) < 4 * rtt_ns)
-    ++t;
-  return t;
+  return timeout_exp_covering(rtt_ns);
 }
 
 void Driver::build_network() {
