@@ -342,11 +342,14 @@ class Device {
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
   transport::KeyBits key_bits_;
-  // Request PSNs all of this device's RC QPs may have unacknowledged together: half the
-  // frames a peer's AF_XDP receive ring holds (AfXdpPortConfig::umem_frames / 2 = 2,048), so
-  // a peer whose worker falls behind for a while still has room for the responses and the
-  // other devices' traffic instead of dropping and making every QP go back N at once.
-  static constexpr std::uint32_t kInflightBudgetPsns = 1024;
+  // Request PSNs all of this device's RC QPs may have unacknowledged together: a quarter of
+  // the frames a peer's AF_XDP receive ring holds at a 4096-byte MTU (AfXdpPortConfig::
+  // umem_frames / 2 = 2,048 chunks of 4 KiB, and such a frame takes two: 1,024 frames), so a
+  // peer whose worker falls behind for a while still has room for its own requests' ACKs and
+  // responses and other devices' traffic instead of dropping and making every QP go back N at
+  // once. Measured between two namespaces (ib_write_bw -q 1000, 4096-byte MTU): 512 still let
+  // the peer's ring drop (157 frames in one run), 256 did not; one QP's window (128) is below it.
+  static constexpr std::uint32_t kInflightBudgetPsns = 256;
   std::shared_ptr<transport::InflightBudget> inflight_budget_ =
       std::make_shared<transport::InflightBudget>(kInflightBudgetPsns);
   QpRunner* runner_ = nullptr;

@@ -51,7 +51,7 @@ Qp::Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq)
 Qp::~Qp() {
   // What this QP held goes back to the device's budget.
   if (ctx_.config.inflight_budget != nullptr)
-    ctx_.config.inflight_budget->update(ctx_.budget_held_psns, 0);
+    ctx_.config.inflight_budget->update(ctx_.budget_told, BudgetHolding{});
 }
 
 int Qp::modify(const QpAttr& attr, std::uint32_t mask) {

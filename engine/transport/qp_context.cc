@@ -151,9 +151,10 @@ std::uint32_t QpContext::unacked_psns() const {
 
 void QpContext::sync_inflight_budget() {
   if (config.inflight_budget == nullptr) return;
-  const std::uint32_t now_held = unacked_psns();
-  config.inflight_budget->update(budget_held_psns, now_held);
-  budget_held_psns = now_held;
+  const bool sending = state == QpState::kRts || state == QpState::kSqd;
+  const BudgetHolding now{unacked_psns(), budget_waiting && sending};
+  config.inflight_budget->update(budget_told, now);
+  budget_told = now;
 }
 
 }  // namespace xroce::transport

@@ -172,9 +172,11 @@ struct QpContext {
   // The request PSNs sent and not yet acknowledged while the requester may send (RTS, SQD);
   // none in any other state, where nothing will be acknowledged any more.
   std::uint32_t unacked_psns() const;
-  // Tells the device's InflightBudget what this QP holds now (after any input or output).
+  // Tells the device's InflightBudget what this QP holds now and whether it waits for it (after
+  // any input or output).
   void sync_inflight_budget();
-  std::uint32_t budget_held_psns = 0;  // what the budget was last told
+  BudgetHolding budget_told;    // what the budget was last told
+  bool budget_waiting = false;  // the requester's last look found it stopped by the budget
 };
 
 }  // namespace xroce::transport

@@ -48,6 +48,7 @@ WcStatus Requester::local_check(const SendWqe& w) const {
 }
 
 RequesterState Requester::next_state(std::uint64_t now_ns) {
+  ctx_.budget_waiting = false;
   if (ctx_.state != QpState::kRts && ctx_.state != QpState::kSqd) return RequesterState::kStopped;
   if (halted_) return RequesterState::kHalted;
   if (ctx_.rnr_deadline_ns != 0) return RequesterState::kWaitRnrTimer;
@@ -74,7 +75,10 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
       static_cast<std::uint32_t>(ctx_.req_psn.distance_from(ctx_.comp_psn)) >=
           ctx_.config.max_unacked_psns)
     return RequesterState::kWaitWindow;
-  if (!budget_allows()) return RequesterState::kWaitBudget;
+  if (!budget_allows()) {
+    ctx_.budget_waiting = true;
+    return RequesterState::kWaitBudget;
+  }
   if (ctx_.cc != nullptr) {
     const std::uint64_t earliest_ns = ctx_.cc->earliest_send_ns(now_ns);
     if (earliest_ns > now_ns) {
@@ -90,11 +94,12 @@ bool Requester::budget_allows() {
   force_ackreq_ = false;
   const InflightBudget* budget = ctx_.config.inflight_budget.get();
   if (budget == nullptr || !ctx_.reliable() || ctx_.req_psn.before(ctx_.psn_high)) return true;
-  if (budget->may_take(ctx_.unacked_psns())) return true;
+  const std::uint32_t held = ctx_.unacked_psns();
+  if (budget->may_take(held)) return true;
   // Over its share (which shrinks as other QPs start sending) while nothing it sent asked for
   // an ACK: one more packet, asking for one, so that an ACK frees the budget rather than the
-  // local ACK timeout.
-  if (last_sent_ackreq_) return false;
+  // local ACK timeout. A QP holding nothing waits for nothing but the budget.
+  if (last_sent_ackreq_ || held == 0) return false;
   force_ackreq_ = true;
   return true;
 }
@@ -106,7 +111,8 @@ bool Requester::budget_full_after_this() const {
   const InflightBudget* budget = ctx_.config.inflight_budget.get();
   const wire::Psn next = ctx_.req_psn + 1;
   if (budget == nullptr || next.before(ctx_.psn_high)) return false;
-  return !budget->may_take(static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)));
+  // The device has not been told of this new PSN yet: it counts as one more in flight.
+  return !budget->may_take(static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)), 1);
 }
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {

@@ -147,6 +147,29 @@ TEST(SimWorkload, ManyQpsIntoAShallowQueueCompleteWithoutDropsUnderTheBudget) {
   }
 }
 
+// A thousand QPs, more than the budget has grants (256 PSNs, 16 per grant): at most 16 send at
+// a time, each a grant's worth, and the others wait their turn. The queue in front of the slow
+// receiver holds 585 frames, fewer than the QPs, so a budget that let every QP send even one
+// packet would overflow it, and every frame lost would be the QP's last, found only by its
+// ACK timeout. Every operation completes, every byte is checked, and nothing is dropped,
+// retransmitted or timed out.
+TEST(SimWorkload, AThousandQpsThroughAShallowQueueNeverDropOrTimeOutUnderTheBudget) {
+  const std::uint64_t n = seeds(1);
+  for (std::uint64_t seed = 4001; seed < 4001 + n; ++seed) {
+    ScenarioConfig c = many_qps(seed, 1000);
+    c.ops = 2000;
+    const Summary s = run_scenario(c);
+    ASSERT_TRUE(s.ok()) << describe(c, s);
+    ASSERT_EQ(s.completed, s.posted) << describe(c, s);
+    ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
+    EXPECT_GT(s.bytes_verified, 0u) << describe(c, s);
+    EXPECT_EQ(s.queue_drops, 0u) << describe(c, s);
+    EXPECT_EQ(s.retransmitted_packets, 0u) << describe(c, s);
+    EXPECT_EQ(s.timeouts, 0u) << describe(c, s);
+    EXPECT_EQ(s.naks_sent, 0u) << describe(c, s);
+  }
+}
+
 // READs as well: their responses come back as many packets as the READ has PSNs, so a budget
 // counts them too. Every byte is checked; the queue may still drop (the responder's own
 // responses are not budgeted), and the transport recovers.

@@ -15,26 +15,64 @@ namespace {
 using wire::Aeth;
 using wire::NakCode;
 
-TEST(InflightBudget, SharesTheLimitEvenlyAmongTheQpsHoldingPsns) {
-  InflightBudget b(16);
-  EXPECT_EQ(b.share_psns(), 16u);
-  b.update(0, 4);  // one QP holds 4
-  b.update(0, 1);  // a second holds 1
+BudgetHolding holds(std::uint32_t psns) {
+  return BudgetHolding{psns, false};
+}
+constexpr BudgetHolding kWaiting{0, true};
+
+TEST(InflightBudget, SharesTheLimitEvenlyAmongTheQpsInDemand) {
+  InflightBudget b(64);
+  EXPECT_EQ(b.share_psns(), 64u);
+  b.update({}, holds(4));  // one QP holds 4
+  b.update({}, holds(1));  // a second holds 1
   EXPECT_EQ(b.active_qps(), 2u);
   EXPECT_EQ(b.in_flight_psns(), 5u);
-  EXPECT_EQ(b.share_psns(), 8u);
-  EXPECT_TRUE(b.may_take(7));
-  EXPECT_FALSE(b.may_take(8));
-  b.update(4, 0);
-  EXPECT_EQ(b.active_qps(), 1u);
-  EXPECT_EQ(b.in_flight_psns(), 1u);
+  EXPECT_EQ(b.share_psns(), 32u);
+  EXPECT_TRUE(b.may_take(31));
+  EXPECT_FALSE(b.may_take(32));
+  b.update({}, kWaiting);  // a third waits: it counts in the share
+  EXPECT_EQ(b.active_qps(), 3u);
+  EXPECT_EQ(b.waiting_qps(), 1u);
+  EXPECT_EQ(b.share_psns(), 21u);
+  b.update(kWaiting, holds(2));
+  EXPECT_EQ(b.waiting_qps(), 0u);
+  EXPECT_EQ(b.active_qps(), 3u);
+  b.update(holds(4), {});
+  EXPECT_EQ(b.active_qps(), 2u);
+  EXPECT_EQ(b.in_flight_psns(), 3u);
 }
 
-TEST(InflightBudget, AQpHoldingNothingMaySendEvenWhenTheLimitIsReached) {
-  InflightBudget b(4);
-  b.update(0, 4);
-  EXPECT_FALSE(b.may_take(4));
+// However many QPs want to send, none is given less than a grant: the rest wait.
+TEST(InflightBudget, TheShareIsNeverBelowAGrant) {
+  InflightBudget b(64);
+  for (int i = 0; i < 100; ++i)
+    b.update({}, kWaiting);
+  EXPECT_EQ(b.share_psns(), InflightBudget::kGrantPsns);
   EXPECT_TRUE(b.may_take(0));
+  EXPECT_TRUE(b.may_take(InflightBudget::kGrantPsns - 1));
+  EXPECT_FALSE(b.may_take(InflightBudget::kGrantPsns));
+  // A small limit is one grant.
+  InflightBudget small(4);
+  EXPECT_EQ(small.grant_psns(), 4u);
+  EXPECT_EQ(small.share_psns(), 4u);
+}
+
+// The limit is a bound: a QP holding nothing starts only where a whole grant fits, and while
+// QPs wait, one already sending needs that room too.
+TEST(InflightBudget, AQpStartsOnlyWhereAWholeGrantFits) {
+  InflightBudget b(64);
+  b.update({}, holds(64 - InflightBudget::kGrantPsns));
+  EXPECT_TRUE(b.may_take(0));
+  b.update(holds(64 - InflightBudget::kGrantPsns), holds(64 - InflightBudget::kGrantPsns + 1));
+  EXPECT_FALSE(b.may_take(0));
+  EXPECT_TRUE(b.may_take(64 - InflightBudget::kGrantPsns + 1));  // nobody waits: it goes on
+  b.update({}, kWaiting);
+  EXPECT_FALSE(b.may_take(64 - InflightBudget::kGrantPsns + 1));  // now it leaves the room
+  // A packet being built counts before the device is told of it.
+  InflightBudget c(64);
+  c.update({}, holds(63));
+  EXPECT_TRUE(c.may_take(63));
+  EXPECT_FALSE(c.may_take(63, 1));
 }
 
 class BudgetedRequesterTest : public ProtocolTest {
@@ -66,13 +104,18 @@ TEST_F(BudgetedRequesterTest, StopsAtTheLimitAndTheLastPacketAsksForTheAck) {
 }
 
 TEST_F(BudgetedRequesterTest, ShareShrinksAsAnotherQpStartsSending) {
-  make(16);
-  budget->update(0, 3);  // another QP of the device holds 3 PSNs: our share is 16 / 2
-  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 20 * kMtu)})), 0);
+  make(64);
+  budget->update({}, holds(3));  // another QP of the device holds 3 PSNs: our share is 64 / 2
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 40 * kMtu)})), 0);
   const auto out = drain();
-  ASSERT_EQ(out.size(), 8u);
-  EXPECT_TRUE(out[7].hdr().bth.ack_req);
-  EXPECT_EQ(budget->in_flight_psns(), 11u);
+  ASSERT_EQ(out.size(), 32u);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i].hdr().bth.ack_req, i == 31) << i;
+  EXPECT_EQ(budget->in_flight_psns(), 35u);
+  EXPECT_EQ(budget->waiting_qps(), 1u);  // it wants to send more
+  receive(ack(kSqPsn + 31));
+  EXPECT_EQ(drain().size(), 8u);
+  EXPECT_EQ(budget->waiting_qps(), 0u);  // all of it sent
 }
 
 // The share fell below what the QP already holds after it sent packets that asked for no ACK:
@@ -87,7 +130,7 @@ TEST_F(BudgetedRequesterTest, AShareShrunkUnderTheQpGetsOneMorePacketWithAckReq)
     ASSERT_TRUE(t);
     EXPECT_FALSE(t->hdr.bth.ack_req);
   }
-  budget->update(0, 64);  // another QP took the whole limit
+  budget->update({}, holds(64));  // another QP took the whole limit
   const auto out = drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].hdr().bth.ack_req);
