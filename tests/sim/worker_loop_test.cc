@@ -166,6 +166,38 @@ TEST(SimWorkerLoop, CleanSeedsCompleteWithoutRetransmission) {
   }
 }
 
+// A thousand QP pairs on the daemon's own worker loop, two workers per device, each device
+// with an InflightBudget of 256 PSNs (more QPs than the budget has grants): the workers' round
+// robin and the budget's grants let every QP through. Each endpoint posts two operations first
+// (4,000 for 2,000 endpoints), so every QP must progress; every byte is checked, and on this
+// clean network nothing is retransmitted and no ACK timer fires.
+TEST(SimWorkerLoop, AThousandQpsUnderTheBudgetAllProgressWithoutTimeouts) {
+  const std::uint64_t seed = one_seed().value_or(5001);
+  WorkerScenario c;
+  c.seed = seed;
+  c.qps = 1000;
+  c.loopback_qps = 0;
+  c.ops = 4 * c.qps;
+  c.workers = 2;
+  c.max_outstanding = 2;
+  c.mtu = transport::PathMtu::k1024;
+  c.max_msg_bytes = 8192;
+  c.rate_gbps = 10;
+  c.strangers = 0;
+  c.inflight_budget_psns = 256;
+  const WorkerSummary s = run_worker_scenario(c);
+  ASSERT_TRUE(s.ok()) << report(c, s);
+  ASSERT_EQ(s.posted, c.ops) << report(c, s);
+  ASSERT_EQ(s.completed, c.ops) << report(c, s);
+  ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << report(c, s);
+  EXPECT_GT(s.bytes_verified, 0u) << report(c, s);
+  EXPECT_EQ(s.retransmitted_packets, 0u) << report(c, s);
+  EXPECT_EQ(s.timeouts, 0u) << report(c, s);
+  const DatapathCounters& k = s.counters;
+  EXPECT_EQ(k.rx_icrc_errors + k.rx_malformed + k.rx_no_qp, 0u) << report(c, s);
+  EXPECT_EQ(k.rx_handover_drops + k.tx_loopback_drops + k.tx_backlog_drops, 0u) << report(c, s);
+}
+
 // One seed, one run: the same scenario twice gives the same run, turn for turn.
 TEST(SimWorkerLoop, SameSeedSameRun) {
   const WorkerScenario c = scenario_for(one_seed().value_or(7), true);

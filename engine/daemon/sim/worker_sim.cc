@@ -243,6 +243,7 @@ struct Device {
   transport::MemoryRegionTable mrs{mem};
   std::vector<Agent*> agents;
   std::uint32_t next_qpn = kQpnBase;
+  std::shared_ptr<transport::InflightBudget> budget;  // WorkerScenario::inflight_budget_psns
 };
 
 class SimBinding;
@@ -421,6 +422,8 @@ void Simulation::build_network() {
     d->mac = {0x02, 0, 0, 0, 0x0d, static_cast<std::uint8_t>(i + 1)};
     d->ip = wire::IpAddr::v4(0xC6120001 + i);  // 198.18.0.(i + 1)
     d->rss_salt = rng_.next_u64();
+    if (cfg_.inflight_budget_psns > 0)
+      d->budget = std::make_shared<transport::InflightBudget>(cfg_.inflight_budget_psns);
     ns::HostConfig h;
     h.name = "dev" + std::to_string(i);
     h.mac = d->mac;
@@ -553,18 +556,20 @@ void Simulation::connect_pair(Endpoint& a, Endpoint& b) {
     qc.max_send_wr = cfg_.max_outstanding;
     qc.max_recv_wr = recv_slots_;
     qc.port_mtu = cfg_.mtu;
+    qc.inflight_budget = e->device->budget;
     auto qp = std::make_unique<transport::Qp>(qc, e->device->mrs);
     connect_qp(*qp, e->peer->qpn, sq, rq);
     e->qp = qp.get();
     for (std::uint32_t s = 0; s < recv_slots_; ++s)
       post_recv(*e, s);
-    // Placed by a command, as the control thread places it; the worker runs it next turn.
+    // Placed by a command, as the control thread places it; the worker runs it next turn. A
+    // full command ring (hundreds of QPs placed at once) waits for a turn of the worker.
     e->device->routes.set(e->qpn, e->agent->worker->index());
     auto hosted = std::make_shared<HostedQp>(
         HostedQp{std::move(qp), std::make_unique<SimBinding>(*this, *e)});
-    if (!e->agent->worker->post_command(
-            [hosted](Worker& w) { w.add_qp_on_worker(std::move(*hosted)); }))
-      fail("the command ring refused a QP");
+    while (!e->agent->worker->post_command(
+        [hosted](Worker& w) { w.add_qp_on_worker(std::move(*hosted)); }))
+      turn(*e->agent);
   }
 }
 
@@ -1021,7 +1026,7 @@ std::string describe(const WorkerScenario& s) {
     << " corrupt " << s.corrupt << " rate_gbps " << s.rate_gbps << " host_queue "
     << s.host_queue_bytes << " ecn " << s.ecn << " turn_ns " << s.turn_ns << " wake_ns "
     << s.wake_ns << " spin_ns " << s.spin_ns << " spin_allowed " << s.spin_allowed << " strangers "
-    << s.strangers;
+    << s.strangers << " inflight_budget " << s.inflight_budget_psns;
   return o.str();
 }
 

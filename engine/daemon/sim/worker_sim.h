@@ -53,6 +53,8 @@ struct WorkerScenario {
   double rate_gbps = 25;
   std::uint64_t host_queue_bytes = 0;  // 0: unbounded; else lossless (the port refuses frames)
   bool ecn = false;                    // the switch marks ECN; the QPs' NPs send CNPs
+  // Each device's InflightBudget over its QPs, in PSNs (0 = none), as xroced gives its devices.
+  std::uint32_t inflight_budget_psns = 0;
   // Per QP: well-formed packets for it from an address other than its peer's (a stranger's
   // source, or its peer's source to another of our addresses), pushed through the door. The
   // worker must drop and count each one (rx_peer_mismatch) and lose nothing else.
