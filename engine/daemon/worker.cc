@@ -1,5 +1,6 @@
 #include "daemon/worker.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -84,7 +85,9 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   // done before the QP goes, so the control thread may close the fd once remove_qp returns.
   for (const int fd : hosted.binding->doorbell_fds_on_worker())
     sleep_.sleeper().watch_doorbell(fd);
-  Hosted& h = qps_[qpn];
+  const auto [it, added] = qps_.try_emplace(qpn);
+  Hosted& h = it->second;
+  if (added) drain_order_.push_back(&h);  // elements of an unordered_map never move
   h.qp = std::move(hosted.qp);
   h.binding = std::move(hosted.binding);
   // Counters the transport already has (a QP moved between workers) were fed by its old one.
@@ -99,6 +102,8 @@ bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
     sleep_.sleeper().unwatch_doorbell(fd);
   counters_.qp_growth(it->second);  // its last counts stay in the device's
   TimersAndPacing::detach(it->second);
+  drain_order_.erase(std::find(drain_order_.begin(), drain_order_.end(), &it->second));
+  drain_next_ = 0;
   qps_.erase(it);
   return true;
 }
@@ -181,7 +186,7 @@ bool Worker::turn_on_worker() {
   busy |= pull_work_on_worker();
   busy |= ingress_.drain_handovers(now);
   busy |= ingress_.drain_loopback(now);
-  busy |= ingress_.receive(now, *port_);
+  busy |= ingress_.receive_waiting(now, *port_, kRxBatchesBeforeTimers);
   now = clock_->now_ns();
   turn_now_ns_ = now;
   busy |= pacing_.fire(now, qps_);
@@ -216,10 +221,20 @@ bool Worker::pull_work_on_worker() {
   return any;
 }
 
+// Round robin: each turn starts with the QP after the last one that transmitted, so the QPs
+// that egress's room or the device's InflightBudget left waiting go first next turn, and the
+// order in which the QPs are hosted gives none of them a lasting head start.
 bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
   bool any = false;
-  for (auto& [qpn, hosted] : qps_)
-    any |= drain_qp_on_worker(now_ns, hosted);
+  const std::size_t n = drain_order_.size();
+  std::optional<std::size_t> last_sender;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (drain_next_ + k) % n;
+    bool transmitted = false;
+    any |= drain_qp_on_worker(now_ns, *drain_order_[i], transmitted);
+    if (transmitted) last_sender = i;
+  }
+  if (last_sender) drain_next_ = (*last_sender + 1) % n;
   egress_.transmit_batch();
   return any;
 }
@@ -227,7 +242,8 @@ bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
 // A QP's outputs: CNPs its notification point asks for, packets (while egress has room: under
 // back-pressure they wait inside the QP; a QP its pacer holds returns none, its release time
 // is one of its deadlines), completions and events; then what its counters grew by.
-bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted) {
+// `transmitted`: whether it sent a packet.
+bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& transmitted) {
   pacing_.attach(hosted);
   // The pacer stamps each packet with `now`: after other QPs' bursts this turn, the turn's
   // start would be long past and the QP's next packet would leave early by that much.
@@ -238,6 +254,7 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted) {
     if (!tx) break;
     egress_.send(now_ns, *tx, *hosted.binding);
     any = true;
+    transmitted = true;
   }
   while (const auto c = hosted.qp->poll_completion()) {
     counters_.completion(*c);

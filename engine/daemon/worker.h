@@ -32,11 +32,12 @@
 //    run_once_on_worker() for each, in the order its virtual clock says.
 //
 // The loop, each turn (run_once_on_worker): commands, new work from the QPs' rings
-// (QpBinding::pull_work_on_worker), handed-over and looped-back frames, port receive, expired
-// timers, then every QP's outputs (CNPs, packets out through egress, completions and events to
-// the binding, counters), then the neighbour resolver (answers release the frames that waited
-// for a MAC), then the backlog and the port's flush, then a sample of the port's receive drops;
-// then the sleep policy.
+// (QpBinding::pull_work_on_worker), handed-over and looped-back frames, port receive (batches
+// while they come full, up to kRxBatchesBeforeTimers), expired timers, then every QP's outputs
+// in round robin from the QP after the last one that sent (CNPs, packets out through egress,
+// completions and events to the binding, counters), then the neighbour resolver (answers release
+// the frames that waited for a MAC), then the backlog and the port's flush, then a sample of the
+// port's receive drops; then the sleep policy.
 //
 // Device counters: the worker is the one writer of its device::CounterBlock (counters.h) and
 // feeds it as counters_report.h describes (worker_counters.h). The control thread reads the
@@ -52,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <vector>
 
 #include "cc/qp_congestion.h"
 #include "daemon/datapath_frames.h"
@@ -99,6 +101,10 @@ class Worker {
   static constexpr std::size_t kHandoverSlots = Ingress::kHandoverSlots;
   static constexpr std::size_t kCommandSlots = 256;
   static constexpr std::size_t kRxBatch = Ingress::kRxBatch;
+  // Receive batches a turn takes, while they come full, before its timers fire (512 frames:
+  // the ACKs and responses of a device's whole InflightBudget at one ACK per grant, and half
+  // of a handover ring).
+  static constexpr std::size_t kRxBatchesBeforeTimers = 16;
   static constexpr std::size_t kMaxTxBacklog = Egress::kMaxTxBacklog;
   static constexpr std::size_t kLoopbackSlots = Ingress::kLoopbackSlots;
 
@@ -188,7 +194,7 @@ class Worker {
   bool run_commands_on_worker();
   bool pull_work_on_worker();
   bool drain_outputs_on_worker(std::uint64_t now_ns);
-  bool drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted);
+  bool drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& transmitted);
   bool send_cnps_on_worker(std::uint64_t now_ns, Hosted& hosted);
   bool work_pending_on_worker();
   void sleep_on_worker(std::uint64_t now_ns);
@@ -210,6 +216,8 @@ class Worker {
 
   // Worker-owned state and the parts that work on it (declared in dependency order).
   HostedQps qps_;
+  std::vector<Hosted*> drain_order_;  // qps_'s entries in the order their outputs are drained
+  std::size_t drain_next_ = 0;        // where the next turn's drain starts
   WorkerCounters counters_;
   TimersAndPacing pacing_;
   Egress egress_;

@@ -27,14 +27,24 @@ void Ingress::connect(std::span<Worker* const> workers) {
     inbox_.push_back(std::make_unique<HandoverRing>());
 }
 
-bool Ingress::receive(std::uint64_t now_ns, net::Port& port) {
+bool Ingress::receive_waiting(std::uint64_t now_ns, net::Port& port, std::size_t max_batches) {
+  bool any = false;
+  for (std::size_t b = 0; b < max_batches; ++b) {
+    const std::size_t got = receive_batch(now_ns, port);
+    any |= got > 0;
+    if (got < kRxBatch) break;
+  }
+  return any;
+}
+
+std::size_t Ingress::receive_batch(std::uint64_t now_ns, net::Port& port) {
   std::array<net::RxFrame, kRxBatch> frames;
   const auto got = port.receive(frames);
-  if (!got || *got == 0) return false;
+  if (!got || *got == 0) return 0;
   for (std::size_t i = 0; i < *got; ++i)
     take(now_ns, frames[i].bytes);
   port.release(std::span<const net::RxFrame>(frames.data(), *got));
-  return true;
+  return *got;
 }
 
 bool Ingress::drain_handovers(std::uint64_t now_ns) {

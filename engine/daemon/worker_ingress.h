@@ -66,7 +66,10 @@ class Ingress {
   bool push_loopback(FrameCopy* frame) { return loopback_inbox_.push(frame); }
 
   // Owning worker. Each returns whether it took any frame.
-  bool receive(std::uint64_t now_ns, net::Port& port);
+  // Receives batch after batch until the port has fewer than a batch waiting or
+  // `max_batches` were taken: the responses a worker that was kept off its core finds waiting
+  // are taken in before its timers fire, so an ACK in the ring never loses to the ACK timeout.
+  bool receive_waiting(std::uint64_t now_ns, net::Port& port, std::size_t max_batches);
   bool drain_handovers(std::uint64_t now_ns);
   bool drain_loopback(std::uint64_t now_ns);
   // Whether a ring holds frames (the worker must not sleep).
@@ -81,6 +84,7 @@ class Ingress {
       boost::lockfree::spsc_queue<FrameCopy*, boost::lockfree::capacity<kHandoverSlots>>;
 
   void take(std::uint64_t now_ns, wire::Bytes frame);
+  std::size_t receive_batch(std::uint64_t now_ns, net::Port& port);  // frames taken
   void hand_over(std::uint32_t owner, wire::Bytes frame);
   void deliver(std::uint64_t now_ns, wire::Bytes frame, const wire::DecodedFrame& f);
 
