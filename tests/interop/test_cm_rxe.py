@@ -34,7 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from check_capture import check_capture
-from peers import RxeGuest, XroceHost
+from peers import RxeGuest, XroceHost, wait_cm_listener
 from vm import Lab, log, main_wrapper, sh
 
 FIRST_PORT = 7300
@@ -131,24 +131,10 @@ class CmSuite:
         self.port += 1
         return self.port
 
-    def wait_cm_listener(self, server, port: int, timeout_s: float = 30) -> None:
-        """Until the server's rdma_cm id listens on `port` (not a TCP port: asked of the CM)."""
-        if server is self.xr:
-            deadline = time.monotonic() + timeout_s
-            while not re.search(rf"listener\b.*:{port}\b",
-                                self.xr.xroce_cli("cm", "show", self.xr.device).stdout):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{server.name}: no rdma_cm listener on port {port}")
-                time.sleep(0.02)  # polling a condition with a deadline
-        else:
-            self.rxe.vm.wait_in_guest(f"rdma resource show cm_id | grep -q 'state LISTEN.*:{port} '"
-                                      f" || rdma resource show cm_id | grep -q 'src-port {port} '",
-                                      timeout_s, f"an rdma_cm listener on port {port}")
-
     def pair(self, server, client, server_cmd: str, client_cmd: str, port: int,
              timeout_s: float = 120):
         srv = server.start_command(server_cmd)
-        self.wait_cm_listener(server, port)
+        wait_cm_listener(server, port)
         cli = client.run(client_cmd, timeout_s)
         s = srv.wait(timeout_s)
         for side, peer, r in (("server", server, s), ("client", client, cli)):
@@ -203,7 +189,7 @@ class CmSuite:
         """The client dies with its connection up: its CM sends DREQ, the server disconnects."""
         port = self.next_port()
         srv = server.start_command(f"rping -s -v -C 0 -a {server.ip4} -p {port}")
-        self.wait_cm_listener(server, port)
+        wait_cm_listener(server, port)
         if client is self.xr:
             cli = client.start_command(f"rping -c -C 0 -a {server.ip4} -p {port}")
             self.wait_established_xroce()
@@ -229,7 +215,7 @@ class CmSuite:
         direction = "to_vm" if sender is self.xr else "from_vm"
         retried_before = self.cm_stat()["mads_retried"]
         srv = server.start_command(f"rping -s -V -C 1 -a {server.ip4} -p {port}")
-        self.wait_cm_listener(server, port)
+        wait_cm_listener(server, port)
         started = time.monotonic()
         with loss.drop_first(direction, mad) as first:
             cli = client.start_command(f"rping -c -V -v -C 1 -a {server.ip4} -p {port}")
@@ -267,9 +253,9 @@ class CmSuite:
         handles = [("to_vm", loss.drop("to_vm", "REQ")), ("to_vm", loss.drop("to_vm", "REP"))]
         try:
             srv_k = self.rxe.start_command(f"rping -s -C 1 -a {self.rxe.ip4} -p {to_kernel}")
-            self.wait_cm_listener(self.rxe, to_kernel)
+            wait_cm_listener(self.rxe, to_kernel)
             srv_x = self.xr.start_command(f"rping -s -v -C 1 -a {self.xr.ip4} -p {to_xroce}")
-            self.wait_cm_listener(self.xr, to_xroce)
+            wait_cm_listener(self.xr, to_xroce)
             started = time.monotonic()
             cli_x = self.xr.start_command(f"rping -c -C 1 -a {self.rxe.ip4} -p {to_kernel}")
             cli_k = self.rxe.start_command(f"rping -c -C 1 -a {self.xr.ip4} -p {to_xroce}")
