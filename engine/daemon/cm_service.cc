@@ -665,6 +665,7 @@ std::optional<CmStat> CmService::stat(const std::string& name) const {
   s.mads_received = c.mads_received + gsi_dropped_;
   s.mads_retried = c.mads_retried;
   s.mads_dropped = c.mads_dropped + gsi_dropped_;
+  s.timeouts = c.timeouts;
   for (std::uint16_t r = 0; r <= cm::kMaxRejReason; ++r) {
     const char* n = cm::rej_reason_name(r);
     const std::string key = n != nullptr ? n : "other";

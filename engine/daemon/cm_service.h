@@ -48,6 +48,7 @@ struct CmStat {
   std::uint64_t mads_received = 0;
   std::uint64_t mads_retried = 0;
   std::uint64_t mads_dropped = 0;
+  std::uint64_t timeouts = 0;  // handshakes and DREQs given up after their MAD retries
   std::map<std::string, std::uint64_t> rej_sent;  // by reason name
   std::map<std::string, std::uint64_t> rej_received;
 };

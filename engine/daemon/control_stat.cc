@@ -113,7 +113,8 @@ Reply stat(OpContext& ctx) {
   if (const auto cm = ctx.devices.cm().stat(name)) {
     out["cm"] = {{"mads_sent", cm->mads_sent},       {"mads_received", cm->mads_received},
                  {"mads_retried", cm->mads_retried}, {"mads_dropped", cm->mads_dropped},
-                 {"rej_sent", cm->rej_sent},         {"rej_received", cm->rej_received}};
+                 {"timeouts", cm->timeouts},         {"rej_sent", cm->rej_sent},
+                 {"rej_received", cm->rej_received}};
   }
   return {0, {}, out.dump(), {}};
 }

@@ -32,20 +32,21 @@ struct SchedAttr {
 };
 static_assert(sizeof(SchedAttr) == 48);
 
-// Asks for a short EEVDF slice for the calling thread; false when the kernel refuses (before
-// 6.12 SCHED_OTHER ignores or rejects sched_runtime).
-bool set_thread_slice(std::uint64_t slice_ns) {
-  if (slice_ns == 0) return false;
+// Sets the calling thread's nice value and EEVDF slice (0: the default) in one call; false
+// when the kernel refuses (a negative nice needs CAP_SYS_NICE; before 6.12 SCHED_OTHER ignores
+// or rejects sched_runtime).
+bool set_thread_scheduling(int nice, std::uint64_t slice_ns) {
   SchedAttr attr{};
   attr.size = sizeof(attr);
   attr.sched_policy = SCHED_OTHER;
+  attr.sched_nice = nice;
   attr.sched_runtime = slice_ns;
   return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
 }
 
 }  // namespace
 
-UringSleeper::UringSleeper(std::uint64_t slice_ns) : slice_ns_(slice_ns) {
+UringSleeper::UringSleeper(std::uint64_t slice_ns, int nice) : slice_ns_(slice_ns), nice_(nice) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   loadavg_fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -60,7 +61,10 @@ UringSleeper::~UringSleeper() {
 }
 
 void UringSleeper::on_thread_start() {
-  (void)set_thread_slice(slice_ns_);
+  // Each setting alone where both together are refused: an unprivileged daemon keeps its slice.
+  if (set_thread_scheduling(nice_, slice_ns_)) return;
+  if (nice_ != 0 && set_thread_scheduling(nice_, 0)) return;
+  (void)set_thread_scheduling(0, slice_ns_);
 }
 
 void UringSleeper::notify() {

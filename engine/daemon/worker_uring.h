@@ -27,12 +27,22 @@ class UringSleeper final : public Sleeper {
   // (up to a scheduler tick, 4 ms at HZ=250): the difference between ~20 us and ~ms round trips
   // on a host with fewer cores than busy threads. Older kernels refuse it; the worker runs
   // anyway.
-  explicit UringSleeper(std::uint64_t slice_ns = kDefaultSliceNs);
+  // `nice`: the worker thread's nice value. A NIC's packet processing does not queue behind
+  // applications for a CPU (hardware; rxe runs in softirq context, ahead of every process),
+  // but a worker at nice 0 gets no more of a core than each busy-polling application thread
+  // beside it: on a host with more runnable threads than cores its ACKs then wait out other
+  // threads' turns, long enough for a peer's ACK timeout (perftest's default: 67 ms) to fire
+  // again and again until retry-exceeded (`ib_write_lat -a` with six busy loops on 2 vCPUs).
+  // At -10 a worker weighs ~9x a nice-0 thread (the kernel's sched_prio_to_weight); it sleeps
+  // when idle on a loaded host (spin_allowed), so the weight goes to packet work only. Needs
+  // CAP_SYS_NICE (the daemon runs as root); refused, the worker keeps nice 0.
+  explicit UringSleeper(std::uint64_t slice_ns = kDefaultSliceNs, int nice = kDefaultNice);
   ~UringSleeper() override;
   UringSleeper(const UringSleeper&) = delete;
   UringSleeper& operator=(const UringSleeper&) = delete;
 
   static constexpr std::uint64_t kDefaultSliceNs = 100'000;
+  static constexpr int kDefaultNice = -10;
 
   void on_thread_start() override;
   void notify() override;
@@ -47,6 +57,7 @@ class UringSleeper final : public Sleeper {
   void reap(Wakeup& woke);
 
   std::uint64_t slice_ns_;
+  int nice_;
   int wake_fd_ = -1;
   int loadavg_fd_ = -1;
   unsigned long cpus_ = 1;

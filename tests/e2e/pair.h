@@ -28,16 +28,17 @@ inline bool have(const std::string& program) {
 
 // Runs a verbs server and its client (full argvs, each already inside its namespace): the
 // client starts once `listening` says the server's TCP port is open (within 10 s); both
-// outputs, the server's read until it exits.
+// outputs, the server's read until it exits. `deadline`: how long the client may run, and the
+// server stay silent, before it counts as hung and is killed.
 inline std::pair<RunResult, RunResult> run_server_client(
     const std::vector<std::string>& server_argv, const std::function<bool()>& listening,
-    const std::vector<std::string>& client_argv) {
+    const std::vector<std::string>& client_argv, seconds deadline = seconds(60)) {
   Child server(server_argv);
   RunResult client;
-  if (eventually(listening, seconds(10))) client = run(client_argv, seconds(60));
+  if (eventually(listening, seconds(10))) client = run(client_argv, deadline);
   RunResult s;
-  for (std::string line = server.read_line(seconds(60)); !line.empty();
-       line = server.read_line(seconds(60))) {
+  for (std::string line = server.read_line(deadline); !line.empty();
+       line = server.read_line(deadline)) {
     s.output += line + "\n";
   }
   s.status = server.wait(seconds(10));
@@ -153,11 +154,12 @@ class Pair {
   // address appended; both outputs.
   std::pair<RunResult, RunResult> server_client(std::vector<std::string> server_argv,
                                                 std::vector<std::string> client_argv,
-                                                const std::string& tcp_port) {
+                                                const std::string& tcp_port,
+                                                seconds deadline = seconds(60)) {
     client_argv.push_back(ip(0));
     return run_server_client(
-        app(0, server_argv), [&] { return listening(0, std::stoi(tcp_port)); },
-        app(1, client_argv));
+        app(0, server_argv), [&] { return listening(0, std::stoi(tcp_port)); }, app(1, client_argv),
+        deadline);
   }
 
   // The daemon's run directory of namespace i (run_dir.h).

@@ -203,6 +203,22 @@ class RxeGuest:
         return {k: int(v) for k, v in (line.split() for line in out.splitlines() if line.strip())}
 
 
+def wait_cm_listener(peer, port: int, timeout_s: float = 30) -> None:
+    """Until an rdma_cm id of `peer` (an XroceHost or an RxeGuest) listens on `port`: asked of
+    the CM (`xroce cm show`, the kernel's `rdma resource show cm_id`), not of TCP."""
+    if isinstance(peer, XroceHost):
+        deadline = time.monotonic() + timeout_s
+        while not re.search(rf"listener\b.*:{port}\b",
+                            peer.xroce_cli("cm", "show", peer.device).stdout):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{peer.name}: no rdma_cm listener on port {port}")
+            time.sleep(0.02)  # polling a condition with a deadline
+    else:
+        peer.vm.wait_in_guest(f"rdma resource show cm_id | grep -q 'state LISTEN.*:{port} '"
+                              f" || rdma resource show cm_id | grep -q 'src-port {port} '",
+                              timeout_s, f"an rdma_cm listener on port {port}")
+
+
 class SwitchedPort:
     """A host namespace behind xroce-switch: lab bridge <-> veth <-> middle namespace (the
     switch between `swup` and `swdown`) <-> veth <-> namespace `<lab ns>-<name>` with eth0 (ip4).

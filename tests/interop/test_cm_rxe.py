@@ -9,7 +9,13 @@ rdmacm-utils and perftest on both sides, each side once server and once client:
   ib_send_bw -R (perftest connecting through rdma_cm);
   a connect to a port nobody listens on: the listener's CM answers REJ (invalid service ID)
   and the client sees REJECTED;
-  a client killed mid-run: its CM sends DREQ, and the server sees DISCONNECTED.
+  a client killed mid-run: its CM sends DREQ, and the server sees DISCONNECTED;
+  a lost MAD (the first REQ, then the first REP, dropped on the VM's tap with nftables): the
+  side whose MAD was lost retries it after its CM response timeout (~4.8 s) and the connection
+  is made;
+  MADs lost for good (AF_XDP port only: ~105 s): every REQ xroce sends, and every REP xroce
+  answers the kernel's REQ with: both clients give up after their 15 retries with UNREACHABLE,
+  and so does xroce's passive side, leaving no connection behind.
 
 The bridge is captured throughout: every RoCEv2 frame must decode with `xroce wire decode`
 with its ICRC ok, and the CM MADs (QP1, tshark's decoder) must include REQ, REP, RTU, REJ,
@@ -19,6 +25,7 @@ Usage: test_cm_rxe.py XROCE [--port afxdp|udp]
 """
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -27,8 +34,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from check_capture import check_capture
-from peers import RxeGuest, XroceHost
-from vm import Lab, log, main_wrapper
+from peers import RxeGuest, XroceHost, wait_cm_listener
+from vm import Lab, log, main_wrapper, sh
 
 FIRST_PORT = 7300
 # CM attribute IDs (IBA 16.7.2 table 204 / 16.7.5 for SIDR), as tshark's infiniband dissector
@@ -38,6 +45,79 @@ CM_MADS = {0x0010: "REQ", 0x0012: "REJ", 0x0013: "REP", 0x0014: "RTU", 0x0015: "
 # What each side must have sent once the phases ran (REJ only by the listener's side; SIDR REP
 # only by the UD server's side, which both sides were).
 NEEDED_FROM_EACH = {"REQ", "REP", "RTU", "REJ", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP"}
+
+
+CM_ATTR = {name: attr for attr, name in CM_MADS.items()}
+
+
+class MadLoss:
+    """Drops CM MADs crossing the VM's tap, with nftables' netdev family in the lab's namespace:
+    "to_vm" on the tap's egress (MADs xroce sends the kernel), "from_vm" on its ingress (MADs the
+    kernel sends xroce). A MAD is matched in the RoCEv2 frame itself: UDP 4791, BTH destination
+    QP 1 (the GSI QP, IBA 13.5.2) and the MAD header's attribute ID (BTH 12 + DETH 8 + 16 bytes
+    into the UDP payload)."""
+
+    TABLE = "xroce_madloss"
+
+    def __init__(self, ns: str, tap: str):
+        self.ns = ns
+        self._nft("add", "table", "netdev", self.TABLE)
+        for chain, hook in (("to_vm", "egress"), ("from_vm", "ingress")):
+            self._nft("add", "chain", "netdev", self.TABLE, chain,
+                      f"{{ type filter hook {hook} device \"{tap}\" priority 0 ; }}")
+
+    def close(self) -> None:
+        self._nft("delete", "table", "netdev", self.TABLE, check=False)
+
+    def _nft(self, *args, check=True) -> str:
+        return sh("ip", "netns", "exec", self.ns, "nft", *args, check=check).stdout
+
+    def drop(self, direction: str, mad: str) -> int:
+        """Drops every `mad` going `direction` from now on; returns the rule's handle."""
+        out = self._nft("--echo", "--handle", "add", "rule", "netdev", self.TABLE, direction,
+                        "udp", "dport", "4791", "@th,104,24", "1", "@th,352,16",
+                        str(CM_ATTR[mad]), "counter", "drop")
+        m = re.search(r"# handle (\d+)", out)
+        if not m:
+            raise AssertionError(f"nft printed no rule handle:\n{out}")
+        return int(m.group(1))
+
+    def dropped(self, direction: str, handle: int) -> int:
+        listing = json.loads(self._nft("--json", "--handle", "list", "chain", "netdev",
+                                       self.TABLE, direction))
+        for item in listing["nftables"]:
+            rule = item.get("rule")
+            if rule and rule["handle"] == handle:
+                return next(e["counter"]["packets"] for e in rule["expr"] if "counter" in e)
+        raise AssertionError(f"no nft rule {handle} in {direction}")
+
+    def allow(self, direction: str, handle: int) -> None:
+        self._nft("delete", "rule", "netdev", self.TABLE, direction, "handle", str(handle))
+
+    def drop_first(self, direction: str, mad: str):
+        """A context in which the first `mad` going `direction` is lost: the rule goes as soon as
+        it has dropped one (the retry comes a CM response timeout later, seconds away)."""
+        loss = self
+
+        class First:
+            def __enter__(self):
+                self.handle = loss.drop(direction, mad)
+                return self
+
+            def wait_dropped(self, timeout_s: float = 30) -> None:
+                deadline = time.monotonic() + timeout_s
+                while loss.dropped(direction, self.handle) < 1:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"no {mad} went {direction} within {timeout_s} s")
+                    time.sleep(0.02)  # polling a condition with a deadline
+                loss.allow(direction, self.handle)
+                self.handle = None
+
+            def __exit__(self, *exc):
+                if self.handle is not None:
+                    loss.allow(direction, self.handle)
+
+        return First()
 
 
 class CmSuite:
@@ -51,24 +131,10 @@ class CmSuite:
         self.port += 1
         return self.port
 
-    def wait_cm_listener(self, server, port: int, timeout_s: float = 30) -> None:
-        """Until the server's rdma_cm id listens on `port` (not a TCP port: asked of the CM)."""
-        if server is self.xr:
-            deadline = time.monotonic() + timeout_s
-            while not re.search(rf"listener\b.*:{port}\b",
-                                self.xr.xroce_cli("cm", "show", self.xr.device).stdout):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{server.name}: no rdma_cm listener on port {port}")
-                time.sleep(0.02)  # polling a condition with a deadline
-        else:
-            self.rxe.vm.wait_in_guest(f"rdma resource show cm_id | grep -q 'state LISTEN.*:{port} '"
-                                      f" || rdma resource show cm_id | grep -q 'src-port {port} '",
-                                      timeout_s, f"an rdma_cm listener on port {port}")
-
     def pair(self, server, client, server_cmd: str, client_cmd: str, port: int,
              timeout_s: float = 120):
         srv = server.start_command(server_cmd)
-        self.wait_cm_listener(server, port)
+        wait_cm_listener(server, port)
         cli = client.run(client_cmd, timeout_s)
         s = srv.wait(timeout_s)
         for side, peer, r in (("server", server, s), ("client", client, cli)):
@@ -123,7 +189,7 @@ class CmSuite:
         """The client dies with its connection up: its CM sends DREQ, the server disconnects."""
         port = self.next_port()
         srv = server.start_command(f"rping -s -v -C 0 -a {server.ip4} -p {port}")
-        self.wait_cm_listener(server, port)
+        wait_cm_listener(server, port)
         if client is self.xr:
             cli = client.start_command(f"rping -c -C 0 -a {server.ip4} -p {port}")
             self.wait_established_xroce()
@@ -137,6 +203,88 @@ class CmSuite:
         if "DISCONNECT" not in s.output and "cq completion failed" not in s.output:
             raise AssertionError(f"server {server.name} did not see the client go:\n{s.output}")
         log(f"client {client.name} killed: server {server.name} saw it go")
+
+    def cm_stat(self) -> dict:
+        return json.loads(self.xr.xroce_cli("stat", self.xr.device, "--json").stdout)["cm"]
+
+    def lost_mad_is_retried(self, loss: MadLoss, server, client, mad: str) -> None:
+        """The first `mad` of a connect is lost; its sender retries it and the connect succeeds."""
+        port = self.next_port()
+        # REQ goes client -> server, REP server -> client; "to_vm" is what xroce sends.
+        sender = client if mad == "REQ" else server
+        direction = "to_vm" if sender is self.xr else "from_vm"
+        retried_before = self.cm_stat()["mads_retried"]
+        srv = server.start_command(f"rping -s -V -C 1 -a {server.ip4} -p {port}")
+        wait_cm_listener(server, port)
+        started = time.monotonic()
+        with loss.drop_first(direction, mad) as first:
+            cli = client.start_command(f"rping -c -V -v -C 1 -a {server.ip4} -p {port}")
+            first.wait_dropped()
+        c, s = cli.wait(60), srv.wait(60)
+        took = time.monotonic() - started
+        for side, r in (("client", c), ("server", s)):
+            if not r.ok:
+                raise AssertionError(f"{mad} lost once ({sender.name} sent it): the {side} "
+                                     f"exited {r.rc}:\n{r.output}")
+        if "rdma-ping-0: " not in c.output:
+            raise AssertionError(f"rping after a lost {mad}: the ping did not come back:\n"
+                                 f"{c.output}")
+        retried = self.cm_stat()["mads_retried"] - retried_before
+        if sender is self.xr and retried < 1:
+            raise AssertionError(f"xroce's {mad} was lost but xroce retried no MAD")
+        log(f"{mad} from {sender.name} lost once: retried, connected in {took:.1f} s "
+            f"(xroce mads_retried +{retried})")
+
+    def xroce_connections(self, local_port: int = 0) -> list:
+        ids = json.loads(self.xr.xroce_cli("cm", "show", self.xr.device, "--json").stdout)["ids"]
+        return [i for i in ids if i["role"] == "connection"
+                and (local_port == 0 or i["local"].endswith(f":{local_port}"))]
+
+    def lost_for_good_is_unreachable(self, loss: MadLoss) -> None:
+        """MADs lost for good, both ways at once. xroce connects to the kernel and every REQ is
+        lost: xroce's CM gives up after its 15 retries (16 x 4.8 s) with UNREACHABLE. The kernel
+        connects to xroce, the first REQ arrives and xroce's every REP is lost, and so are the
+        kernel's REQ retries (were one to arrive after xroce gave up, the listener would be gone
+        and the answer a REJ, as between two kernels): xroce's passive side gives up its REP with
+        UNREACHABLE, leaving no connection behind, and the kernel's CM gives up its REQ after its
+        own retries (16 x ~6.4 s)."""
+        to_kernel, to_xroce = self.next_port(), self.next_port()
+        timeouts_before = self.cm_stat()["timeouts"]
+        handles = [("to_vm", loss.drop("to_vm", "REQ")), ("to_vm", loss.drop("to_vm", "REP"))]
+        try:
+            srv_k = self.rxe.start_command(f"rping -s -C 1 -a {self.rxe.ip4} -p {to_kernel}")
+            wait_cm_listener(self.rxe, to_kernel)
+            srv_x = self.xr.start_command(f"rping -s -v -C 1 -a {self.xr.ip4} -p {to_xroce}")
+            wait_cm_listener(self.xr, to_xroce)
+            started = time.monotonic()
+            cli_x = self.xr.start_command(f"rping -c -C 1 -a {self.rxe.ip4} -p {to_kernel}")
+            cli_k = self.rxe.start_command(f"rping -c -C 1 -a {self.xr.ip4} -p {to_xroce}")
+            deadline = time.monotonic() + 30
+            while not self.xroce_connections(to_xroce):
+                if time.monotonic() > deadline:
+                    raise AssertionError("the kernel's first REQ made no connection on xroce")
+                time.sleep(0.02)  # polling a condition with a deadline
+            handles.append(("from_vm", loss.drop("from_vm", "REQ")))
+            results = {"xroce client": cli_x.wait(180), "xroce server": srv_x.wait(180),
+                       "kernel client": cli_k.wait(180)}
+            took = time.monotonic() - started
+        finally:
+            for direction, h in handles:
+                loss.allow(direction, h)
+        for who, r in results.items():
+            if r.ok or "UNREACHABLE" not in r.output:
+                raise AssertionError(f"{who}: rc {r.rc}, expected UNREACHABLE:\n{r.output}")
+        left = self.xroce_connections()
+        if left:
+            raise AssertionError(f"connections left behind on xroce: {left}")
+        timeouts = self.cm_stat()["timeouts"] - timeouts_before
+        if timeouts < 2:
+            raise AssertionError(f"xroce counted {timeouts} CM timeouts, expected its REQ's and "
+                                 f"its REP's")
+        self.rxe.vm.run("kill $(pidof rping) 2>/dev/null", 10)  # the listener nobody reached
+        srv_k.wait(30)
+        log(f"MADs lost for good: xroce's client and server and the kernel's client UNREACHABLE "
+            f"within {took:.1f} s; xroce counted {timeouts} CM timeouts, no connection left")
 
     def wait_established_xroce(self, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
@@ -185,6 +333,15 @@ def test(xroce: Path, port_kind: str) -> None:
                 suite.send_bw(server, client)
                 suite.reject(server, client)
                 suite.killed_client(server, client)
+            loss = MadLoss(lab.ns, vm.tap)
+            try:
+                for server, client in suite.directions:
+                    for mad in ("REQ", "REP"):
+                        suite.lost_mad_is_retried(loss, server, client, mad)
+                if port_kind == "afxdp":  # the CM sits above the port: once is enough
+                    suite.lost_for_good_is_unreachable(loss)
+            finally:
+                loss.close()
         except Exception:
             log(f"xroce cm counters: {xr.xroce_cli('stat', xr.device).stdout}")
             raise

@@ -129,7 +129,14 @@ class Suite:
     def perftest(self, server, client, program: str, size: int, iters: int, extra: str) -> None:
         started = time.monotonic()
         units = "" if program.endswith("_lat") else "--report_gbits"
-        flags = f"-s {size} -n {iters} -F {units} {extra}".strip()
+        # -u 18: a 1.07 s Local ACK Timeout instead of perftest's 67 ms (14), which is shorter
+        # than a loaded 2-vCPU host may leave the acknowledging side unscheduled. A spurious
+        # timeout is not harmless against rxe 6.1: its req_retry, racing ACKs that already
+        # covered the oldest SEND, replays that SEND with nothing left to send
+        # (retry_first_write_send advances past its end) as a zero-length SEND_ONLY, so every
+        # later packet's PSN shifts by one and the responder (rxe's own check_op_seq as well as
+        # xroce's) must NAK a SEND_FIRST arriving mid-message as an invalid request.
+        flags = f"-s {size} -n {iters} -F -u 18 {units} {extra}".strip()
         _, out = self.pair(server, client, self.cmd(server, program, flags),
                            self.cmd(client, program, flags))
         number = r"[\d.]+"
