@@ -170,7 +170,7 @@ ScenarioConfig bulk(std::uint64_t seed, const char* mix, double loss) {
 // At 2 % random loss every WRITE and READ completes with every byte verified, and the losses
 // are repaired by NAKs and the adaptive retransmission timer rather than the Local ACK Timeout.
 TEST(SimWorkload, TwoPercentLossWritesAndReadsCompleteEveryByte) {
-  const std::uint64_t n = seeds(24);
+  const std::uint64_t n = seeds(12);
   std::uint64_t adaptive = 0;
   std::uint64_t timeouts = 0;
   for (std::uint64_t seed = 4001; seed < 4001 + n; ++seed) {
