@@ -75,6 +75,10 @@ enum class Counter : std::uint8_t {
   kRespCqeError,
   kReqRemoteAccessErrors,
   kReqRemoteInvalidRequest,
+  // Go-back-N resends the adaptive retransmission timer started before the Local ACK Timeout
+  // (transport/completer.h; ConnectX counts its own as "adaptive retransmission"); they use no
+  // retry_cnt. completer_retry_err counts the Local ACK Timeout's.
+  kAdaptiveRetransmits,
   kCount
 };
 
@@ -121,6 +125,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "resp_cqe_error",
     "req_remote_access_errors",
     "req_remote_invalid_request",
+    "adaptive_retransmits",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -40,6 +40,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kRcvdSeqErr, now.naks_received - now.rnr_naks_received,
              reported.naks_received - reported.rnr_naks_received);
   add_growth(block, Counter::kCompleterRetryErr, now.timeouts, reported.timeouts);
+  add_growth(block, Counter::kAdaptiveRetransmits, now.adaptive_retransmits,
+             reported.adaptive_retransmits);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
@@ -143,6 +145,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["send_queue_depth"] = qp.send_queue_depth();
   j["retransmits"] = c.retransmitted_packets;
   j["timeouts"] = c.timeouts;
+  j["adaptive_retransmits"] = c.adaptive_retransmits;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;

@@ -15,6 +15,7 @@
 //   rcvd_seq_err        <- QpCounters::naks_received - rnr_naks_received (every non-RNR NAK;
 //                          rxe counts PSN-sequence NAKs only)
 //   completer_retry_err <- QpCounters::timeouts (retransmission rounds started by a timeout)
+//   adaptive_retransmits <- QpCounters::adaptive_retransmits (rounds the adaptive timer started)
 //   cnp_rcvd, np_ecn_marked_roce_packets <- cnps_received, ecn_ce_received
 //   np_cnp_sent, rp_cnp_handled, rp_cnp_ignored: the worker, from the CNPs it sends and the
 //                          QPs' DCQCN counters (engine/daemon/worker.h)
@@ -64,11 +65,11 @@ struct QpShowContext {
 
 // One QP as `xroce qp show --json` prints it: qpn, type, state, sq_psn (next to send),
 // unacked_psn, rq_psn (next expected), dest_qpn, peer, worker, pid, send_queue_depth,
-// retransmits (packets sent again), timeouts, naks_received, rnr_naks_received, packets sent
-// and received, payload_bytes_sent/received, naks_sent, rnr_naks_sent, duplicate_requests,
-// out_of_sequence, cnps_received, ecn_ce_received (CE-marked packets seen), and the round-trip
-// estimate rtt_us (smoothed), rtt_min_us, rtt_latest_us, rtt_samples (0: none measured yet).
-// Call where reading `qp` is safe: on its owning worker.
+// retransmits (packets sent again), timeouts, adaptive_retransmits, naks_received,
+// rnr_naks_received, packets sent and received, payload_bytes_sent/received, naks_sent,
+// rnr_naks_sent, duplicate_requests, out_of_sequence, cnps_received, ecn_ce_received (CE-marked
+// packets seen), and the round-trip estimate rtt_us (smoothed), rtt_min_us, rtt_latest_us,
+// rtt_samples (0: none measured yet). Call where reading `qp` is safe: on its owning worker.
 nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext& context);
 
 }  // namespace xroce::device

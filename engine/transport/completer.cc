@@ -104,6 +104,7 @@ CompleterState Completer::rnr_retry(const Response& r) {
   if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (docs/protocol.md §3.9)
   ctx_.rnr_deadline_ns = now_ns_ + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
   ctx_.retransmit_deadline_ns = 0;  // the RNR timer owns the restart
+  ctx_.adaptive_deadline_ns = 0;
   return CompleterState::kDone;
 }
 
@@ -244,7 +245,31 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     retry_psn_ = ctx_.comp_psn;
   }
   req_.retry();
-  ctx_.retransmit_deadline_ns = 0;  // re-armed by the first retransmitted packet
+  ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
+  ctx_.adaptive_deadline_ns = 0;
+}
+
+// The adaptive retransmission timer expired: nothing was heard for RTO (transport/rtt.h) while
+// PSNs are unacknowledged, so the tail of what was sent, the NAK naming a gap, or the first
+// packet resent after a NAK was lost (the responder NAKs a gap once and then drops what is out
+// of sequence silently, rxe_resp.c check_psn). Resend from the oldest unacknowledged PSN, as
+// the Local ACK Timeout would (go-back-N, IBA 9.7; docs/protocol.md §3.8; rxe_comp.c's
+// rxe_retransmit_timer and rxe_req.c's req_retry), but sooner and without using retry_cnt: the
+// Local ACK Timeout still runs from the last progress and alone decides IBV_WC_RETRY_EXC_ERR. A
+// READ resumes from its first missing response (Requester::build_connected). The RTO doubles until
+// the next sample.
+void Completer::adaptive_retransmit(std::uint64_t now_ns) {
+  const bool started =
+      ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
+  if (!ctx_.outstanding() || !started || ctx_.rnr_deadline_ns != 0) return;
+  ++ctx_.counters.adaptive_retransmits;
+  ctx_.rtt.on_rto_expired();
+  ctx_.rtt.on_retry();
+  // A PSN-sequence NAK for this PSN still on its way answers the loss this resend repairs.
+  retry_started_ = true;
+  retry_psn_ = ctx_.comp_psn;
+  req_.retry();
+  ctx_.restart_adaptive_timer(now_ns);
 }
 
 void Completer::fail(WcStatus status) {
@@ -272,6 +297,10 @@ void Completer::handle_timeout(std::uint64_t now_ns) {
     if (!ctx_.outstanding() || !started) return;
     ++ctx_.counters.timeouts;
     start_retry(now_ns, true);
+  }
+  if (ctx_.adaptive_deadline_ns != 0 && now_ns >= ctx_.adaptive_deadline_ns) {
+    ctx_.adaptive_deadline_ns = 0;
+    adaptive_retransmit(now_ns);
   }
 }
 

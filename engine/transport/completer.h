@@ -34,7 +34,7 @@ class Completer {
 
   void handle_response(std::uint64_t now_ns, const wire::TransportHeaders& hdr,
                        wire::Bytes payload);
-  // The retransmit and RNR timers.
+  // The Local ACK Timeout, the adaptive retransmission timer and the RNR timer.
   void handle_timeout(std::uint64_t now_ns);
   void reset() { retry_started_ = false; }
 
@@ -59,6 +59,7 @@ class Completer {
   void complete_head(WcStatus status);
   void advance_comp_psn(std::uint64_t now_ns, wire::Psn psn);
   void start_retry(std::uint64_t now_ns, bool from_timeout);
+  void adaptive_retransmit(std::uint64_t now_ns);
   void fail(WcStatus status);
 
   QpContext& ctx_;

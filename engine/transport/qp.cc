@@ -128,6 +128,7 @@ void Qp::reset_queues() {
   ctx_.events.clear();
   ctx_.outstanding_rd_atomic = 0;
   ctx_.retransmit_deadline_ns = 0;
+  ctx_.adaptive_deadline_ns = 0;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
@@ -269,8 +270,8 @@ std::optional<AsyncEvent> Qp::poll_event() {
 
 std::optional<std::uint64_t> Qp::next_deadline() const {
   std::optional<std::uint64_t> d;
-  for (std::uint64_t t :
-       {ctx_.retransmit_deadline_ns, ctx_.rnr_deadline_ns, ctx_.pacer_deadline_ns}) {
+  for (std::uint64_t t : {ctx_.retransmit_deadline_ns, ctx_.adaptive_deadline_ns,
+                          ctx_.rnr_deadline_ns, ctx_.pacer_deadline_ns}) {
     if (t != 0 && (!d || t < *d)) d = t;
   }
   return d;
@@ -306,6 +307,7 @@ void Qp::enter_error() {
   flush_send_queue();
   resp_.flush();
   ctx_.retransmit_deadline_ns = 0;
+  ctx_.adaptive_deadline_ns = 0;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
 }

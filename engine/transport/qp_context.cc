@@ -142,6 +142,20 @@ void QpContext::push_send_completion(const SendWqe& w, WcStatus status) {
 void QpContext::restart_retransmit_timer(std::uint64_t now_ns) {
   const std::uint64_t timeout_ns = ack_timeout_ns(attr.timeout);
   retransmit_deadline_ns = (timeout_ns != 0 && outstanding()) ? now_ns + timeout_ns : 0;
+  restart_adaptive_timer(now_ns);
+}
+
+// The Local ACK Timeout (the QP's 5-bit timeout, C9-140; docs/protocol.md §3.9) stays what
+// decides retry_cnt and IBV_WC_RETRY_EXC_ERR: an adaptive retransmission is an early go-back-N
+// resend that uses no retry budget, as ConnectX's adaptive retransmission resends before the
+// QP's timeout. Timeout 0 means the IBA timer is off (the requester waits forever): then nothing
+// is resent by time at all.
+void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
+  adaptive_deadline_ns = 0;
+  const std::uint64_t cap_ns = ack_timeout_ns(attr.timeout);
+  if (config.adaptive_rto_floor_ns == 0 || cap_ns == 0 || !reliable() || !outstanding()) return;
+  const std::uint64_t rto_ns = rtt.rto_ns(config.adaptive_rto_floor_ns, cap_ns);
+  if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;
 }
 
 std::uint32_t QpContext::unacked_psns() const {

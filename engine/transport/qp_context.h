@@ -46,6 +46,14 @@ class XrcDomain {
   virtual std::optional<XrcSrqTarget> find_srq(std::uint32_t srqn) = 0;
 };
 
+// The adaptive retransmission timer's floor where round trips are steady (the simulator and the
+// unit tests): far below the Local ACK Timeouts in use (2 ms at exponent 9, 67 ms at perftest's
+// 14). The daemon leaves the timer off (QpConfig's default, 0): through xroced on a shared host a
+// clean link's round trip jumps from tens of microseconds to milliseconds whenever a worker or
+// an application is descheduled, and at this floor QPs resent on clean links (bench/README.md,
+// "Loss"); a floor that follows those stalls is not found yet.
+inline constexpr std::uint64_t kAdaptiveRtoFloorNs = 200'000;
+
 struct QpConfig {
   QpType type = QpType::kRc;
   wire::Qpn qpn;
@@ -58,7 +66,11 @@ struct QpConfig {
   std::uint32_t max_msg_bytes = 1u << 31;     // IBA C9-94
   std::uint32_t max_unacked_psns = 128;       // rxe's RXE_MAX_UNACKED_PSNS
   std::uint32_t max_packets_per_ackreq = 64;  // rxe's RXE_MAX_PKT_PER_ACK
-  bool sq_sig_all = false;                    // every send WQE completes signaled
+  // Adaptive retransmission: an RC/XRC requester that heard nothing for its RTO (transport/rtt.h:
+  // SRTT + 4 * RTTVAR, at least this floor, capped by the Local ACK Timeout) resends from its
+  // oldest unacknowledged PSN without waiting for the Local ACK Timeout. 0 turns it off.
+  std::uint64_t adaptive_rto_floor_ns = 0;
+  bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
   // The device-wide bound on unacknowledged request PSNs this RC/XRC requester shares with the
@@ -137,7 +149,8 @@ struct QpContext {
   std::uint32_t outstanding_rd_atomic = 0;
   std::uint8_t retry_left = 0;
   std::uint8_t rnr_retry_left = 0;
-  std::uint64_t retransmit_deadline_ns = 0;  // 0 = disarmed
+  std::uint64_t retransmit_deadline_ns = 0;  // the Local ACK Timeout; 0 = disarmed
+  std::uint64_t adaptive_deadline_ns = 0;    // the adaptive retransmission timer; 0 = disarmed
   std::uint64_t rnr_deadline_ns = 0;         // 0 = not waiting for an RNR timer
   std::uint64_t pacer_deadline_ns = 0;       // 0 = congestion control is not holding packets
 
@@ -168,6 +181,9 @@ struct QpContext {
   // XRC go to ERR.
   void send_queue_error();
   void restart_retransmit_timer(std::uint64_t now_ns);
+  // (Re)arms the adaptive retransmission timer for RTO from now_ns while PSNs are unacknowledged
+  // (disarms it otherwise, or when the RTO would not come before the Local ACK Timeout).
+  void restart_adaptive_timer(std::uint64_t now_ns);
 
   // The request PSNs sent and not yet acknowledged while the requester may send (RTS, SQD);
   // none in any other state, where nothing will be acknowledged any more.

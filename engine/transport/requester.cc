@@ -115,6 +115,14 @@ bool Requester::budget_full_after_this() const {
   return !budget->may_take(static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)), 1);
 }
 
+// Whether the QP's own window (max_unacked_psns) is full once the packet being built left: that
+// packet then asks for the ACK that opens it again, or the QP would wait for a timer.
+bool Requester::window_full_after_this() const {
+  const wire::Psn next = ctx_.req_psn + 1;
+  return static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)) >=
+         ctx_.config.max_unacked_psns;
+}
+
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
   RequesterState s = next_state(now_ns);
   // Local operations (binds, LOCAL_INV) execute here in send-queue order. C10-93.1.1 (quoted in
@@ -152,6 +160,9 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
     const std::uint64_t timeout_ns = ack_timeout_ns(ctx_.attr.timeout);
     if (timeout_ns != 0) ctx_.retransmit_deadline_ns = now_ns + timeout_ns;
   }
+  // The adaptive timer measures silence: RTO after the newest packet sent or the newest
+  // progress, whichever is later (a response to what just left cannot come sooner).
+  if (ctx_.reliable()) ctx_.restart_adaptive_timer(now_ns);
   return t;
 }
 
@@ -212,12 +223,12 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   const bool completes_recv = h.info().operation == wire::Operation::kSend || h.info().with_imm;
   h.bth.solicited = last && completes_recv && (w.wr.send_flags & send_flags::kSolicited);
   // AckReq on every message end, and periodically inside long messages (rxe_req.c
-  // init_req_packet; docs/protocol.md §3.3), and where the device's InflightBudget stops the QP
-  // (the BTH's AckReq may be set on any request packet, IBA 9.2); never on UC, which nothing
-  // acknowledges (rxe: ack_req stays 0 for UC and UD).
+  // init_req_packet; docs/protocol.md §3.3), and where the QP's window or the device's
+  // InflightBudget stops the QP (the BTH's AckReq may be set on any request packet, IBA 9.2);
+  // never on UC, which nothing acknowledges (rxe: ack_req stays 0 for UC and UD).
   h.bth.ack_req =
       ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq ||
-                          force_ackreq_ || budget_full_after_this());
+                          force_ackreq_ || window_full_after_this() || budget_full_after_this());
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
   t.payload_len = chunk;

@@ -49,6 +49,7 @@ class Requester {
   RequesterState next_state(std::uint64_t now_ns);
   bool budget_allows();
   bool budget_full_after_this() const;
+  bool window_full_after_this() const;
   RequesterState start_wqe(SendWqe& w);
   WcStatus local_check(const SendWqe& w) const;
   void execute_local(SendWqe& w);

@@ -5,7 +5,10 @@
 // One packet is timed at a time. Retransmitted packets are never timed, and a retry (ACK
 // timeout, PSN-sequence NAK, RNR NAK) voids the running timing, because an acknowledgement
 // after a retry cannot tell which transmission it answers (Karn's algorithm). The smoothed
-// estimate is RFC 6298's SRTT (gain 1/8). Sans-I/O: time comes in as a parameter.
+// estimate is RFC 6298's SRTT (gain 1/8) and RTTVAR (gain 1/4); from them the retransmission
+// timeout RTO = SRTT + 4 * RTTVAR (RFC 6298 2.3), at least a floor, doubled on each adaptive
+// retransmission without a new sample in between (RFC 6298 5.5, 5.7), and never more than the
+// QP's IBA Local ACK Timeout. Sans-I/O: time comes in as a parameter.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +35,22 @@ class RttEstimator {
   }
   // A go-back-N or RNR retry started: the running timing is void.
   void on_retry() { timing_ = false; }
+  // The adaptive retransmission timer expired: the next RTO is twice as long, until a new
+  // sample (RFC 6298 5.5; Karn: no sample comes from what is resent).
+  void on_rto_expired() {
+    if (backoff_shift_ < kMaxBackoffShift) ++backoff_shift_;
+  }
+
+  // The adaptive retransmission timeout: RFC 6298's RTO, raised to floor_ns, doubled per
+  // expiry since the last sample, capped at cap_ns (the QP's Local ACK Timeout). Without a
+  // sample yet there is nothing to adapt from: cap_ns.
+  std::uint64_t rto_ns(std::uint64_t floor_ns, std::uint64_t cap_ns) const {
+    if (samples_ == 0) return cap_ns;
+    const std::uint64_t base_ns = std::max(smoothed_ns_ + 4 * rttvar_ns_, floor_ns);
+    return std::min(base_ns << backoff_shift_, cap_ns);
+  }
+  std::uint64_t rttvar_ns() const { return rttvar_ns_; }
+  std::uint32_t backoff_shift() const { return backoff_shift_; }
 
   std::uint64_t smoothed_ns() const { return smoothed_ns_; }
   std::uint64_t latest_ns() const { return latest_ns_; }
@@ -39,15 +58,25 @@ class RttEstimator {
   std::uint64_t samples() const { return samples_; }
 
  private:
-  static constexpr std::uint64_t kGainShift = 3;  // RFC 6298 alpha = 1/8
+  static constexpr std::uint64_t kGainShift = 3;     // RFC 6298 alpha = 1/8
+  static constexpr std::uint64_t kVarGainShift = 2;  // RFC 6298 beta = 1/4
+  // 2^16 times any floor is beyond every Local ACK Timeout (at most 4.096 us * 2^31), so the
+  // cap decides long before the shift could overflow.
+  static constexpr std::uint32_t kMaxBackoffShift = 16;
 
   void add_sample(std::uint64_t rtt_ns) {
     latest_ns_ = rtt_ns;
+    backoff_shift_ = 0;
     if (samples_ == 0) {
       smoothed_ns_ = rtt_ns;
+      rttvar_ns_ = rtt_ns / 2;  // RFC 6298 2.2
       min_ns_ = rtt_ns;
     } else {
-      // SRTT += (R' - SRTT) / 8, in integers without going below zero.
+      // RTTVAR = 3/4 RTTVAR + 1/4 |SRTT - R'| with the old SRTT, then
+      // SRTT += (R' - SRTT) / 8 (RFC 6298 2.3), in integers without going below zero.
+      const std::uint64_t deviation_ns =
+          smoothed_ns_ > rtt_ns ? smoothed_ns_ - rtt_ns : rtt_ns - smoothed_ns_;
+      rttvar_ns_ = rttvar_ns_ - (rttvar_ns_ >> kVarGainShift) + (deviation_ns >> kVarGainShift);
       smoothed_ns_ = smoothed_ns_ - (smoothed_ns_ >> kGainShift) + (rtt_ns >> kGainShift);
       min_ns_ = std::min(min_ns_, rtt_ns);
     }
@@ -58,6 +87,8 @@ class RttEstimator {
   wire::Psn timed_psn_;
   std::uint64_t sent_ns_ = 0;
   std::uint64_t smoothed_ns_ = 0;
+  std::uint64_t rttvar_ns_ = 0;
+  std::uint32_t backoff_shift_ = 0;
   std::uint64_t latest_ns_ = 0;
   std::uint64_t min_ns_ = 0;
   std::uint64_t samples_ = 0;

@@ -127,7 +127,9 @@ struct QpCounters {
   std::uint64_t rnr_naks_sent = 0;
   std::uint64_t naks_received = 0;  // every NAK kind, RNR included
   std::uint64_t rnr_naks_received = 0;
-  std::uint64_t timeouts = 0;
+  std::uint64_t timeouts = 0;  // Local ACK Timeout expiries that started a retry (retry_cnt)
+  // Go-back-N resends the adaptive retransmission timer started (no retry_cnt used).
+  std::uint64_t adaptive_retransmits = 0;
   std::uint64_t duplicate_requests = 0;
   std::uint64_t out_of_sequence = 0;
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work

@@ -5,7 +5,8 @@
 //   xroce_<counter>_total{device,port}        every counter of `xroce stat` (hw_counters names)
 //   xroce_port_active{device,port,netdev}     1 when the port is ACTIVE
 //   xroce_qp_<counter>_total{device,qpn,type,peer}   payload bytes, packets, retransmissions,
-//                                                     timeouts, NAKs, RNR NAKs, CNPs, CE marks
+//                                                     timeouts, adaptive retransmissions,
+//                                                     NAKs, RNR NAKs, CNPs, CE marks
 //   xroce_qp_rate_mbps, _target_rate_mbps, _alpha    DCQCN state (gauges)
 //   xroce_qp_rtt_seconds, _rtt_min_seconds           round-trip estimate (when measured)
 //   xroce_scrape_error{device}                        1 when a device could not be read
@@ -57,6 +58,7 @@ constexpr std::pair<const char*, const char*> kQpCounters[] = {
     {"packets_received", "packets_received"},
     {"retransmits", "retransmitted_packets"},
     {"timeouts", "timeouts"},
+    {"adaptive_retransmits", "adaptive_retransmits"},
     {"naks_sent", "naks_sent"},
     {"naks_received", "naks_received"},
     {"rnr_naks_sent", "rnr_naks_sent"},

@@ -62,6 +62,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"retransmitted_packets", s.retransmitted_packets},
           {"naks_sent", s.naks_sent},
           {"timeouts", s.timeouts},
+          {"adaptive_retransmits", s.adaptive_retransmits},
           {"frames_sent", s.frames_sent},
           {"frames_dropped_bad", s.frames_dropped_bad},
           {"queue_drops", s.queue_drops},
@@ -365,6 +366,12 @@ void register_sim(CLI::App& app, ExitStatus& status) {
                   "Drop-tail queue of the switch's port toward each host (0 = unbounded)");
   cmd->add_option("--inflight-budget", c.inflight_budget_psns,
                   "Each node's bound on unacknowledged request PSNs over its QPs (0 = none)");
+  cmd->add_option("--nic-queue-bytes", c.nic_queue_bytes,
+                  "Bytes a node's NIC lets wait ahead of its transmitter before it takes the "
+                  "next packet from a QP (0 = unbounded: every packet ready is queued at once)");
+  cmd->add_option("--rto-floor-us", c.rto_floor_us,
+                  "Floor of the RC QPs' adaptive retransmission timeout (0 = no adaptive "
+                  "retransmission: only the Local ACK Timeout resends)");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
                   "read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, "

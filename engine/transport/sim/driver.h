@@ -122,6 +122,7 @@ struct Node {
   std::shared_ptr<InflightBudget> inflight_budget;  // ScenarioConfig::inflight_budget_psns
   std::vector<std::unique_ptr<Endpoint>> eps;
   std::unordered_map<std::uint32_t, Endpoint*> by_qpn;
+  std::size_t tx_turn = 0;  // the endpoint the NIC asks for a packet first (round robin)
 };
 
 class Driver {
@@ -139,6 +140,7 @@ class Driver {
   Endpoint& make_endpoint(std::size_t node, QpType type);
   void connect_qp(Endpoint& e, std::uint32_t peer_qpn, wire::Psn sq_psn, wire::Psn rq_psn);
   void transmit_all();
+  bool transmit_one(Node& node, Endpoint& e);
   void deliver_all();
   void fire_timers();
   bool done() const;

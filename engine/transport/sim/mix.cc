@@ -78,12 +78,13 @@ std::string reproduce_command(const ScenarioConfig& c) {
       "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --uc-qps %u --mix %s --mtu %u "
       "--loss %g --reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g "
       "--max-msg %u --outstanding %u --bottleneck-gbps %g --queue-bytes %llu "
-      "--inflight-budget %u",
+      "--inflight-budget %u --rto-floor-us %llu --nic-queue-bytes %llu",
       static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops), c.nodes,
       c.qps, c.uc_qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
       c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps, c.max_msg_bytes,
       c.max_outstanding, c.bottleneck_gbps, static_cast<unsigned long long>(c.queue_bytes),
-      c.inflight_budget_psns);
+      c.inflight_budget_psns, static_cast<unsigned long long>(c.rto_floor_us),
+      static_cast<unsigned long long>(c.nic_queue_bytes));
   return buf;
 }
 

@@ -97,6 +97,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.max_recv_wr = recv_slots_;
   qc.max_inline_data = kMaxInlineBytes;
   qc.inflight_budget = node.inflight_budget;
+  qc.adaptive_rto_floor_ns = cfg_.rto_floor_us * 1000;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);
@@ -180,27 +181,43 @@ void Driver::connect_qp(Endpoint& e, std::uint32_t peer_qpn, wire::Psn sq_psn, w
   if (rc != 0) fail("modify_qp failed while connecting");
 }
 
+// A NIC takes a QP's next packet when its transmitter has room (nic_queue_bytes waiting), in
+// turn over the node's QPs, so a go-back-N restart rewinds what has not left yet instead of
+// finding a whole window queued ahead of the wire.
 void Driver::transmit_all() {
   for (auto& np : nodes_) {
-    for (auto& e : np->eps) {
-      while (auto t = e->qp->poll_transmit(now_, payload_)) {
-        wire::FrameAddress addr = e->addr;
-        addr.udp_src_port =
-            static_cast<std::uint16_t>(kUdpPortBase + (e->qp->qpn().value() & 0x3FFF));
-        if (t->ect) addr.traffic_class = static_cast<std::uint8_t>(wire::Ecn::kEct0);
-        const wire::Bytes payload(payload_.data(), t->payload_len);
-        ns::Frame frame(wire::frame_bytes(addr, t->hdr, t->payload_len));
-        auto len = wire::encode_frame(addr, t->hdr, payload, frame);
-        if (!len) {
-          fail("encode_frame failed");
-          return;
-        }
-        frame.resize(*len);
-        net_.send(now_, np->host, std::move(frame));
-        ++summary_.frames_sent;
-      }
+    Node& node = *np;
+    const ns::PortId port = net_.host_port(node.host);
+    auto room = [&] {
+      return cfg_.nic_queue_bytes == 0 || net_.queue_bytes(port) < cfg_.nic_queue_bytes;
+    };
+    const std::size_t n = node.eps.size();
+    std::size_t idle = 0;  // endpoints in a row that had nothing to send
+    while (idle < n && room() && summary_.failure.empty()) {
+      Endpoint& e = *node.eps[node.tx_turn % n];
+      node.tx_turn = (node.tx_turn + 1) % n;
+      idle = transmit_one(node, e) ? 0 : idle + 1;
     }
   }
+}
+
+bool Driver::transmit_one(Node& node, Endpoint& e) {
+  auto t = e.qp->poll_transmit(now_, payload_);
+  if (!t) return false;
+  wire::FrameAddress addr = e.addr;
+  addr.udp_src_port = static_cast<std::uint16_t>(kUdpPortBase + (e.qp->qpn().value() & 0x3FFF));
+  if (t->ect) addr.traffic_class = static_cast<std::uint8_t>(wire::Ecn::kEct0);
+  const wire::Bytes payload(payload_.data(), t->payload_len);
+  ns::Frame frame(wire::frame_bytes(addr, t->hdr, t->payload_len));
+  auto len = wire::encode_frame(addr, t->hdr, payload, frame);
+  if (!len) {
+    fail("encode_frame failed");
+    return false;
+  }
+  frame.resize(*len);
+  net_.send(now_, node.host, std::move(frame));
+  ++summary_.frames_sent;
+  return true;
 }
 
 void Driver::deliver_all() {
@@ -298,6 +315,7 @@ void Driver::finish() {
       summary_.retransmitted_packets += k.retransmitted_packets;
       summary_.naks_sent += k.naks_sent;
       summary_.timeouts += k.timeouts;
+      summary_.adaptive_retransmits += k.adaptive_retransmits;
       if (!summary_.failure.empty()) continue;
       // The atomic word each peer holds must equal the model of what was posted to it.
       std::uint64_t v = 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "transport/qp_context.h"
 #include "transport/verbs.h"
 
 namespace xroce::transport::sim {
@@ -73,6 +74,11 @@ struct ScenarioConfig {
   std::uint64_t queue_bytes = 0;
   // Each node's InflightBudget over its RC QPs, in PSNs (0 = none).
   std::uint32_t inflight_budget_psns = 0;
+  // Bytes a node's NIC lets wait ahead of its transmitter before it takes the next packet from
+  // a QP (0 = every packet a QP has is queued at once, however long the queue).
+  std::uint64_t nic_queue_bytes = 8192;
+  // Every RC QP's adaptive retransmission floor (QpConfig::adaptive_rto_floor_ns; 0 = off).
+  std::uint64_t rto_floor_us = kAdaptiveRtoFloorNs / 1000;
   std::uint32_t max_msg_bytes = 16384;
   std::uint32_t max_outstanding = 8;              // per QP and direction
   std::uint64_t time_limit_ns = 600'000'000'000;  // virtual time before declaring a stall
@@ -93,7 +99,8 @@ struct Summary {
   std::uint64_t invalidations = 0;      // windows invalidated (LOCAL_INV or SEND_WITH_INV)
   std::uint64_t retransmitted_packets = 0;
   std::uint64_t naks_sent = 0;
-  std::uint64_t timeouts = 0;
+  std::uint64_t timeouts = 0;              // Local ACK Timeout expiries (each uses retry_cnt)
+  std::uint64_t adaptive_retransmits = 0;  // go-back-N resends the adaptive timer started
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_dropped_bad = 0;  // failed decode or ICRC at the receiving node
   std::uint64_t queue_drops = 0;         // frames the switch's queues dropped (queue_bytes)

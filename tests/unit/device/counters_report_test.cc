@@ -25,6 +25,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.rnr_naks_received = 3;
   qp.rnr_naks_sent = 4;
   qp.timeouts = 6;
+  qp.adaptive_retransmits = 8;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
   qp.duplicate_requests = 7;
@@ -36,6 +37,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kRcvdSeqErr), 2u);  // the non-RNR NAKs
   EXPECT_EQ(at(v, Counter::kSendRnrErr), 4u);
   EXPECT_EQ(at(v, Counter::kCompleterRetryErr), 6u);
+  EXPECT_EQ(at(v, Counter::kAdaptiveRetransmits), 8u);  // apart from the Local ACK Timeout's
 }
 
 TEST(CountersReport, ResetQpCountersAddTheirNewValue) {

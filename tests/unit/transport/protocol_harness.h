@@ -44,6 +44,9 @@ struct QpOptions {
   PathMtu path_mtu = PathMtu::k256;
   PathMtu port_mtu = PathMtu::k4096;                // the port's active MTU (QpConfig::port_mtu)
   std::shared_ptr<InflightBudget> inflight_budget;  // QpConfig::inflight_budget
+  std::uint64_t adaptive_rto_floor_ns = kAdaptiveRtoFloorNs;
+  std::uint8_t timeout = kTimeoutExp;
+  std::uint32_t max_unacked_psns = QpConfig{}.max_unacked_psns;
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -73,6 +76,8 @@ class ProtocolTest : public ::testing::Test {
     cfg.xrc = o.xrc;
     cfg.port_mtu = o.port_mtu;
     cfg.inflight_budget = o.inflight_budget;
+    cfg.adaptive_rto_floor_ns = o.adaptive_rto_floor_ns;
+    cfg.max_unacked_psns = o.max_unacked_psns;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
   }
@@ -89,7 +94,7 @@ class ProtocolTest : public ::testing::Test {
     a.max_dest_rd_atomic = o.max_dest_rd_atomic;
     a.max_rd_atomic = o.max_rd_atomic;
     a.min_rnr_timer = kRnrTimerCode;
-    a.timeout = kTimeoutExp;
+    a.timeout = o.timeout;
     a.retry_cnt = o.retry_cnt;
     a.rnr_retry = o.rnr_retry;
     a.av_id = 9;

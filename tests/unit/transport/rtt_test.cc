@@ -59,6 +59,44 @@ TEST(RttEstimator, WorksAcrossThePsnWrap) {
   EXPECT_EQ(rtt.latest_ns(), 7u);
 }
 
+// RFC 6298 2.2/2.3 in integers: after R, SRTT = R and RTTVAR = R/2; then RTTVAR takes a quarter
+// of |SRTT - R'| and SRTT an eighth of R'.
+TEST(RttEstimator, RtoIsSmoothedPlusFourVariancesWithinFloorAndCap) {
+  constexpr std::uint64_t kCapNs = 10'000'000;
+  RttEstimator rtt;
+  EXPECT_EQ(rtt.rto_ns(1000, kCapNs), kCapNs);  // nothing measured: nothing to adapt from
+  rtt.on_request_sent(0, Psn(1), true, false);
+  rtt.on_acknowledged(40'000, Psn(2));
+  EXPECT_EQ(rtt.rttvar_ns(), 20'000u);
+  EXPECT_EQ(rtt.rto_ns(1000, kCapNs), 40'000u + 4 * 20'000u);
+  EXPECT_EQ(rtt.rto_ns(500'000, kCapNs), 500'000u);  // the floor
+  EXPECT_EQ(rtt.rto_ns(1000, 100'000), 100'000u);    // the cap (the Local ACK Timeout)
+  rtt.on_request_sent(100'000, Psn(2), true, false);
+  rtt.on_acknowledged(100'000 + 80'000, Psn(3));
+  // RTTVAR = 3/4 * 20 + 1/4 * |40 - 80| = 25 us; SRTT = 7/8 * 40 + 1/8 * 80 = 45 us.
+  EXPECT_EQ(rtt.rttvar_ns(), 25'000u);
+  EXPECT_EQ(rtt.smoothed_ns(), 45'000u);
+  EXPECT_EQ(rtt.rto_ns(1000, kCapNs), 45'000u + 100'000u);
+}
+
+TEST(RttEstimator, EachExpiryDoublesTheRtoUntilTheNextSampleAndTheCapStillHolds) {
+  RttEstimator rtt;
+  rtt.on_request_sent(0, Psn(1), true, false);
+  rtt.on_acknowledged(10'000, Psn(2));  // RTO 10 + 4 * 5 = 30 us
+  rtt.on_rto_expired();
+  EXPECT_EQ(rtt.rto_ns(1000, 1'000'000), 60'000u);
+  rtt.on_rto_expired();
+  EXPECT_EQ(rtt.rto_ns(1000, 1'000'000), 120'000u);
+  for (int i = 0; i < 40; ++i)  // the shift stops; the cap decides
+    rtt.on_rto_expired();
+  EXPECT_EQ(rtt.rto_ns(1000, 1'000'000), 1'000'000u);
+  EXPECT_EQ(rtt.rto_ns(1000, std::uint64_t{4096} << 31), 30'000u << 16);
+  rtt.on_request_sent(20'000, Psn(2), true, false);
+  rtt.on_acknowledged(30'000, Psn(3));
+  EXPECT_EQ(rtt.backoff_shift(), 0u);
+  EXPECT_EQ(rtt.rto_ns(1000, 1'000'000), rtt.smoothed_ns() + 4 * rtt.rttvar_ns());
+}
+
 class QpRttTest : public ProtocolTest {};
 
 TEST_F(QpRttTest, AnAckedSendGivesOneSampleAndCountsPayloadBytes) {

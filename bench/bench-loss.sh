@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# RC under random loss on the wire: two namespaces joined through xroce-switch (tools/switch) in a
+# third, which drops each RoCE frame with probability LOSS; for each port kind and loss,
+# ib_write_bw and ib_read_bw (64 KiB, -D seconds) between two xroce devices, their average MB/s,
+# and the device counters that show how losses were repaired: completer_retry_err (Local ACK
+# Timeouts), adaptive_retransmits, rcvd_seq_err (PSN-sequence NAKs). Needs root. Not a test: it
+# prints figures (bench/README.md).
+#   bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]   (default: build 5 0 0.02)
+set -euo pipefail
+build=${1:-build}
+seconds=${2:-5}
+shift 2 || shift $# || true
+losses=("$@")
+[[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
+bin=$(cd "$build/bin" && pwd)
+xroce=$bin/xroce
+tag=xrbl-$$
+ns_a=$tag-a ns_m=$tag-m ns_b=$tag-b
+ip_a=198.18.221.1 ip_b=198.18.221.2
+out=$(mktemp -d)
+switch_pid=
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+stop_switch() {
+  if [[ -n $switch_pid ]]; then
+    kill "$switch_pid" 2>/dev/null || true
+    wait "$switch_pid" 2>/dev/null || true
+    switch_pid=
+  fi
+}
+del_devices() {
+  in_ns "$ns_a" "$xroce" link del xbl0 >/dev/null 2>&1 || true
+  in_ns "$ns_b" "$xroce" link del xbl1 >/dev/null 2>&1 || true
+}
+cleanup() {
+  del_devices
+  stop_switch
+  for ns in "$ns_a" "$ns_m" "$ns_b"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+for ns in "$ns_a" "$ns_m" "$ns_b"; do
+  ip netns add "$ns"
+  in_ns "$ns" ip link set lo up
+done
+ip link add va netns "$ns_a" type veth peer name ma netns "$ns_m"
+ip link add mb netns "$ns_m" type veth peer name vb netns "$ns_b"
+in_ns "$ns_a" ip link set dev va mtu 9000 up
+in_ns "$ns_m" ip link set dev ma mtu 9000 up
+in_ns "$ns_m" ip link set dev mb mtu 9000 up
+in_ns "$ns_b" ip link set dev vb mtu 9000 up
+in_ns "$ns_a" ip addr add $ip_a/24 dev va
+in_ns "$ns_b" ip addr add $ip_b/24 dev vb
+
+start_switch() {  # loss
+  # Real-time priority, as a switch has its own silicon (tools/switch/README.md).
+  in_ns "$ns_m" chrt -f 10 "$bin/xroce-switch" --port ma --port mb --loss "$1" --seed 1 \
+    >"$out/switch.txt" 2>&1 &
+  switch_pid=$!
+  local i
+  for i in $(seq 1 200); do
+    grep -q ready "$out/switch.txt" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "xroce-switch did not start" >&2
+  return 1
+}
+
+wait_listen() {  # namespace, TCP port
+  local i
+  for i in $(seq 1 400); do
+    [[ -n $(in_ns "$1" ss -Hltn sport = ":$2") ]] && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on $2 in $1" >&2
+  return 1
+}
+
+counter() {  # namespace, device, name
+  in_ns "$1" "$xroce" stat "$2" --json | /usr/bin/python3 -c \
+    "import json,sys; print(json.load(sys.stdin)['counters'].get('$3', 0))"
+}
+counters() {  # the repair counters of both devices together
+  local name total
+  for name in completer_retry_err adaptive_retransmits rcvd_seq_err; do
+    total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
+    printf ' %s %s' "$name" "$total"
+  done
+}
+
+# One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
+bandwidth() {  # program
+  local port=18515
+  in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x 0 -s 65536 -D "$seconds" -p $port \
+    >"$out/srv.txt" 2>&1 &
+  local srv=$!
+  wait_listen "$ns_a" $port
+  if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x 0 -s 65536 -D "$seconds" -p $port $ip_a \
+    >"$out/cli.txt" 2>&1 && wait $srv; then
+    awk '$1 == 65536 { print $4 }' "$out/cli.txt"
+  else
+    wait $srv 2>/dev/null || true
+    echo FAILED
+  fi
+}
+
+echo "load: $(uptime)"
+for kind in afxdp udp; do
+  in_ns "$ns_a" "$xroce" link add xbl0 netdev va port $kind queues 1 >/dev/null
+  in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port $kind queues 1 >/dev/null
+  for loss in "${losses[@]}"; do
+    start_switch "$loss"
+    for program in ib_write_bw ib_read_bw; do
+      before=$(counters)
+      mbps=$(bandwidth $program)
+      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$(counters)"
+    done
+    stop_switch
+  done
+  del_devices
+done

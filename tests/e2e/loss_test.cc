@@ -1,0 +1,92 @@
+// RC through a link that loses 2 % of the RoCE frames at random (xroce-switch --loss 0.02 between
+// two namespaces), on both port kinds: ib_write_bw and ib_read_bw with 64 KiB messages complete
+// on both sides with no retry-exceeded, and the switch did drop frames. Completion, not speed
+// (bench/README.md has the rates); perftest checks no data. Needs root and perftest.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+#include "pair.h"
+#include "switched_peers.h"
+
+namespace xroce::e2e {
+namespace {
+
+int next_subnet() {
+  static int subnet = 110 + static_cast<int>(getpid() % 40);
+  return subnet++ % 250 + 1;
+}
+
+// The RoCE frames the switch's loss dropped, both directions together.
+long long dropped_by_loss(const nlohmann::json& stats) {
+  long long n = 0;
+  for (const auto& p : stats["ports"])
+    n += p.value("dropped_impair", 0LL);
+  return n;
+}
+
+// perftest's bandwidth rows: "<bytes> <iterations> <peak> <average> <msg rate>".
+int bandwidth_rows(const std::string& output) {
+  static const std::regex row(R"(^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$)");
+  int rows = 0;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    rows += std::regex_match(line, row) ? 1 : 0;
+  return rows;
+}
+
+class LossE2e : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, XDP)";
+    if (!have("ib_write_bw") || !have("ib_read_bw")) GTEST_SKIP() << "needs perftest";
+    peers_ = std::make_unique<SwitchedPeers>(
+        next_subnet(), std::vector<std::string>{"--loss", "0.02", "--seed", "19"}, 1500, 1500,
+        GetParam());
+    ASSERT_TRUE(peers_->ready());
+  }
+
+  // A perftest server on side 0 and its client on side 1; both must exit 0 with a result row.
+  void bandwidth(const std::string& program) {
+    SCOPED_TRACE(program);
+    const std::vector<std::string> args = {"-s", "65536", "-n", "300", "-x", "0"};
+    std::vector<std::string> server = {program, "-d", peers_->dev(0)};
+    std::vector<std::string> client = {program, "-d", peers_->dev(1)};
+    server.insert(server.end(), args.begin(), args.end());
+    client.insert(client.end(), args.begin(), args.end());
+    client.push_back(peers_->ip(0));
+    auto s =
+        std::async(std::launch::async, [&] { return run(peers_->app(0, server), seconds(240)); });
+    ASSERT_TRUE(eventually(
+        [&] {
+          return !peers_->exec(0, {"ss", "-Hltn", "sport", "=", ":18515"}).output.empty();
+        },
+        seconds(20)));
+    const RunResult c = run(peers_->app(1, client), seconds(240));
+    const RunResult sv = s.get();
+    EXPECT_EQ(sv.status, 0) << sv.output;
+    EXPECT_EQ(c.status, 0) << c.output;
+    EXPECT_EQ(bandwidth_rows(c.output), 1) << c.output;
+    EXPECT_EQ(c.output.find("RETRY_EXC"), std::string::npos) << c.output;
+  }
+
+  std::unique_ptr<SwitchedPeers> peers_;
+};
+
+TEST_P(LossE2e, WriteAndReadBandwidthComplete) {
+  bandwidth("ib_write_bw");
+  bandwidth("ib_read_bw");
+  EXPECT_GT(dropped_by_loss(peers_->switch_stats()), 0) << "the link lost nothing";
+}
+
+std::string port_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+INSTANTIATE_TEST_SUITE_P(Ports, LossE2e, ::testing::Values("udp", "afxdp"), port_name);
+
+}  // namespace
+}  // namespace xroce::e2e

@@ -1,0 +1,209 @@
+// The adaptive retransmission timer (QpConfig::adaptive_rto_floor_ns, transport/rtt.h): a QP
+// that heard nothing for its RTO resends from the oldest unacknowledged PSN long before the
+// Local ACK Timeout, uses no retry_cnt doing so, never fires on a link that answers in time, and
+// resumes a READ from its first missing response. Time is a parameter throughout.
+#include <gtest/gtest.h>
+
+#include "protocol_harness.h"
+
+namespace xroce::transport::testing {
+namespace {
+
+using wire::Aeth;
+using wire::NakCode;
+using wire::Opcode;
+
+constexpr std::uint64_t kFloorNs = 50'000;
+constexpr std::uint64_t kRttNs = 40'000;  // one sample: SRTT 40 us, RTTVAR 20 us
+constexpr std::uint64_t kRtoNs = kRttNs + 4 * (kRttNs / 2);
+
+class AdaptiveRetransmitTest : public ProtocolTest {
+ protected:
+  void SetUp() override {
+    QpOptions o;
+    o.adaptive_rto_floor_ns = kFloorNs;
+    make_qp(o);
+  }
+
+  // One SEND acknowledged kRttNs after it left: the QP's first RTT sample. Returns the next PSN.
+  std::uint32_t measure_once(std::uint64_t sent_ns = 0) {
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 100, {sge(local, 8)})), 0);
+    EXPECT_EQ(drain(sent_ns).size(), 1u);
+    receive(ack(kSqPsn), {}, sent_ns + kRttNs);
+    EXPECT_EQ(qp->rtt().samples(), 1u);
+    EXPECT_EQ(completions().size(), 1u);
+    return kSqPsn + 1;
+  }
+};
+
+TEST_F(AdaptiveRetransmitTest, ALostTailIsResentAfterTheRtoNotTheLocalAckTimeout) {
+  const std::uint32_t psn = measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);  // lost
+  ASSERT_EQ(qp->next_deadline(), 100'000 + kRtoNs);
+  qp->handle_timeout(100'000 + kRtoNs - 1);
+  EXPECT_TRUE(drain(100'000 + kRtoNs - 1).empty());
+  qp->handle_timeout(100'000 + kRtoNs);
+  const auto out = drain(100'000 + kRtoNs);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), psn);
+  EXPECT_TRUE(out[0].t.retransmission);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+  // The next RTO is twice as long (no sample from what was resent).
+  EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoNs + 2 * kRtoNs);
+  receive(ack(psn), {}, 100'000 + kRtoNs + 5'000);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_FALSE(qp->next_deadline().has_value());  // nothing outstanding: no timer
+}
+
+TEST_F(AdaptiveRetransmitTest, UsesNoRetryCountTheLocalAckTimeoutAloneEndsTheQp) {
+  measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  const std::uint64_t sent_ns = 100'000;
+  ASSERT_EQ(drain(sent_ns).size(), 1u);
+  std::uint64_t now = sent_ns;
+  while (qp->state() == QpState::kRts) {  // every packet is lost from here on
+    const auto deadline = qp->next_deadline();
+    ASSERT_TRUE(deadline.has_value());
+    now = *deadline;
+    qp->handle_timeout(now);
+    drain(now);
+  }
+  // retry_cnt = 3: the fourth Local ACK Timeout without progress ends the QP, as without
+  // adaptive retransmission; the early resends in between used none of the budget.
+  EXPECT_EQ(qp->counters().timeouts, 4u);
+  EXPECT_GT(qp->counters().adaptive_retransmits, 4u);
+  EXPECT_GE(now, sent_ns + 4 * kTimeoutNs);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kRetryExcErr);
+}
+
+TEST_F(AdaptiveRetransmitTest, AFirstResendLostAfterANakIsResentBeforeTheLocalAckTimeout) {
+  const std::uint32_t psn = measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);  // 3 packets
+  ASSERT_EQ(drain(100'000).size(), 3u);
+  // The peer missed the second packet: PSN-sequence NAK, go-back-N resends two packets...
+  receive(ack(psn + 1, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
+  ASSERT_EQ(drain(110'000).size(), 2u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+  // ... which are lost again; the peer NAKs a gap once, so only a timer can help.
+  const auto deadline = qp->next_deadline();
+  ASSERT_TRUE(deadline.has_value());
+  EXPECT_LT(*deadline, 110'000 + kTimeoutNs / 100);
+  qp->handle_timeout(*deadline);
+  const auto out = drain(*deadline);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].psn(), psn + 1);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcSendMiddle);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  receive(ack(psn + 2), {}, *deadline + 10'000);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+}
+
+TEST_F(AdaptiveRetransmitTest, ALateNakForTheResentPsnStartsNoSecondGoBackN) {
+  const std::uint32_t psn = measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 3u);
+  const std::uint64_t fire_ns = *qp->next_deadline();
+  qp->handle_timeout(fire_ns);
+  ASSERT_EQ(drain(fire_ns).size(), 3u);
+  // The NAK the first loss caused arrives after the adaptive resend: already repaired.
+  receive(ack(psn, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, fire_ns + 1000);
+  EXPECT_TRUE(drain(fire_ns + 1000).empty());
+}
+
+// A clean link whose round trip varies from 20 to 80 us: no retransmission of any kind, ever.
+TEST_F(AdaptiveRetransmitTest, NeverFiresWhileAcknowledgementsComeInTime) {
+  std::uint64_t now = 0;
+  for (std::uint32_t i = 0; i < 200; ++i) {
+    ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, i, {sge(local, 600)})), 0);
+    ASSERT_EQ(drain(now).size(), 3u);
+    const std::uint64_t rtt_ns = 20'000 + (i * 37 % 61) * 1000;
+    const auto deadline = qp->next_deadline();
+    ASSERT_TRUE(deadline.has_value());
+    ASSERT_GT(*deadline, now + rtt_ns) << "message " << i;
+    now += rtt_ns;
+    receive(ack(kSqPsn + 3 * i + 2), {}, now);
+    ASSERT_EQ(completions().size(), 1u);
+    now += 5'000;
+  }
+  EXPECT_EQ(qp->counters().retransmitted_packets, 0u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+}
+
+TEST_F(AdaptiveRetransmitTest, AReadResumesFromItsFirstMissingResponse) {
+  const std::uint32_t psn = measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local + 4096, 1000)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);  // 4 responses of 256, 256, 256, 232 bytes
+  std::vector<std::uint8_t> data(256, 0x5a);
+  auto first = packet(Opcode::kRcReadResponseFirst, psn);
+  first.aeth = Aeth::ack(0);
+  receive(first, data, 140'000);
+  receive(packet(Opcode::kRcReadResponseMiddle, psn + 1), data, 141'000);
+  // The third and fourth responses are lost: no later response shows the gap.
+  const std::uint64_t fire_ns = *qp->next_deadline();
+  EXPECT_LT(fire_ns, 141'000 + kTimeoutNs / 100);
+  qp->handle_timeout(fire_ns);
+  const auto out = drain(fire_ns);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), psn + 2);
+  ASSERT_TRUE(out[0].hdr().reth.has_value());
+  EXPECT_EQ(out[0].hdr().reth->va, 0x7000000u + 512);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, 1000u - 512);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  receive(packet(Opcode::kRcReadResponseMiddle, psn + 2), data, fire_ns + 20'000);
+  auto last = packet(Opcode::kRcReadResponseLast, psn + 3);
+  last.aeth = Aeth::ack(0);
+  receive(last, std::vector<std::uint8_t>(232, 0x5a), fire_ns + 21'000);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  for (std::uint8_t b : bytes(local + 4096, 1000))
+    ASSERT_EQ(b, 0x5a);
+}
+
+TEST_F(AdaptiveRetransmitTest, ATimeoutOfZeroWaitsForeverAndAFloorOfZeroTurnsItOff) {
+  QpOptions o;
+  o.timeout = 0;  // the IBA timer is off: nothing is resent by time
+  make_qp(o);
+  measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);
+  EXPECT_FALSE(qp->next_deadline().has_value());
+
+  o = QpOptions{};
+  o.adaptive_rto_floor_ns = 0;
+  make_qp(o);
+  measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);
+  EXPECT_EQ(qp->next_deadline(), 100'000 + kTimeoutNs);
+}
+
+// The packet that fills the QP's window asks for the ACK that opens it again; without it a
+// window ending between two AckReq packets would wait for a timer.
+TEST_F(AdaptiveRetransmitTest, ThePacketThatFillsTheWindowAsksForAnAck) {
+  QpOptions o;
+  o.max_unacked_psns = 4;
+  make_qp(o);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 2560)})), 0);  // 10 packets
+  auto out = drain(0);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_FALSE(out[2].hdr().bth.ack_req);
+  EXPECT_TRUE(out[3].hdr().bth.ack_req);
+  receive(ack(kSqPsn + 3), {}, 10'000);
+  out = drain(10'000);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_TRUE(out[3].hdr().bth.ack_req);
+  EXPECT_EQ(qp->counters().retransmitted_packets, 0u);
+}
+
+}  // namespace
+}  // namespace xroce::transport::testing
