@@ -35,7 +35,12 @@ del_devices() {
 cleanup() {
   del_devices
   stop_switch
-  for ns in "$ns_a" "$ns_m" "$ns_b"; do ip netns del "$ns" 2>/dev/null || true; done
+  # Whatever still runs in this run's namespaces (a real-time switch left spinning would take a
+  # core from everyone) goes with them.
+  for ns in "$ns_a" "$ns_m" "$ns_b"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -55,23 +60,25 @@ in_ns "$ns_b" ip addr add $ip_b/24 dev vb
 
 start_switch() {  # loss
   # Real-time priority, as a switch has its own silicon (tools/switch/README.md).
-  in_ns "$ns_m" chrt -f 10 "$bin/xroce-switch" --port ma --port mb --loss "$1" --seed 1 \
+  # Not through in_ns: a backgrounded function is a subshell, and $! would be its pid, not the
+  # switch's (ip netns exec and chrt exec the switch in place).
+  ip netns exec "$ns_m" chrt -f 10 "$bin/xroce-switch" --port ma --port mb --loss "$1" --seed 1 \
     >"$out/switch.txt" 2>&1 &
   switch_pid=$!
-  local i
-  for i in $(seq 1 200); do
+  local deadline=$((SECONDS + 10))
+  while ((SECONDS < deadline)); do
     grep -q ready "$out/switch.txt" 2>/dev/null && return 0
-    sleep 0.05
+    sleep 0.05  # polling a condition with a deadline
   done
   echo "xroce-switch did not start" >&2
   return 1
 }
 
 wait_listen() {  # namespace, TCP port
-  local i
-  for i in $(seq 1 400); do
+  local deadline=$((SECONDS + 20))
+  while ((SECONDS < deadline)); do
     [[ -n $(in_ns "$1" ss -Hltn sport = ":$2") ]] && return 0
-    sleep 0.05
+    sleep 0.05  # polling a condition with a deadline
   done
   echo "nothing listens on $2 in $1" >&2
   return 1
