@@ -108,6 +108,7 @@ bandwidth() {  # program
     awk '$1 == 65536 { print $4 }' "$out/cli.txt"
   else
     wait $srv 2>/dev/null || true
+    { echo "--- $1 failed; client:"; cat "$out/cli.txt"; echo "--- server:"; cat "$out/srv.txt"; } >&2
     echo FAILED
   fi
 }
