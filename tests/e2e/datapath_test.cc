@@ -9,6 +9,7 @@
 // a 2-core host; the programs' own checks do not depend on the counts.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <cstdio>
 
 #include <future>
 #include <regex>
@@ -172,8 +173,22 @@ class PerftestE2e : public DatapathE2e {
   std::vector<std::vector<double>> perftest(const std::string& program,
                                             const std::vector<std::string>& args) {
     const std::vector<std::string> common = {"-x", "0"};
-    const Outcome o = serve(*pair_, with(with({program, "-d", pair_->dev(0)}, common), args),
-                            with(with({program, "-d", pair_->dev(1)}, common), args));
+    const auto run_once = [&] {
+      return serve(*pair_, with(with({program, "-d", pair_->dev(0)}, common), args),
+                   with(with({program, "-d", pair_->dev(1)}, common), args));
+    };
+    Outcome o = run_once();
+    // perftest measures the CPU clock again for every row it prints (get_cpu_mhz: ten timed
+    // samples whose fit must reach r^2 0.9) and exits "Can't produce a report" when a
+    // descheduled sample spoils the fit: a failure of perftest's own timing on a busy host,
+    // not of the transfer. That failure alone gets one more run, said in the log.
+    if (o.client.output.find("Can't produce a report") != std::string::npos &&
+        o.client.output.find("Correlation coefficient") != std::string::npos) {
+      std::fprintf(stderr,
+                   "%s: perftest's clock calibration failed (r^2 < 0.9); running it again\n",
+                   program.c_str());
+      o = run_once();
+    }
     EXPECT_EQ(o.server.status, 0) << o.server.output;
     EXPECT_EQ(o.client.status, 0) << o.client.output;
     return perftest_rows(o.client.output);
