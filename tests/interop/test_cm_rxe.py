@@ -107,30 +107,14 @@ class MadLoss:
     def allow(self, direction: str, handle: int) -> None:
         self._nft("delete", "rule", "netdev", self.TABLE, direction, "handle", str(handle))
 
-    def drop_first(self, direction: str, mad: str):
-        """A context in which the first `mad` going `direction` is lost: the rule goes as soon as
-        it has dropped one (the retry comes a CM response timeout later, seconds away)."""
-        loss = self
-
-        class First:
-            def __enter__(self):
-                self.handle = loss.drop(direction, mad)
-                return self
-
-            def wait_dropped(self, timeout_s: float = 30) -> None:
-                deadline = time.monotonic() + timeout_s
-                while loss.dropped(direction, self.handle) < 1:
-                    if time.monotonic() > deadline:
-                        raise AssertionError(f"no {mad} went {direction} within {timeout_s} s")
-                    time.sleep(0.02)  # polling a condition with a deadline
-                loss.allow(direction, self.handle)
-                self.handle = None
-
-            def __exit__(self, *exc):
-                if self.handle is not None:
-                    loss.allow(direction, self.handle)
-
-        return First()
+    def wait_dropped(self, direction: str, handle: int, timeout_s: float = 30) -> None:
+        """Until rule `handle` has dropped a MAD."""
+        deadline = time.monotonic() + timeout_s
+        while self.dropped(direction, handle) < 1:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nft rule {handle} dropped nothing {direction} within "
+                                     f"{timeout_s} s")
+            time.sleep(0.02)  # polling a condition with a deadline
 
 
 class CmSuite:
@@ -231,9 +215,14 @@ class CmSuite:
         srv = server.start_command(f"rping -s -V -C 1 -a {server.ip4} -p {port}")
         wait_cm_listener(server, port)
         started = time.monotonic()
-        with loss.drop_first(direction, mad) as first:
+        # Only the first is lost: the rule goes once it dropped one (the retry comes a CM
+        # response timeout later, seconds away).
+        handle = loss.drop(direction, mad)
+        try:
             cli = client.start_command(f"rping -c -V -v -C 1 -a {server.ip4} -p {port}")
-            first.wait_dropped()
+            loss.wait_dropped(direction, handle)
+        finally:
+            loss.allow(direction, handle)
         c, s = cli.wait(60), srv.wait(60)
         took = time.monotonic() - started
         for side, r in (("client", c), ("server", s)):

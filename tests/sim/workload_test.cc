@@ -138,20 +138,27 @@ ScenarioConfig many_qps(std::uint64_t seed, std::uint32_t qps) {
   return c;
 }
 
+// A lossless run under the budget: everything completes and is checked, and nothing is dropped,
+// resent, timed out or NAKed.
+void expect_clean_run(const ScenarioConfig& c, const Summary& s) {
+  ASSERT_TRUE(s.ok()) << describe(c, s);
+  ASSERT_EQ(s.completed, s.posted) << describe(c, s);
+  ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
+  EXPECT_GT(s.bytes_verified, 0u) << describe(c, s);
+  EXPECT_EQ(s.queue_drops, 0u) << describe(c, s);
+  EXPECT_EQ(s.retransmitted_packets, 0u) << describe(c, s);
+  EXPECT_EQ(s.timeouts, 0u) << describe(c, s);
+  EXPECT_EQ(s.adaptive_retransmits, 0u) << describe(c, s);
+  EXPECT_EQ(s.naks_sent, 0u) << describe(c, s);
+}
+
 // With the device's InflightBudget every QP completes, every byte checked, and nothing is
 // dropped or retransmitted: the senders never put more in flight than the queue holds.
 TEST(SimWorkload, ManyQpsIntoAShallowQueueCompleteWithoutDropsUnderTheBudget) {
   const std::uint64_t n = seeds(4);
   for (std::uint64_t seed = 2001; seed < 2001 + n; ++seed) {
     const ScenarioConfig c = many_qps(seed, 64);
-    const Summary s = run_scenario(c);
-    ASSERT_TRUE(s.ok()) << describe(c, s);
-    ASSERT_EQ(s.completed, s.posted) << describe(c, s);
-    ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
-    EXPECT_EQ(s.queue_drops, 0u) << describe(c, s);
-    EXPECT_EQ(s.retransmitted_packets, 0u) << describe(c, s);
-    EXPECT_EQ(s.timeouts, 0u) << describe(c, s);
-    EXPECT_EQ(s.adaptive_retransmits, 0u) << describe(c, s);
+    expect_clean_run(c, run_scenario(c));
   }
 }
 
@@ -234,15 +241,7 @@ TEST(SimWorkload, AThousandQpsThroughAShallowQueueNeverDropOrTimeOutUnderTheBudg
   for (std::uint64_t seed = 4001; seed < 4001 + n; ++seed) {
     ScenarioConfig c = many_qps(seed, 1000);
     c.ops = 2000;
-    const Summary s = run_scenario(c);
-    ASSERT_TRUE(s.ok()) << describe(c, s);
-    ASSERT_EQ(s.completed, s.posted) << describe(c, s);
-    ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
-    EXPECT_GT(s.bytes_verified, 0u) << describe(c, s);
-    EXPECT_EQ(s.queue_drops, 0u) << describe(c, s);
-    EXPECT_EQ(s.retransmitted_packets, 0u) << describe(c, s);
-    EXPECT_EQ(s.timeouts, 0u) << describe(c, s);
-    EXPECT_EQ(s.naks_sent, 0u) << describe(c, s);
+    expect_clean_run(c, run_scenario(c));
   }
 }
 
