@@ -48,11 +48,14 @@ class XrcDomain {
 
 // The adaptive retransmission timer's floor where round trips are steady (the simulator and the
 // unit tests): far below the Local ACK Timeouts in use (2 ms at exponent 9, 67 ms at perftest's
-// 14). The daemon leaves the timer off (QpConfig's default, 0): through xroced on a shared host a
-// clean link's round trip jumps from tens of microseconds to milliseconds whenever a worker or
-// an application is descheduled, and at this floor QPs resent on clean links (bench/README.md,
-// "Loss"); a floor that follows those stalls is not found yet.
+// 14).
 inline constexpr std::uint64_t kAdaptiveRtoFloorNs = 200'000;
+// The daemon's floor. Through xroced on a shared host a clean link's round trip jumps from a few
+// milliseconds to tens whenever a worker or an application is descheduled; the RTO follows those
+// peaks (twice the longest round trip of the last seconds, transport/rtt.h), and this floor
+// covers the stalls before the first peak is measured (a QP's start). Still 6.7 times shorter
+// than perftest's 67 ms Local ACK Timeout (bench/README.md, "Loss").
+inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
 
 struct QpConfig {
   QpType type = QpType::kRc;
@@ -67,8 +70,9 @@ struct QpConfig {
   std::uint32_t max_unacked_psns = 128;       // rxe's RXE_MAX_UNACKED_PSNS
   std::uint32_t max_packets_per_ackreq = 64;  // rxe's RXE_MAX_PKT_PER_ACK
   // Adaptive retransmission: an RC/XRC requester that heard nothing for its RTO (transport/rtt.h:
-  // SRTT + 4 * RTTVAR, at least this floor, capped by the Local ACK Timeout) resends from its
-  // oldest unacknowledged PSN without waiting for the Local ACK Timeout. 0 turns it off.
+  // SRTT + 4 * RTTVAR, at least this floor and twice the recent peak round trip, capped by the
+  // Local ACK Timeout) resends from its oldest unacknowledged PSN without waiting for the Local
+  // ACK Timeout. 0 turns it off.
   std::uint64_t adaptive_rto_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;

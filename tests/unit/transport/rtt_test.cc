@@ -76,7 +76,41 @@ TEST(RttEstimator, RtoIsSmoothedPlusFourVariancesWithinFloorAndCap) {
   // RTTVAR = 3/4 * 20 + 1/4 * |40 - 80| = 25 us; SRTT = 7/8 * 40 + 1/8 * 80 = 45 us.
   EXPECT_EQ(rtt.rttvar_ns(), 25'000u);
   EXPECT_EQ(rtt.smoothed_ns(), 45'000u);
-  EXPECT_EQ(rtt.rto_ns(1000, kCapNs), 45'000u + 100'000u);
+  // ... and at least twice the longest recent round trip (80 us).
+  EXPECT_EQ(rtt.rto_ns(1000, kCapNs), 2 * 80'000u);
+}
+
+// A round trip far above the smoothed one (a descheduled peer) keeps the RTO at twice it for the
+// peak window and the next, although SRTT + 4 * RTTVAR forgets it within a few samples; after
+// two windows of steady samples the RTO follows those again.
+TEST(RttEstimator, RtoStaysAboveTwiceTheLongestRecentRoundTrip) {
+  constexpr std::uint64_t kCapNs = 100'000'000;
+  constexpr std::uint64_t kWindowNs = RttEstimator::kPeakWindowNs;
+  RttEstimator rtt;
+  std::uint32_t psn = 0;
+  auto sample = [&](std::uint64_t at_ns, std::uint64_t rtt_ns) {
+    rtt.on_request_sent(at_ns, Psn(psn), true, false);
+    rtt.on_acknowledged(at_ns + rtt_ns, Psn(psn + 1));
+    ++psn;
+  };
+  sample(0, 50'000);
+  EXPECT_EQ(rtt.peak_ns(), 50'000u);
+  sample(1'000'000, 4'000'000);  // a 4 ms stall
+  EXPECT_EQ(rtt.peak_ns(), 4'000'000u);
+  for (std::uint64_t t = 10'000'000; t < kWindowNs; t += 1'000'000)
+    sample(t, 50'000);
+  EXPECT_LT(rtt.smoothed_ns() + 4 * rtt.rttvar_ns(), 1'000'000u);  // the spike is forgotten...
+  EXPECT_EQ(rtt.rto_ns(200'000, kCapNs), 8'000'000u);              // ... not by the RTO
+  // The next window still remembers the one before it.
+  sample(kWindowNs + 10'000'000, 60'000);
+  EXPECT_EQ(rtt.rto_ns(200'000, kCapNs), 8'000'000u);
+  // Two windows on, only steady round trips are remembered.
+  sample(2 * kWindowNs + 20'000'000, 60'000);
+  EXPECT_EQ(rtt.peak_ns(), 60'000u);
+  EXPECT_EQ(rtt.rto_ns(200'000, kCapNs), 200'000u);
+  // A QP that measured nothing for more than two windows remembers nothing older.
+  sample(5 * kWindowNs, 70'000);
+  EXPECT_EQ(rtt.peak_ns(), 70'000u);
 }
 
 TEST(RttEstimator, EachExpiryDoublesTheRtoUntilTheNextSampleAndTheCapStillHolds) {
