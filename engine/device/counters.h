@@ -79,6 +79,9 @@ enum class Counter : std::uint8_t {
   // (transport/completer.h; ConnectX counts its own as "adaptive retransmission"); they use no
   // retry_cnt. completer_retry_err counts the Local ACK Timeout's.
   kAdaptiveRetransmits,
+  // Of completer_retry_err and adaptive_retransmits, the expiries after a resend from the same
+  // PSN went unanswered (transport::QpCounters::resend_timeouts).
+  kResendTimeouts,
   kCount
 };
 
@@ -126,6 +129,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "req_remote_access_errors",
     "req_remote_invalid_request",
     "adaptive_retransmits",
+    "resend_timeouts",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -42,6 +42,7 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kCompleterRetryErr, now.timeouts, reported.timeouts);
   add_growth(block, Counter::kAdaptiveRetransmits, now.adaptive_retransmits,
              reported.adaptive_retransmits);
+  add_growth(block, Counter::kResendTimeouts, now.resend_timeouts, reported.resend_timeouts);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
@@ -146,6 +147,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["retransmits"] = c.retransmitted_packets;
   j["timeouts"] = c.timeouts;
   j["adaptive_retransmits"] = c.adaptive_retransmits;
+  j["resend_timeouts"] = c.resend_timeouts;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;
@@ -165,6 +167,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["rtt_us"] = static_cast<double>(rtt.smoothed_ns()) / 1000.0;
   j["rtt_min_us"] = static_cast<double>(rtt.min_ns()) / 1000.0;
   j["rtt_latest_us"] = static_cast<double>(rtt.latest_ns()) / 1000.0;
+  j["rtt_peak_us"] = static_cast<double>(rtt.peak_ns()) / 1000.0;
   return j;
 }
 

@@ -16,6 +16,8 @@
 //                          rxe counts PSN-sequence NAKs only)
 //   completer_retry_err <- QpCounters::timeouts (retransmission rounds started by a timeout)
 //   adaptive_retransmits <- QpCounters::adaptive_retransmits (rounds the adaptive timer started)
+//   resend_timeouts     <- QpCounters::resend_timeouts (of both, those after a resend went
+//                          unanswered)
 //   cnp_rcvd, np_ecn_marked_roce_packets <- cnps_received, ecn_ce_received
 //   np_cnp_sent, rp_cnp_handled, rp_cnp_ignored: the worker, from the CNPs it sends and the
 //                          QPs' DCQCN counters (engine/daemon/worker.h)
@@ -65,11 +67,13 @@ struct QpShowContext {
 
 // One QP as `xroce qp show --json` prints it: qpn, type, state, sq_psn (next to send),
 // unacked_psn, rq_psn (next expected), dest_qpn, peer, worker, pid, send_queue_depth,
-// retransmits (packets sent again), timeouts, adaptive_retransmits, naks_received,
+// retransmits (packets sent again), timeouts, adaptive_retransmits, resend_timeouts,
+// naks_received,
 // rnr_naks_received, packets sent and received, payload_bytes_sent/received, naks_sent,
 // rnr_naks_sent, duplicate_requests, out_of_sequence, cnps_received, ecn_ce_received (CE-marked
 // packets seen), and the round-trip estimate rtt_us (smoothed), rtt_min_us, rtt_latest_us,
-// rtt_samples (0: none measured yet). Call where reading `qp` is safe: on its owning worker.
+// rtt_peak_us (the longest of the last 1-2 s, transport/rtt.h), rtt_samples (0: none measured
+// yet). Call where reading `qp` is safe: on its owning worker.
 nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext& context);
 
 }  // namespace xroce::device

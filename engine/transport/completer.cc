@@ -228,6 +228,7 @@ void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   ctx_.retry_left = ctx_.attr.retry_cnt;
   ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
   retry_started_ = false;
+  resent_unanswered_ = false;
   if (ctx_.req_psn.before(ctx_.comp_psn)) ctx_.req_psn = ctx_.comp_psn;
   ctx_.restart_retransmit_timer(now_ns);
 }
@@ -245,6 +246,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     retry_psn_ = ctx_.comp_psn;
   }
   req_.retry();
+  resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
   ctx_.adaptive_deadline_ns = 0;
 }
@@ -263,6 +265,8 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
       ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
   if (!ctx_.outstanding() || !started || ctx_.rnr_deadline_ns != 0) return;
   ++ctx_.counters.adaptive_retransmits;
+  if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
+  resent_unanswered_ = true;
   ctx_.rtt.on_rto_expired();
   ctx_.rtt.on_retry();
   // A PSN-sequence NAK for this PSN still on its way answers the loss this resend repairs.
@@ -296,6 +300,7 @@ void Completer::handle_timeout(std::uint64_t now_ns) {
         ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
     if (!ctx_.outstanding() || !started) return;
     ++ctx_.counters.timeouts;
+    if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
     start_retry(now_ns, true);
   }
   if (ctx_.adaptive_deadline_ns != 0 && now_ns >= ctx_.adaptive_deadline_ns) {

@@ -36,7 +36,10 @@ class Completer {
                        wire::Bytes payload);
   // The Local ACK Timeout, the adaptive retransmission timer and the RNR timer.
   void handle_timeout(std::uint64_t now_ns);
-  void reset() { retry_started_ = false; }
+  void reset() {
+    retry_started_ = false;
+    resent_unanswered_ = false;
+  }
 
  private:
   struct Response {
@@ -69,6 +72,10 @@ class Completer {
   // The comp_psn a NAK-triggered retry started from: one retry at a time (docs/protocol.md §3.7).
   bool retry_started_ = false;
   wire::Psn retry_psn_;
+  // A go-back-N resend (any cause) started from comp_psn and nothing has been acknowledged since:
+  // a timer that expires now found the resent packet, or what answered it, lost
+  // (QpCounters::resend_timeouts).
+  bool resent_unanswered_ = false;
 };
 
 }  // namespace xroce::transport

@@ -130,6 +130,11 @@ struct QpCounters {
   std::uint64_t timeouts = 0;  // Local ACK Timeout expiries that started a retry (retry_cnt)
   // Go-back-N resends the adaptive retransmission timer started (no retry_cnt used).
   std::uint64_t adaptive_retransmits = 0;
+  // Of the expiries above (timeouts + adaptive_retransmits), those that came after a go-back-N
+  // resend from the same oldest unacknowledged PSN went unanswered: the resent packet, or its
+  // answer, was lost too (the responder NAKs a gap once, rxe_resp.c check_psn). The others
+  // found the tail of what was sent, its ACK, or the NAK lost.
+  std::uint64_t resend_timeouts = 0;
   std::uint64_t duplicate_requests = 0;
   std::uint64_t out_of_sequence = 0;
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work

@@ -26,6 +26,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.rnr_naks_sent = 4;
   qp.timeouts = 6;
   qp.adaptive_retransmits = 8;
+  qp.resend_timeouts = 5;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
   qp.duplicate_requests = 7;
@@ -38,6 +39,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kSendRnrErr), 4u);
   EXPECT_EQ(at(v, Counter::kCompleterRetryErr), 6u);
   EXPECT_EQ(at(v, Counter::kAdaptiveRetransmits), 8u);  // apart from the Local ACK Timeout's
+  EXPECT_EQ(at(v, Counter::kResendTimeouts), 5u);
 }
 
 TEST(CountersReport, ResetQpCountersAddTheirNewValue) {

@@ -50,6 +50,7 @@ TEST_F(AdaptiveRetransmitTest, ALostTailIsResentAfterTheRtoNotTheLocalAckTimeout
   EXPECT_TRUE(out[0].t.retransmission);
   EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
   EXPECT_EQ(qp->counters().timeouts, 0u);
+  EXPECT_EQ(qp->counters().resend_timeouts, 0u);  // a lost tail: nothing had been resent
   // The next RTO is twice as long (no sample from what was resent).
   EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoNs + 2 * kRtoNs);
   receive(ack(psn), {}, 100'000 + kRtoNs + 5'000);
@@ -76,6 +77,9 @@ TEST_F(AdaptiveRetransmitTest, UsesNoRetryCountTheLocalAckTimeoutAloneEndsTheQp)
   // adaptive retransmission; the early resends in between used none of the budget.
   EXPECT_EQ(qp->counters().timeouts, 4u);
   EXPECT_GT(qp->counters().adaptive_retransmits, 4u);
+  // Every expiry but the first came after a resend that went unanswered.
+  EXPECT_EQ(qp->counters().resend_timeouts,
+            qp->counters().timeouts + qp->counters().adaptive_retransmits - 1);
   EXPECT_GE(now, sent_ns + 4 * kTimeoutNs);
   const auto c = completions();
   ASSERT_EQ(c.size(), 1u);
@@ -100,6 +104,7 @@ TEST_F(AdaptiveRetransmitTest, AFirstResendLostAfterANakIsResentBeforeTheLocalAc
   EXPECT_EQ(out[0].psn(), psn + 1);
   EXPECT_EQ(out[0].opcode(), Opcode::kRcSendMiddle);
   EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  EXPECT_EQ(qp->counters().resend_timeouts, 1u);  // the NAK's go-back-N went unanswered
   receive(ack(psn + 2), {}, *deadline + 10'000);
   ASSERT_EQ(completions().size(), 1u);
   EXPECT_EQ(qp->counters().timeouts, 0u);
