@@ -63,6 +63,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"naks_sent", s.naks_sent},
           {"timeouts", s.timeouts},
           {"adaptive_retransmits", s.adaptive_retransmits},
+          {"resend_timeouts", s.resend_timeouts},
           {"frames_sent", s.frames_sent},
           {"frames_dropped_bad", s.frames_dropped_bad},
           {"queue_drops", s.queue_drops},
@@ -372,6 +373,13 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--rto-floor-us", c.rto_floor_us,
                   "Floor of the RC QPs' adaptive retransmission timeout (0 = no adaptive "
                   "retransmission: only the Local ACK Timeout resends)");
+  cmd->add_option("--jitter-us", c.jitter_us,
+                  "Extra delay, uniform up to this, of every frame a host sends (order kept)");
+  cmd->add_option("--stall-every-us", c.stall_every_us,
+                  "Each node's NIC stops (a descheduled worker) at intervals uniform up to twice "
+                  "this (0 = never)");
+  cmd->add_option("--stall-max-us", c.stall_max_us,
+                  "Length of a stall, uniform up to this: no frame taken, sent or timer fired");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
                   "read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, "

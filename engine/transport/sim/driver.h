@@ -123,11 +123,17 @@ struct Node {
   std::vector<std::unique_ptr<Endpoint>> eps;
   std::unordered_map<std::uint32_t, Endpoint*> by_qpn;
   std::size_t tx_turn = 0;  // the endpoint the NIC asks for a packet first (round robin)
+  // ScenarioConfig::stall_every_us: the NIC does nothing before stalled_until_ns; its next
+  // stall starts at next_stall_ns.
+  std::uint64_t stalled_until_ns = 0;
+  std::uint64_t next_stall_ns = 0;
+  bool stalled(std::uint64_t now_ns) const { return now_ns < stalled_until_ns; }
 };
 
 class Driver {
  public:
-  explicit Driver(const ScenarioConfig& c) : cfg_(c), rng_(c.seed), net_(c.seed ^ 0x5EED) {
+  explicit Driver(const ScenarioConfig& c)
+      : cfg_(c), rng_(c.seed), stall_rng_(c.seed ^ 0x57A11), net_(c.seed ^ 0x5EED) {
     summary_.seed = c.seed;
   }
   Summary run();
@@ -143,6 +149,8 @@ class Driver {
   bool transmit_one(Node& node, Endpoint& e);
   void deliver_all();
   void fire_timers();
+  void schedule_stalls();
+  std::optional<std::uint64_t> next_wakeup() const;
   bool done() const;
   void finish();
   bool faulty() const;
@@ -182,6 +190,7 @@ class Driver {
 
   ScenarioConfig cfg_;
   ns::Rng rng_;
+  ns::Rng stall_rng_;  // its own stream: a run without stalls draws the same workload
   ns::Network net_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<ns::PortId> switch_ports_;  // the switch's port toward each host

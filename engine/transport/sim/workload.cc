@@ -47,7 +47,8 @@ std::uint8_t Driver::pick_timeout_exp() const {
   const double window_bytes = 128.0 * (mtu_bytes(cfg_.mtu) + 80);
   const double flows_into_a_node = 2.0 * (cfg_.qps + cfg_.uc_qps) * (cfg_.nodes - 1);
   const double queued_ns = flows_into_a_node * window_bytes * 8 / rate_bps * 1e9;
-  const double rtt_ns = queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000;
+  const double rtt_ns = queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000 +
+                        2.0 * static_cast<double>(cfg_.jitter_us + cfg_.stall_max_us) * 1000;
   return timeout_exp_covering(rtt_ns);
 }
 
@@ -56,6 +57,7 @@ void Driver::build_network() {
   host_egress.link.rate_bps =
       cfg_.rate_gbps > 0 ? static_cast<std::uint64_t>(cfg_.rate_gbps * 1e9) : 0;
   host_egress.link.propagation_ns = cfg_.delay_us * 1000;
+  host_egress.link.jitter_ns = cfg_.jitter_us * 1000;
   host_egress.link.impair.loss = cfg_.loss;
   host_egress.link.impair.duplicate = cfg_.dup;
   host_egress.link.impair.corrupt = cfg_.corrupt;
@@ -187,6 +189,7 @@ void Driver::connect_qp(Endpoint& e, std::uint32_t peer_qpn, wire::Psn sq_psn, w
 void Driver::transmit_all() {
   for (auto& np : nodes_) {
     Node& node = *np;
+    if (node.stalled(now_)) continue;
     const ns::PortId port = net_.host_port(node.host);
     auto room = [&] {
       return cfg_.nic_queue_bytes == 0 || net_.queue_bytes(port) < cfg_.nic_queue_bytes;
@@ -222,6 +225,7 @@ bool Driver::transmit_one(Node& node, Endpoint& e) {
 
 void Driver::deliver_all() {
   for (auto& np : nodes_) {
+    if (np->stalled(now_)) continue;
     while (auto d = net_.receive(np->host)) {
       auto f = wire::decode_frame(d->frame);
       if (!f || !f->icrc_ok) {
@@ -241,9 +245,43 @@ void Driver::deliver_all() {
 }
 
 void Driver::fire_timers() {
-  for (auto& np : nodes_)
+  for (auto& np : nodes_) {
+    if (np->stalled(now_)) continue;
     for (auto& e : np->eps)
       if (auto d = e->qp->next_deadline(); d && *d <= now_) e->qp->handle_timeout(now_);
+  }
+}
+
+// Each node's stalls, drawn in order as time reaches them: stall k starts at s(k), lasts
+// d(k), and the next starts at s(k) + d(k) + an interval.
+void Driver::schedule_stalls() {
+  if (cfg_.stall_every_us == 0) return;
+  for (auto& np : nodes_) {
+    Node& node = *np;
+    if (node.next_stall_ns == 0)
+      node.next_stall_ns = stall_rng_.between(0, 2 * cfg_.stall_every_us) * 1000;
+    while (node.next_stall_ns <= now_) {
+      node.stalled_until_ns = node.next_stall_ns + stall_rng_.between(0, cfg_.stall_max_us) * 1000;
+      node.next_stall_ns =
+          node.stalled_until_ns + 1 + stall_rng_.between(0, 2 * cfg_.stall_every_us) * 1000;
+    }
+  }
+}
+
+// The next time anything happens: a frame moves, a running node's timer expires, or a stalled
+// node runs again (then its expired timers fire, after what arrived meanwhile).
+std::optional<std::uint64_t> Driver::next_wakeup() const {
+  std::optional<std::uint64_t> next = net_.next_event_time();
+  auto take = [&](std::uint64_t t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& np : nodes_) {
+    const bool stalled = np->stalled(now_);
+    if (stalled) take(np->stalled_until_ns);
+    for (const auto& e : np->eps)
+      if (auto d = e->qp->next_deadline()) take(stalled ? std::max(*d, np->stalled_until_ns) : *d);
+  }
+  return next;
 }
 
 // What the run still waits for, for a deadlock report: the first WQE not completed anywhere,
@@ -316,6 +354,7 @@ void Driver::finish() {
       summary_.naks_sent += k.naks_sent;
       summary_.timeouts += k.timeouts;
       summary_.adaptive_retransmits += k.adaptive_retransmits;
+      summary_.resend_timeouts += k.resend_timeouts;
       if (!summary_.failure.empty()) continue;
       // The atomic word each peer holds must equal the model of what was posted to it.
       std::uint64_t v = 0;
@@ -336,15 +375,13 @@ Summary Driver::run() {
   build_network();
   build_nodes();
   while (summary_.failure.empty() && !done()) {
+    schedule_stalls();
     post_work();
     transmit_all();
     // Local operations (binds, LOCAL_INV) and UC sends complete with no packet or timer
     // behind them: their completions may start the next step of the workload at once.
     if (poll_completions()) continue;
-    std::optional<std::uint64_t> next = net_.next_event_time();
-    for (auto& np : nodes_)
-      for (auto& e : np->eps)
-        if (auto d = e->qp->next_deadline(); d && (!next || *d < *next)) next = *d;
+    const std::optional<std::uint64_t> next = next_wakeup();
     if (!next) {
       fail("deadlock: work outstanding but no packet in flight and no timer armed (" +
            describe_outstanding() + ")");
@@ -356,6 +393,7 @@ Summary Driver::run() {
     }
     now_ = std::max(now_, *next);
     net_.run_until(now_);
+    schedule_stalls();
     deliver_all();
     fire_timers();
     poll_completions();

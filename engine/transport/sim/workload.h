@@ -79,6 +79,16 @@ struct ScenarioConfig {
   std::uint64_t nic_queue_bytes = 8192;
   // Every RC QP's adaptive retransmission floor (QpConfig::adaptive_rto_floor_ns; 0 = off).
   std::uint64_t rto_floor_us = kAdaptiveRtoFloorNs / 1000;
+  // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
+  // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
+  // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time
+  // uniform in [0, stall_max_us], as a descheduled daemon worker does: it takes no frame, sends
+  // none and fires no timer; frames wait for it, and when it runs again it takes what arrived
+  // before it looks at its timers (the daemon's worker turn). The QPs' Local ACK Timeout covers
+  // two stalls.
+  std::uint64_t jitter_us = 0;
+  std::uint64_t stall_every_us = 0;
+  std::uint64_t stall_max_us = 0;
   std::uint32_t max_msg_bytes = 16384;
   std::uint32_t max_outstanding = 8;              // per QP and direction
   std::uint64_t time_limit_ns = 600'000'000'000;  // virtual time before declaring a stall
@@ -101,6 +111,8 @@ struct Summary {
   std::uint64_t naks_sent = 0;
   std::uint64_t timeouts = 0;              // Local ACK Timeout expiries (each uses retry_cnt)
   std::uint64_t adaptive_retransmits = 0;  // go-back-N resends the adaptive timer started
+  std::uint64_t resend_timeouts =
+      0;  // of both timers' expiries, those after a resend went unanswered
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_dropped_bad = 0;  // failed decode or ICRC at the receiving node
   std::uint64_t queue_drops = 0;         // frames the switch's queues dropped (queue_bytes)
