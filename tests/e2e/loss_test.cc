@@ -1,9 +1,13 @@
 // RC through a link that loses 2 % of the RoCE frames at random (xroce-switch --loss 0.02 between
 // two namespaces), on both port kinds: ib_write_bw and ib_read_bw with 64 KiB messages complete
-// on both sides with no retry-exceeded, and the switch did drop frames. Completion, not speed
-// (bench/README.md has the rates); perftest checks no data. Needs root and perftest.
+// on both sides with no retry-exceeded, and the switch did drop frames; and rping -V, whose
+// client checks every byte of each ping after it went both ways by RDMA (the server READs the
+// client's buffer, then WRITEs it back into another), with 64 KiB buffers. Completion and data,
+// not speed (bench/README.md has the rates); perftest checks no data. Needs root, perftest and
+// rdmacm-utils.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <future>
 #include <regex>
 #include <string>
@@ -74,6 +78,20 @@ class LossE2e : public ::testing::TestWithParam<std::string> {
     EXPECT_EQ(c.output.find("RETRY_EXC"), std::string::npos) << c.output;
   }
 
+  nlohmann::json device_counters(int side) {
+    const RunResult r = peers_->exec(side, {xroce_bin(), "stat", peers_->dev(side), "--json"});
+    const auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_object() ? j.value("counters", nlohmann::json::object()) : nlohmann::json::object();
+  }
+  bool listening() {
+    const RunResult r = peers_->exec(0, {xroce_bin(), "cm", "show", peers_->dev(0), "--json"});
+    const auto j = nlohmann::json::parse(r.output, nullptr, false);
+    if (!j.is_object()) return false;
+    for (const auto& id : j.value("ids", nlohmann::json::array()))
+      if (id.value("role", "") == "listener") return true;
+    return false;
+  }
+
   std::unique_ptr<SwitchedPeers> peers_;
 };
 
@@ -81,6 +99,39 @@ TEST_P(LossE2e, WriteAndReadBandwidthComplete) {
   bandwidth("ib_write_bw");
   bandwidth("ib_read_bw");
   EXPECT_GT(dropped_by_loss(peers_->switch_stats()), 0) << "the link lost nothing";
+}
+
+// rping -V: per ping the client fills its buffer with "rdma-ping-N: " and a rotating pattern,
+// the server RDMA READs it and RDMA WRITEs what it read into the client's second buffer, and the
+// client compares the two byte for byte (a mismatch ends it with an error). 64 KiB - 1 bytes
+// (rping's largest), 64 packets each way at this link's 1024-byte path MTU.
+TEST_P(LossE2e, RpingReadsAndWritesEveryByteIntact) {
+  if (!have("rping")) GTEST_SKIP() << "needs rdmacm-utils";
+  constexpr long long kPings = 200;
+  constexpr long long kBytes = 65535;
+  const long long dropped_before = dropped_by_loss(peers_->switch_stats());
+  const long long sent_before = device_counters(0).value("tx_bytes", 0LL);
+  const std::string count = std::to_string(kPings), size = std::to_string(kBytes);
+  Child server(peers_->app(
+      0, {"rping", "-s", "-V", "-S", size, "-C", count, "-a", peers_->ip(0), "-p", "7175"}));
+  ASSERT_TRUE(eventually([&] { return listening(); }, seconds(20)));
+  const RunResult c = run(peers_->app(1, {"rping", "-c", "-V", "-S", size, "-C", count, "-a",
+                                          peers_->ip(0), "-p", "7175"}),
+                          seconds(300));
+  std::string server_output;
+  for (std::string line = server.read_line(seconds(30)); !line.empty();
+       line = server.read_line(seconds(30)))
+    server_output += line + "\n";
+  EXPECT_EQ(server.wait(seconds(20)), 0) << server_output;
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_EQ(c.output.find("mismatch"), std::string::npos) << c.output;
+  // Every ping's READ request and WRITE left the server (its buffer's worth each way at least),
+  // and the link lost frames meanwhile.
+  EXPECT_GE(device_counters(0).value("tx_bytes", 0LL) - sent_before, kPings * kBytes);
+  // Tens of thousands of frames crossed the switch: at 2 % several hundred were dropped.
+  const long long dropped = dropped_by_loss(peers_->switch_stats()) - dropped_before;
+  std::printf("rping: %lld frames dropped by the switch\n", dropped);
+  EXPECT_GT(dropped, 100) << "the link lost too little to test the repair";
 }
 
 std::string port_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -111,15 +111,18 @@ class SwitchedPeers {
     return in(side, std::move(argv));
   }
   std::string dev(int side) const { return side == 0 ? "xva" : "xvb"; }
+  // The switch's statistics as of now: it writes them on SIGUSR1, and a file written before the
+  // signal (an older "sequence") is not the answer.
   nlohmann::json switch_stats() {
     kill(switch_->pid(), SIGUSR1);
     nlohmann::json j;
     eventually(
         [&] {
           j = nlohmann::json::parse(slurp_file(stats_path()), nullptr, false);
-          return j.is_object();
+          return j.is_object() && j.value("sequence", 0LL) > stats_sequence_;
         },
         seconds(5));
+    if (j.is_object()) stats_sequence_ = j.value("sequence", 0LL);
     return j;
   }
 
@@ -131,6 +134,7 @@ class SwitchedPeers {
   std::vector<std::string> ns_;
   std::unique_ptr<Child> switch_;
   bool switch_ready_ = false;
+  long long stats_sequence_ = 0;  // of the last statistics switch_stats() returned
   bool added_[2] = {false, false};
 };
 
