@@ -3,7 +3,12 @@
 # third, which drops each RoCE frame with probability LOSS; for each port kind and loss,
 # ib_write_bw and ib_read_bw (64 KiB, -D seconds) between two xroce devices, their average MB/s,
 # and the device counters that show how losses were repaired: completer_retry_err (Local ACK
-# Timeouts), adaptive_retransmits, rcvd_seq_err (PSN-sequence NAKs). Needs root. Not a test: it
+# Timeouts), adaptive_retransmits, resend_timeouts (of both, the expiries after a resend went
+# unanswered), rcvd_seq_err (PSN-sequence NAKs received), out_of_seq_request (requests the
+# responders dropped out of sequence), rx_port_drops (frames the hosts' receive rings dropped);
+# what the switch dropped (at random, queue full, its receive ring full); and, sampled from
+# `xroce qp show` twice a second while the program runs, the client's (the requester's) round
+# trips: the largest rtt_peak_us and rtt_us seen (transport/rtt.h). Needs root. Not a test: it
 # prints figures (bench/README.md).
 #   bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]   (default: build 5 0 0.02)
 set -euo pipefail
@@ -32,7 +37,9 @@ del_devices() {
   in_ns "$ns_a" "$xroce" link del xbl0 >/dev/null 2>&1 || true
   in_ns "$ns_b" "$xroce" link del xbl1 >/dev/null 2>&1 || true
 }
+sampler=
 cleanup() {
+  if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null || true; fi
   del_devices
   stop_switch
   # Whatever still runs in this run's namespaces (a real-time switch left spinning would take a
@@ -63,7 +70,7 @@ start_switch() {  # loss
   # Not through in_ns: a backgrounded function is a subshell, and $! would be its pid, not the
   # switch's (ip netns exec and chrt exec the switch in place).
   ip netns exec "$ns_m" chrt -f 10 "$bin/xroce-switch" --port ma --port mb --loss "$1" --seed 1 \
-    >"$out/switch.txt" 2>&1 &
+    --stats-json "$out/switch.json" >"$out/switch.txt" 2>&1 &
   switch_pid=$!
   local deadline=$((SECONDS + 10))
   while ((SECONDS < deadline)); do
@@ -90,10 +97,32 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits rcvd_seq_err; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts rcvd_seq_err out_of_seq_request rx_port_drops; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done
+}
+
+# Until killed: every half second, the largest rtt_peak_us and rtt_us of the requester QPs (those
+# that measured a round trip) of device $2 in namespace $1, one "peak smoothed" line each.
+sample_rtt() {  # namespace, device
+  while :; do
+    in_ns "$1" "$xroce" qp show "$2" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+try:
+    qps = json.load(sys.stdin)
+except ValueError:
+    sys.exit(0)
+qps = qps.get("qps", []) if isinstance(qps, dict) else qps
+timed = [q for q in qps if q.get("rtt_samples", 0) > 0]
+if timed:
+    print(max(q["rtt_peak_us"] for q in timed), max(q["rtt_us"] for q in timed))
+' || true
+    sleep 0.5  # a sampling period, not a wait for a condition
+  done
+}
+rtt_summary() {  # file of sample_rtt lines
+  awk '{ if ($1 > p) p = $1; if ($2 > s) s = $2 } END { printf "rtt_peak_us %.0f rtt_us %.0f", p, s }' "$1"
 }
 
 # One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
@@ -121,10 +150,23 @@ for kind in afxdp udp; do
     start_switch "$loss"
     for program in ib_write_bw ib_read_bw; do
       before=$(counters)
+      : >"$out/rtt.txt"
+      sample_rtt "$ns_b" xbl1 >>"$out/rtt.txt" &
+      sampler=$!
       mbps=$(bandwidth $program)
-      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$(counters)"
+      kill "$sampler" 2>/dev/null || true
+      wait "$sampler" 2>/dev/null || true
+      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$(counters);" \
+        "client $(rtt_summary "$out/rtt.txt")"
     done
     stop_switch
+    # What the switch dropped: at random (--loss), for a full queue, or because its receive ring
+    # was full (a loss the host made, not the link).
+    /usr/bin/python3 -c '
+import json, sys
+ports = json.load(open(sys.argv[1]))["ports"]
+print("  switch:", " ".join("%s %d" % (k, sum(p.get(k, 0) for p in ports))
+      for k in ("rx", "dropped_impair", "dropped_full", "rx_ring_drops")))' "$out/switch.json"
   done
   del_devices
 done
