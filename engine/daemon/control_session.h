@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/control_identity.h"
 #include "device/objects.h"
@@ -34,6 +35,10 @@ struct Session {
   std::string device;  // the device of its context, after hello ("" otherwise)
   Fd event_socket;     // the context's async event socket (daemon end)
   Fd doorbell;         // the context's doorbell: every QP and SRQ of it rings this eventfd
+  // The context's page of ready bits (include/xroce/queues.h), mapped here; its QPs' bits by
+  // QP handle.
+  device::SharedRegion page;
+  std::map<uint32_t, uint32_t> ready_bits;
   std::map<uint32_t, Fd> channels;  // completion channels: handle -> daemon end
   uint32_t next_channel = 1;
   std::map<uint32_t, uint64_t> shared_mrs;  // MRs reached through a shared mapping -> addr
@@ -44,6 +49,9 @@ struct Session {
   bool closing = false;
 
   bool has_context() const { return !device.empty(); }
+  queues::ContextPage* ready_page() const { return static_cast<queues::ContextPage*>(page.base()); }
+  // A free bit of the page, or queues::kNoReadyBit when every bit is taken.
+  uint32_t free_ready_bit() const;
 };
 
 class Sessions {

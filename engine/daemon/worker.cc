@@ -88,8 +88,15 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   const auto [it, added] = qps_.try_emplace(qpn);
   Hosted& h = it->second;
   if (added) drain_order_.push_back(&h);  // elements of an unordered_map never move
+  forget_ready_on_worker(h);
   h.qp = std::move(hosted.qp);
   h.binding = std::move(hosted.binding);
+  h.ready = h.binding->ready_bit_on_worker();
+  if (h.ready.page != nullptr) {
+    ready_.add(h.ready, &h);
+  } else {
+    pull_each_turn_.push_back(&h);
+  }
   // Counters the transport already has (a QP moved between workers) were fed by its old one.
   h.reported = h.qp->counters();
 }
@@ -102,10 +109,22 @@ bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
     sleep_.sleeper().unwatch_doorbell(fd);
   counters_.qp_growth(it->second);  // its last counts stay in the device's
   TimersAndPacing::detach(it->second);
+  forget_ready_on_worker(it->second);
   drain_order_.erase(std::find(drain_order_.begin(), drain_order_.end(), &it->second));
   drain_next_ = 0;
   qps_.erase(it);
   return true;
+}
+
+// Where the worker looks for `hosted`'s work, undone (before it is replaced or removed).
+void Worker::forget_ready_on_worker(Hosted& hosted) {
+  if (hosted.binding == nullptr) return;
+  if (hosted.ready.page != nullptr) {
+    ready_.remove(hosted.ready);
+    hosted.ready = {};
+  } else {
+    std::erase(pull_each_turn_, &hosted);
+  }
 }
 
 transport::Qp* Worker::find_qp_on_worker(wire::Qpn qpn) {
@@ -214,10 +233,16 @@ void Worker::catch_up_on_worker() {
   egress_.flush();
 }
 
+// The QPs whose ready bit was set, and those without one. A pull that left work behind (the
+// transport's queue was full) puts the bit back: the QP is pulled again next turn.
 bool Worker::pull_work_on_worker() {
   bool any = false;
-  for (auto& [qpn, hosted] : qps_)
+  ready_.take([&](Hosted& hosted) {
     any |= hosted.binding->pull_work_on_worker(*hosted.qp);
+    if (hosted.binding->work_pending_on_worker()) ReadyRings::mark_ready(hosted.ready);
+  });
+  for (Hosted* hosted : pull_each_turn_)
+    any |= hosted->binding->pull_work_on_worker(*hosted->qp);
   return any;
 }
 
@@ -289,14 +314,16 @@ bool Worker::send_cnps_on_worker(std::uint64_t now_ns, Hosted& hosted) {
 }
 
 void Worker::set_asleep_on_worker(bool asleep) {
-  for (auto& [qpn, hosted] : qps_)
-    hosted.binding->set_asleep_on_worker(asleep);
+  ready_.set_asleep(asleep);
+  for (Hosted* hosted : pull_each_turn_)
+    hosted->binding->set_asleep_on_worker(asleep);
 }
 
 bool Worker::work_pending_on_worker() {
   if (!commands_.empty() || !egress_.backlog_empty() || ingress_.frames_waiting()) return true;
-  for (const auto& [qpn, hosted] : qps_)
-    if (hosted.binding->work_pending_on_worker()) return true;
+  if (ready_.any_ready()) return true;
+  for (const Hosted* hosted : pull_each_turn_)
+    if (hosted->binding->work_pending_on_worker()) return true;
   return false;
 }
 

@@ -32,7 +32,8 @@
 //    run_once_on_worker() for each, in the order its virtual clock says.
 //
 // The loop, each turn (run_once_on_worker): commands, new work from the QPs' rings
-// (QpBinding::pull_work_on_worker), handed-over and looped-back frames, port receive (batches
+// (QpBinding::pull_work_on_worker: of the QPs whose ready bit is set, worker_ready.h, and of
+// those without one), handed-over and looped-back frames, port receive (batches
 // while they come full, up to kRxBatchesBeforeTimers), expired timers, then every QP's outputs
 // in round robin from the QP after the last one that sent (CNPs, packets out through egress,
 // completions and events to the binding, counters), then the neighbour resolver (answers release
@@ -200,6 +201,7 @@ class Worker {
   void sleep_on_worker(std::uint64_t now_ns);
   void woke_on_worker(const Wakeup& woke);
   void set_asleep_on_worker(bool asleep);
+  void forget_ready_on_worker(Hosted& hosted);
   std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns) const;
 
   std::uint32_t index_;
@@ -216,8 +218,10 @@ class Worker {
 
   // Worker-owned state and the parts that work on it (declared in dependency order).
   HostedQps qps_;
-  std::vector<Hosted*> drain_order_;  // qps_'s entries in the order their outputs are drained
-  std::size_t drain_next_ = 0;        // where the next turn's drain starts
+  ReadyRings ready_;                     // the QPs with a ready bit
+  std::vector<Hosted*> pull_each_turn_;  // the others
+  std::vector<Hosted*> drain_order_;     // qps_'s entries in the order their outputs are drained
+  std::size_t drain_next_ = 0;           // where the next turn's drain starts
   WorkerCounters counters_;
   TimersAndPacing pacing_;
   Egress egress_;
