@@ -3,8 +3,9 @@
 # between two namespaces joined by a veth (MTU 9000), on each port kind; for each, the MB/s, the
 # ratio to -q 1 of the same kind in the same run, and the counters of both devices that tell a
 # clean run from a struggling one: sent_pkts, rx_port_drops, completer_retry_err (Local ACK
-# Timeouts), duplicate_request, rcvd_seq_err. Iterations per QP fall as QPs rise (ITERS_1,
-# ITERS_64, ITERS_1000, ... override them: -n of that run) so each run moves ~100-130 MiB.
+# Timeouts), duplicate_request, rcvd_seq_err. Iterations per QP (-n) are those of the README's
+# earlier figures: 2000 for one QP, 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on;
+# ITERS_<QPS> (ITERS_64=...) overrides one.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
@@ -93,7 +94,7 @@ bandwidth() {  # qps iterations
   fi
 }
 
-iterations() {  # qps: -n for that many QPs (~100-130 MiB a run)
+iterations() {  # qps: -n for that many QPs
   local var=ITERS_$1
   if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
   if (($1 == 1)); then echo 2000; elif (($1 < 1000)); then echo $((12800 / $1)); else echo 20; fi

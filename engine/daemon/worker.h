@@ -48,6 +48,7 @@
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -67,6 +68,7 @@
 #include "daemon/worker_qps.h"
 #include "daemon/worker_sleep.h"
 #include "daemon/worker_timers.h"
+#include "daemon/worker_work.h"
 #include "device/counters.h"
 #include "net/neighbour.h"
 #include "net/port.h"
@@ -194,6 +196,8 @@ class Worker {
   bool turn_on_worker();
   bool run_commands_on_worker();
   bool pull_work_on_worker();
+  bool fire_timers_on_worker(std::uint64_t now_ns);
+  void release_budget_queue_on_worker();
   bool drain_outputs_on_worker(std::uint64_t now_ns);
   bool drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& transmitted);
   bool send_cnps_on_worker(std::uint64_t now_ns, Hosted& hosted);
@@ -202,7 +206,7 @@ class Worker {
   void woke_on_worker(const Wakeup& woke);
   void set_asleep_on_worker(bool asleep);
   void forget_ready_on_worker(Hosted& hosted);
-  std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns) const;
+  std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns);
 
   std::uint32_t index_;
   const QpRoutes* routes_;
@@ -220,8 +224,10 @@ class Worker {
   HostedQps qps_;
   ReadyRings ready_;                     // the QPs with a ready bit
   std::vector<Hosted*> pull_each_turn_;  // the others
-  std::vector<Hosted*> drain_order_;     // qps_'s entries in the order their outputs are drained
-  std::size_t drain_next_ = 0;           // where the next turn's drain starts
+  WorkList work_;                        // the QPs the next drain visits (worker_work.h)
+  DeadlineQueue deadlines_;
+  std::deque<Hosted*> budget_queue_;  // QPs the InflightBudget stopped, in the order they stopped
+  std::vector<Hosted*> senders_;      // a drain's QPs that transmitted (kept to reuse its memory)
   WorkerCounters counters_;
   TimersAndPacing pacing_;
   Egress egress_;

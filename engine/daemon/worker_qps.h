@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -98,8 +99,13 @@ struct Hosted {
   std::unique_ptr<QpBinding> binding;
   std::unique_ptr<WorkerQpCongestion> cc;  // connected RC QPs only (TimersAndPacing)
   ReadyBit ready;                          // binding->ready_bit_on_worker(), taken when hosted
-  transport::QpCounters reported;          // what WorkerCounters has added of qp's counters
-  cc::CcCounters cc_reported;              // and of cc's
+  // The worker's lists (worker_work.h): in the WorkList, in the queue for the InflightBudget,
+  // and the deadline its DeadlineQueue holds for it.
+  bool listed = false;
+  bool budget_listed = false;
+  std::optional<std::uint64_t> timer_key;
+  transport::QpCounters reported;  // what WorkerCounters has added of qp's counters
+  cc::CcCounters cc_reported;      // and of cc's
 };
 
 // By QPN.
