@@ -302,7 +302,7 @@ bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
       hosted->budget_listed = true;
       budget_queue_.push_back(hosted);
     }
-    deadlines_.set(*hosted, TimersAndPacing::next_deadline(*hosted));
+    deadlines_.set(hosted->qp->qpn().value(), *hosted, TimersAndPacing::next_deadline(*hosted));
   }
   for (Hosted* hosted : senders_)
     work_.mark(*hosted);

@@ -57,11 +57,11 @@ class WorkList {
 // as they surface, and the heap is rebuilt when they outnumber the live ones.
 class DeadlineQueue {
  public:
-  // `hosted`'s earliest deadline is now `deadline` (nullopt: none).
-  void set(Hosted& hosted, std::optional<std::uint64_t> deadline) {
+  // The earliest deadline of `hosted` (QP `qpn`) is now `deadline` (nullopt: none).
+  void set(std::uint32_t qpn, Hosted& hosted, std::optional<std::uint64_t> deadline) {
     if (hosted.timer_key == deadline) return;
     hosted.timer_key = deadline;
-    if (deadline) heap_.push(Entry{*deadline, hosted.qp->qpn().value()});
+    if (deadline) heap_.push(Entry{*deadline, qpn});
   }
   // Calls due(Hosted&) once for each QP whose key is at or before now_ns, and clears its key
   // (its next set() enters it again).
