@@ -10,6 +10,8 @@
 //   worker_sleep.h     sleep policy: spin or sleep, how long, the wakeup handshake
 //   worker_counters.h  the counters fed on the way
 //   worker_qps.h       the hosted QPs and their bindings (where work comes from, results go)
+//   worker_ready.h     which QPs' rings have new work (the context pages' ready bits)
+//   worker_work.h      which QPs a turn drains, and their deadlines in time order
 //   worker_platform.h  the clock and the sleep/wake mechanism, passed in: the daemon's
 //                      (worker_uring.h) or the simulator's (engine/daemon/sim)
 // Nothing in the loop reads a clock or calls the OS except through the Clock, the Sleeper and
@@ -32,13 +34,15 @@
 //    run_once_on_worker() for each, in the order its virtual clock says.
 //
 // The loop, each turn (run_once_on_worker): commands, new work from the QPs' rings
-// (QpBinding::pull_work_on_worker: of the QPs whose ready bit is set, worker_ready.h, and of
-// those without one), handed-over and looped-back frames, port receive (batches
-// while they come full, up to kRxBatchesBeforeTimers), expired timers, then every QP's outputs
-// in round robin from the QP after the last one that sent (CNPs, packets out through egress,
-// completions and events to the binding, counters), then the neighbour resolver (answers release
-// the frames that waited for a MAC), then the backlog and the port's flush, then a sample of the
-// port's receive drops; then the sleep policy.
+// (QpBinding::pull_work_on_worker: of the QPs whose ready bit is set, worker_ready.h, and every
+// turn of those without one), handed-over and looped-back frames, port receive (batches while
+// they come full, up to kRxBatchesBeforeTimers), the timers due (a deadline-ordered queue), the
+// QPs the InflightBudget stopped for which it has grants free again, then the outputs of the QPs
+// marked since their last drain (worker_work.h: CNPs, packets out through egress, completions
+// and events to the binding, counters), in round robin: the ones that sent go last next turn;
+// then the neighbour resolver (answers release the frames that waited for a MAC), then the
+// backlog and the port's flush, then a sample of the port's receive drops; then the sleep
+// policy.
 //
 // Device counters: the worker is the one writer of its device::CounterBlock (counters.h) and
 // feeds it as counters_report.h describes (worker_counters.h). The control thread reads the
