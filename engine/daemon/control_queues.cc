@@ -68,13 +68,17 @@ Reply create_qp(OpContext& ctx, const control::CreateQpRequest& request) {
   device::QpRequest r{request.pd,      request.send_cq,           request.recv_cq, request.srq,
                       request.qp_type, request.sq_sig_all != 0,   request.cap,     request.cookie,
                       request.xrcd,    ctx.session.doorbell.get()};
-  if (request.srq == 0 && request.qp_type != kQpTypeXrcRecv) {
+  if (request.srq == 0 && request.qp_type != kQpTypeXrcRecv && ctx.session.ready_page()) {
     r.ready_page = ctx.session.ready_page();
-    r.ready_bit = r.ready_page == nullptr ? queues::kNoReadyBit : ctx.session.free_ready_bit();
+    r.ready_bit = ctx.session.take_ready_bit();
   }
+  const bool has_bit = r.ready_bit != queues::kNoReadyBit;
   auto handle = dev.create_qp(ctx.session.id, r);
-  if (!handle) return Reply::error(handle.error());
-  if (r.ready_bit != queues::kNoReadyBit) ctx.session.ready_bits[*handle] = r.ready_bit;
+  if (!handle) {
+    if (has_bit) ctx.session.return_ready_bit(r.ready_bit);
+    return Reply::error(handle.error());
+  }
+  if (has_bit) ctx.session.ready_bits[*handle] = r.ready_bit;
   device::QueuePair& qp = *dev.qp(ctx.session.id, *handle);
   qp.event_fd = ctx.session.event_socket.get();
   return qp_reply(qp, *handle);
@@ -113,7 +117,11 @@ Reply query_qp(OpContext& ctx, const control::HandleRequest& request) {
 
 Reply destroy_qp(OpContext& ctx, const control::HandleRequest& request) {
   const int err = ctx.device().destroy_qp(ctx.session.id, request.handle);
-  if (err == 0) ctx.session.ready_bits.erase(request.handle);
+  const auto bit = ctx.session.ready_bits.find(request.handle);
+  if (err == 0 && bit != ctx.session.ready_bits.end()) {
+    ctx.session.return_ready_bit(bit->second);
+    ctx.session.ready_bits.erase(bit);
+  }
   return Reply::error(err);
 }
 
