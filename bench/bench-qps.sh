@@ -78,7 +78,7 @@ print(" ".join(str(total[n]) for n in names))' "${names[@]}"
 # One ib_write_bw run, server in a, client in b; prints its average MB/s (or FAILED).
 bandwidth() {  # qps iterations
   local port=18516
-  local args=(-x 0 -F -s 65536 -q "$1" -n "$2" -p $port)
+  local args=(-x 0 -F -s 65536 -q "$1" -n "$2" -p "$port")
   in_ns "$ns_a" "$xroce" exec -- ib_write_bw -d xbq0 "${args[@]}" >"$out/srv.txt" 2>&1 &
   local srv=$!
   wait_listen "$ns_a" $port
