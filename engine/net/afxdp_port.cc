@@ -116,6 +116,9 @@ Result<int, PortError> AfXdpPort::create_socket() {
     return Err{PortError{
         fmt::format("afxdp port: bind {} queue {}", config_.ifname, config_.queue_id), last_err}};
   }
+  if (config_.busy_poll_us > 0) {
+    if (auto r = enable_busy_poll(); !r) return Err{r.error()};
+  }
   // Receive pool into the fill ring; transmit pool onto the free list.
   std::vector<std::uint64_t> rx_addrs(rx_frames());
   for (std::uint32_t i = 0; i < rx_frames(); ++i)
@@ -155,6 +158,19 @@ Result<int, PortError> AfXdpPort::try_bind(std::uint16_t bind_flags) {
     xsk_ = nullptr;
     destroy_socket();
     return Err{PortError{"afxdp port: xsk_socket__create", -rc}};
+  }
+  return 0;
+}
+
+Result<int, PortError> AfXdpPort::enable_busy_poll() {
+  const int fd = xsk_socket__fd(xsk_);
+  const int prefer = 1;
+  const int usecs = static_cast<int>(config_.busy_poll_us);
+  const int budget = static_cast<int>(config_.umem_frames / 2);  // a whole receive ring
+  if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer, sizeof(prefer)) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usecs, sizeof(usecs)) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) < 0) {
+    return Err{PortError{"afxdp port: busy poll (SO_PREFER_BUSY_POLL, SO_BUSY_POLL)", errno}};
   }
   return 0;
 }
@@ -201,8 +217,9 @@ Result<std::size_t, PortError> AfXdpPort::receive(std::span<RxFrame> frames) {
   const auto want = static_cast<std::uint32_t>(frames.size()) + kMaxDescsPerFrame;
   const std::uint32_t avail = xsk_ring_cons__peek(&rx_, want, &idx);
   if (avail == 0) {
-    // The kernel sleeps on an empty fill ring until we wake it (need_wakeup).
-    if (xsk_ring_prod__needs_wakeup(&fill_)) {
+    // The kernel sleeps on an empty fill ring until we wake it (need_wakeup); a busy-polling
+    // socket's recvfrom runs the queue's NAPI here.
+    if (config_.busy_poll_us > 0 || xsk_ring_prod__needs_wakeup(&fill_)) {
       recvfrom(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
     }
     return std::size_t{0};

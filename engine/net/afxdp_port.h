@@ -32,6 +32,11 @@ struct AfXdpPortConfig {
   std::uint32_t umem_frames = 4096;  // power of two; half receive, half transmit
   bool allow_zero_copy = true;
   std::size_t max_frame_bytes = 9000 + 14;
+  // > 0: the socket busy-polls its queue's NAPI for up to this long in each empty receive()
+  // (SO_BUSY_POLL with SO_PREFER_BUSY_POLL), so the receiving thread runs the driver's receive
+  // work on its own core instead of waiting for a softirq. Costs a spinning core; for
+  // benchmarks and dedicated hosts. 0 (the default): no busy polling.
+  std::uint32_t busy_poll_us = 0;
 };
 
 class AfXdpPort final : public Port {
@@ -56,6 +61,7 @@ class AfXdpPort final : public Port {
   AfXdpPort(const AfXdpPortConfig& config, std::shared_ptr<XdpSteering> steering);
   Result<int, PortError> create_socket();
   Result<int, PortError> try_bind(std::uint16_t bind_flags);
+  Result<int, PortError> enable_busy_poll();
   void destroy_socket();
   void fill(std::span<const std::uint64_t> addrs);
   void reclaim_completions();

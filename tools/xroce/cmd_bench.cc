@@ -50,6 +50,7 @@ struct BenchOptions {
   std::string xdp_mode = "auto";
   int idle_ms = 2000;
   int start_timeout_ms = 30000;
+  std::uint32_t busy_poll_us = 0;
   bool verify = false;
   bool json = false;
 };
@@ -133,6 +134,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
     net::UdpPortConfig cfg;
     cfg.bind_device = o.dev;
     cfg.local_mac = dev.mac;
+    cfg.busy_poll_us = o.busy_poll_us;
     auto r = net::UdpPort::open(cfg);
     if (!r) {
       error = r.error().message();
@@ -157,6 +159,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
   net::AfXdpPortConfig cfg;
   cfg.ifname = o.dev;
   cfg.queue_id = o.queue;
+  cfg.busy_poll_us = o.busy_poll_us;
   auto r = net::AfXdpPort::open(cfg, p.steering);
   if (!r) {
     error = r.error().message();
@@ -372,6 +375,8 @@ void register_bench(CLI::App& app, ExitStatus& status) {
       ->check(CLI::IsMember({"auto", "native", "skb"}));
   cmd->add_option("--idle-ms", o->idle_ms, "rx: stop after this long without a frame");
   cmd->add_option("--start-timeout-ms", o->start_timeout_ms, "rx: wait this long for the first");
+  cmd->add_option("--busy-poll-us", o->busy_poll_us,
+                  "Busy-poll the device's receive work for up to this long per empty receive");
   cmd->add_flag("--verify", o->verify, "rx: decode every frame and check its ICRC");
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([o, &status] { status.code = run_bench(*o); });
