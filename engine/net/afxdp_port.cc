@@ -26,6 +26,7 @@ constexpr std::uint32_t XDP_PKT_CONTD = 1 << 0;
 
 constexpr std::uint32_t kMaxDescsPerFrame = 17;  // MAX_SKB_FRAGS + 1
 constexpr std::uint64_t kReassemblyHandle = 1ULL << 63;
+constexpr std::uint64_t kJoinedHandle = 1ULL << 62;  // the chunk in the handle and the next one
 constexpr std::uint32_t kReassemblyBuffers = 64;
 constexpr int kMaxTxKicks = 256;
 constexpr auto kBusyQueueWait = std::chrono::seconds(2);
@@ -190,6 +191,20 @@ int AfXdpPort::wait_fd() const {
   return xsk_socket__fd(xsk_);
 }
 
+bool AfXdpPort::join_in_place(std::uint32_t idx, RxFrame& out) {
+  const xdp_desc* first = xsk_ring_cons__rx_desc(&rx_, idx);
+  const xdp_desc* second = xsk_ring_cons__rx_desc(&rx_, idx + 1);
+  const std::uint64_t next_chunk = chunk_base(first->addr) + kChunkBytes;
+  if (first->addr + first->len != next_chunk || chunk_base(second->addr) != next_chunk) {
+    return false;
+  }
+  std::memmove(umem_area_ + next_chunk, umem_area_ + second->addr, second->len);
+  out = RxFrame{{umem_area_ + first->addr, std::size_t{first->len} + second->len},
+                kJoinedHandle | chunk_base(first->addr)};
+  ++stats_.rx_joined_in_place;
+  return true;
+}
+
 bool AfXdpPort::take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out) {
   std::size_t total = 0;
   bool fits = !reassembly_free_.empty();
@@ -208,6 +223,7 @@ bool AfXdpPort::take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFram
   if (!fits) return false;
   reassembly_free_.pop_back();
   out = RxFrame{{reassembly_[slot].data(), total}, kReassemblyHandle | slot};
+  ++stats_.rx_reassembled;
   return true;
 }
 
@@ -241,6 +257,8 @@ Result<std::size_t, PortError> AfXdpPort::receive(std::span<RxFrame> frames) {
       f = RxFrame{{static_cast<const std::uint8_t*>(xsk_umem__get_data(umem_area_, first->addr)),
                    first->len},
                   chunk_base(first->addr)};
+    } else if (descs == 2 && join_in_place(idx + used, f)) {
+      ok = true;
     } else {
       ok = take_multi_buffer(idx + used, descs, f);
     }
@@ -264,6 +282,10 @@ void AfXdpPort::release(std::span<const RxFrame> frames) {
   for (const RxFrame& f : frames) {
     if (f.handle & kReassemblyHandle) {
       reassembly_free_.push_back(static_cast<std::uint32_t>(f.handle & ~kReassemblyHandle));
+    } else if (f.handle & kJoinedHandle) {
+      const std::uint64_t chunk = f.handle & ~kJoinedHandle;
+      pending_fill_.push_back(chunk);
+      pending_fill_.push_back(chunk + kChunkBytes);
     } else {
       pending_fill_.push_back(f.handle);
     }

@@ -66,7 +66,9 @@ struct BenchResult {
   std::uint64_t bytes = 0;
   double seconds = 0;
   std::uint64_t drops = 0;
-  std::uint64_t invalid = 0;  // --verify: frames that did not decode or failed the ICRC
+  std::uint64_t invalid = 0;          // --verify: frames that did not decode or failed the ICRC
+  std::uint64_t joined_in_place = 0;  // rx: multi-buffer frames joined without a copy
+  std::uint64_t reassembled = 0;      // rx: multi-buffer frames copied whole
   std::string mode;
   std::size_t frame_bytes = 0;
 };
@@ -293,7 +295,10 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
     port.release(std::span(batch).first(*got));
   }
   if (first && last) r.seconds = std::chrono::duration<double>(*last - *first).count();
-  r.drops = port.stats().rx_drops;
+  const net::PortStats s = port.stats();
+  r.drops = s.rx_drops;
+  r.joined_in_place = s.rx_joined_in_place;
+  r.reassembled = s.rx_reassembled;
   return r;
 }
 
@@ -311,6 +316,8 @@ void print(const BenchOptions& o, const BenchResult& r) {
                      {"pps", pps},
                      {"gbps", gbps},
                      {"drops", r.drops},
+                     {"joined_in_place", r.joined_in_place},
+                     {"reassembled", r.reassembled},
                      {"frame_bytes", r.frame_bytes}};
     if (o.verify) j["invalid"] = r.invalid;
     fmt::print("{}\n", j.dump());
@@ -319,6 +326,10 @@ void print(const BenchOptions& o, const BenchResult& r) {
   fmt::print("{} {} on {} ({}): {} packets, {} bytes ({}-byte frames) in {:.3f} s\n", o.role,
              o.port, o.dev, r.mode, r.packets, r.bytes, r.frame_bytes, r.seconds);
   fmt::print("  rate {:.0f} packets/s, {:.3f} Gbit/s, drops {}", pps, gbps, r.drops);
+  if (r.joined_in_place + r.reassembled > 0) {
+    fmt::print(", multi-buffer frames joined in place {} / copied {}", r.joined_in_place,
+               r.reassembled);
+  }
   if (o.verify) fmt::print(", invalid {}", r.invalid);
   fmt::print("\n");
 }
