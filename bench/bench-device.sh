@@ -153,9 +153,10 @@ record host "memcpy 64 MiB" "$memcpy_gbs" GB/s "/usr/bin/python3: bytearray slic
 # path (bench/README.md "Copies per byte"); the bound is memcpy's rate divided by the copies.
 # afxdp (copy mode on veth, 4096-byte MTU frames of 4170 B): the MR to the transport's payload
 # buffer, to the encoded frame, to UMEM (the port's transmit); UMEM to an skb (the sendto kick);
-# the XDP buffer to the peer's UMEM; two UMEM chunks joined into a reassembly buffer (a frame
-# above 3840 B); into the MR. udp: payload buffer, frame, into the socket, out of it, into the MR.
-declare -A copies=([tcp]=2 [afxdp]=7 [udp]=5)
+# the XDP buffer to the peer's UMEM; into the MR (the frame's two UMEM buffers are joined in
+# place, engine/net/afxdp_port.h). udp: payload buffer, frame, into the socket, out of it, into
+# the MR.
+declare -A copies=([tcp]=2 [afxdp]=6 [udp]=5)
 printf 'copy limit: memcpy %.2f GB/s; copies per byte and the rate memcpy alone allows:' "$memcpy_gbs"
 for p in tcp afxdp udp; do
   printf ' %s %s -> %.1f Gb/s;' "$p" "${copies[$p]}" "$(echo "$memcpy_gbs * 8 / ${copies[$p]}" | bc -l)"
