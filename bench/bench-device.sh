@@ -106,7 +106,7 @@ pair() {
   local port=$1 srv=$2 cli=$3
   ip netns exec "$ns_a" bash -c "$srv >$tmp/srv.txt 2>&1; times >$tmp/srv.times" &
   local spid=$!
-  wait_listen "$ns_a" "$port"
+  wait_listen "$ns_a" "$port" || { kill_pids "$spid"; cat "$tmp/srv.txt" >&2; return 1; }
   ip netns exec "$ns_b" bash -c "$cli >$tmp/cli.txt 2>&1; times >$tmp/cli.times" ||
     { cat "$tmp/cli.txt" >&2; return 1; }
   wait $spid || { cat "$tmp/srv.txt" >&2; return 1; }
@@ -231,18 +231,24 @@ for kind in "${kinds[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbd0 netdev "$if_a" port "$kind" >/dev/null
   in_ns "$ns_b" "$xroce" link add xbd1 netdev "$if_b" port "$kind" >/dev/null
   da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
-  # perftest polls its CQ without pause (a whole core for the run, as on a hardware NIC); with
-  # -e it sleeps on a completion channel instead, so its CPU per GB is the device's own.
+  # perftest polls its CQ without pause (a whole core for the run, as on a hardware NIC). Its
+  # -e (sleep on a completion channel) is refused for WRITE, so the sleeping variant is
+  # ib_send_bw -e: the applications then take little CPU and the CPU per GB is the device's.
   for ev in "" "-e"; do
-    label="ib_write_bw 64 KB${ev:+ $ev}"
+    prog=ib_write_bw
+    [[ -n $ev ]] && prog=ib_send_bw
+    label="$prog 64 KB${ev:+ $ev}"
     d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
     if [[ ${PROFILE:-0} == 1 && -z $ev ]]; then
       perf record -g -o "$tmp/perf-$kind.data" -p "$da,$db" >/dev/null 2>&1 &
       perf_pid=$!
     fi
-    cmd="ib_write_bw -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a (xroce exec; server -d xbd0)"
-    cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F $ev" \
-      "$xroce exec -- ib_write_bw -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a")
+    cmd="$prog -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a (xroce exec; server -d xbd0)"
+    if ! cpu=$(pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 65536 -n $msgs -F $ev" \
+      "$xroce exec -- $prog -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a"); then
+      echo "$kind $label: failed (its output above)"
+      continue
+    fi
     d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
     if [[ ${PROFILE:-0} == 1 && -z $ev ]]; then
       kill -INT "$perf_pid"
@@ -270,8 +276,11 @@ for kind in "${kinds[@]}"; do
   for busy in idle busy; do
     [[ $busy == busy ]] && spin_start
     for prog in ib_send_lat ib_write_lat; do
-      pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
-        "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null
+      if ! pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
+        "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
+        echo "$kind $prog $busy: failed (its output above)"
+        continue
+      fi
       # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
       read -r typ avg p99 < <(awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt")
       printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us = %.1fx typical; avg %s us\n' \
@@ -303,8 +312,13 @@ for kind in ${SCALE_KINDS:-afxdp}; do
     in_ns "$ns_b" "$xroce" link add xbq1 netdev "${if_b}q" port "$kind" queues $queues >/dev/null
     da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
     d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-    cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbq0 -x 0 -s 65536 -q 2 -n $msgs -F" \
-      "$xroce exec -- ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F 198.18.221.1")
+    if ! cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbq0 -x 0 -s 65536 -q 2 -n $msgs -F" \
+      "$xroce exec -- ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F 198.18.221.1"); then
+      echo "$kind ib_write_bw -q 2 queues $queues: failed (its output above)"
+      in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
+      in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null
+      continue
+    fi
     d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
     mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
     gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
