@@ -254,8 +254,8 @@ for kind in "${kinds[@]}"; do
       kill -INT "$perf_pid"
       wait "$perf_pid" || true
       echo "perf record -g -p <both daemons> during ib_write_bw, $kind: top symbols (self)"
-      perf report -i "$tmp/perf-$kind.data" --no-children --sort symbol --stdio 2>/dev/null |
-        grep -E '^ +[0-9.]+%' | head -n 30
+      { perf report -i "$tmp/perf-$kind.data" --no-children --sort symbol --stdio 2>/dev/null |
+        grep -E '^ +[0-9.]+%' | head -n 30 | cut -c1-100; } || true  # head closes the pipe
       cp "$tmp/perf-$kind.data" "$out_dir/perf-$kind.data"
     fi
     mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
