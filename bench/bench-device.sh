@@ -300,13 +300,14 @@ done
 # A second veth pair with 2 tx and 2 rx queues; `xroce link add ... queues Q` gives one worker
 # per queue, and ib_write_bw -q 2 two QPs (flows), which the daemon places on its least loaded
 # workers. The figures say whether the aggregate grows with the workers on this host.
+# SCALE_KINDS (default afxdp; empty: none) says which port kinds are measured.
 ip link add "${if_a}q" netns "$ns_a" numtxqueues 2 numrxqueues 2 type veth peer name "${if_b}q" \
   netns "$ns_b" numtxqueues 2 numrxqueues 2
 in_ns "$ns_a" ip addr add 198.18.221.1/24 dev "${if_a}q"
 in_ns "$ns_b" ip addr add 198.18.221.2/24 dev "${if_b}q"
 in_ns "$ns_a" ip link set "${if_a}q" mtu 9000 up
 in_ns "$ns_b" ip link set "${if_b}q" mtu 9000 up
-for kind in ${SCALE_KINDS:-afxdp}; do
+for kind in ${SCALE_KINDS-afxdp}; do
   for queues in 1 2; do
     in_ns "$ns_a" "$xroce" link add xbq0 netdev "${if_a}q" port "$kind" queues $queues >/dev/null
     in_ns "$ns_b" "$xroce" link add xbq1 netdev "${if_b}q" port "$kind" queues $queues >/dev/null
