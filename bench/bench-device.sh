@@ -174,19 +174,19 @@ if [[ ${RAW:-1} != 0 ]]; then
     FRAMES=${RAW_FRAMES:-200000} JSON_OUT=$tmp/raw.jsonl KINDS="baseline udp afxdp" \
       BUSY_POLL_US=$busy_us "$here/bench-ports.sh" "$build" 4096 >"$tmp/raw.txt" 2>&1 ||
       { cat "$tmp/raw.txt" >&2; exit 1; }
-    while read -r k g lost; do
+    while read -r k ports_kind g lost; do
       [[ $(echo "$g > ${raw_gbps[$k]:-0}" | bc -l) == 1 ]] && raw_gbps[$k]=$g
       printf '%-7s %-40s %9.2f Gb/s %10s  lost %s\n' "$k" \
         "raw 4 KB frames, busy poll ${busy_us} us" "$g" "" "$lost"
       record "$k" "raw 4 KB frames busy-poll ${busy_us}us" "$g" Gb/s \
-        "FRAMES=${RAW_FRAMES:-200000} KINDS=$k BUSY_POLL_US=$busy_us bench/bench-ports.sh BUILD 4096" \
+        "FRAMES=${RAW_FRAMES:-200000} KINDS=$ports_kind BUSY_POLL_US=$busy_us bench/bench-ports.sh BUILD 4096" \
         lost="$lost" busy_poll_us="$busy_us"
     done < <(/usr/bin/python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     kind = {"baseline": "kernel"}.get(r["kind"], r["kind"])
-    print(kind, r["rx"]["gbps"], r["tx"]["packets"] - r["rx"]["packets"])' "$tmp/raw.jsonl")
+    print(kind, r["kind"], r["rx"]["gbps"], r["tx"]["packets"] - r["rx"]["packets"])' "$tmp/raw.jsonl")
   done
 fi
 
