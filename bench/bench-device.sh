@@ -1,43 +1,89 @@
 #!/usr/bin/env bash
-# Device benchmarks beside kernel baselines measured in the same run on the same veth (MTU 9000,
-# two namespaces): ib_write_bw with 64 KB messages beside iperf3 (one TCP stream), ib_send_lat and
-# ib_write_lat with 2-byte messages beside sockperf ping-pong over UDP and TCP (sockperf's
-# smallest message is 14 bytes), and CPU seconds per GB moved (application + daemon on both
-# sides). Needs root. Not a test: it prints figures and ratios.
+# The device beside kernel baselines measured in the same run on a veth (MTU 9000) between two
+# namespaces. Needs root. Not a test: it prints figures and ratios, and writes them all (with each
+# figure's command and the host's load when it was taken) to JSON and an SVG chart.
+#
 #   bench/bench-device.sh [BUILD_DIR] [PORT_KIND...]     (default: build afxdp udp)
+#
+# In order: memcpy GB/s and the copy-limit line (copies per byte on each path); the raw frame
+# rate of each path with 4 KB frames (bench-ports.sh: kernel UDP sendmmsg/recvmmsg, the UDP
+# port, the AF_XDP port); iperf3 (one TCP stream) and its CPU seconds per GB; sockperf
+# ping-pong over UDP and TCP (14 B, its smallest message); then per port kind `ib_write_bw -s
+# 65536` (Gb/s, CPU seconds per GB of applications and both daemons, ratios to the raw rate of
+# the same path and to iperf3) and `ib_send_lat` / `ib_write_lat -s 2` (typical = perftest's
+# median, p99; ratios to sockperf UDP). Every latency is measured twice: with the host as it is,
+# and with both cores kept out of idle by a `nice 19` spinner per core (an idle vCPU's wakeup
+# takes tens of us and would otherwise dominate every round trip).
+#
+# Environment: OUT_DIR (default .) receives bench-device.json and bench-device.svg;
+# MSGS (default 3000) ib_write_bw iterations; LAT_ITERS (default 2000); SECONDS_TCP (default 5);
+# PROFILE=1 records `perf record -g` of both daemons during each ib_write_bw and prints the top
+# symbols; RAW=0 skips the raw frame rates.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 build=${1:-build}
 shift || true
 kinds=("$@")
 [[ ${#kinds[@]} -gt 0 ]] || kinds=(afxdp udp)
-xroce=$(cd "$build/bin" && pwd)/xroce
+build=$(cd "$build" && pwd)
+xroce=$build/bin/xroce
+out_dir=$(mkdir -p "${OUT_DIR:-.}" && cd "${OUT_DIR:-.}" && pwd)
+msgs=${MSGS:-3000}
+lat_iters=${LAT_ITERS:-2000}
+tcp_seconds=${SECONDS_TCP:-5}
 tag=xrbd-$$
 ns_a=$tag-a ns_b=$tag-b
+if_a=xbd$$a if_b=xbd$$b
 ip_a=198.18.220.1 ip_b=198.18.220.2
-out=$(mktemp -d)
+tmp=$(mktemp -d)
+figures=$tmp/figures.jsonl
+spinners=()
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 cleanup() {
-  in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null 2>&1 || true
-  in_ns "$ns_b" "$xroce" link del xbd1 >/dev/null 2>&1 || true
+  local rc=$?
+  kill_pids "${spinners[@]}"
+  spinners=()
+  kill_netns_processes "$ns_a" "$ns_b"
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
-  rm -rf "$out"
+  rm -rf "$tmp"
+  exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 ip netns add "$ns_a"
 ip netns add "$ns_b"
-ip link add xbd0 netns "$ns_a" type veth peer name xbd1 netns "$ns_b"
-in_ns "$ns_a" ip addr add $ip_a/24 dev xbd0
-in_ns "$ns_b" ip addr add $ip_b/24 dev xbd1
+ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b"
+in_ns "$ns_a" ip addr add $ip_a/24 dev "$if_a"
+in_ns "$ns_b" ip addr add $ip_b/24 dev "$if_b"
 for ns in "$ns_a" "$ns_b"; do in_ns "$ns" ip link set lo up; done
-in_ns "$ns_a" ip link set xbd0 mtu 9000 up
-in_ns "$ns_b" ip link set xbd1 mtu 9000 up
+in_ns "$ns_a" ip link set "$if_a" mtu 9000 up
+in_ns "$ns_b" ip link set "$if_b" mtu 9000 up
+
+# record KIND TEST VALUE UNIT COMMAND [KEY=NUMBER...]: one figure for the JSON and the chart.
+record() {
+  local kind=$1 test=$2 value=$3 unit=$4 cmd=$5
+  shift 5
+  /usr/bin/python3 - "$kind" "$test" "$value" "$unit" "$cmd" "$(load)" "$@" >>"$figures" <<'PY'
+import json, sys
+kind, test, value, unit, cmd, load, *extra = sys.argv[1:]
+f = {"kind": kind, "test": test, "value": float(value), "unit": unit, "command": cmd,
+     "load": [float(x) for x in load.split()]}
+for kv in extra:
+    k, v = kv.split("=", 1)
+    f[k] = float(v)
+print(json.dumps(f))
+PY
+}
+ratio() { echo "$1 / $2" | bc -l; }
 
 wait_listen() {  # namespace, TCP or UDP port
-  local i
-  for i in $(seq 1 400); do
+  for _ in $(seq 1 400); do
     [[ -n $(in_ns "$1" ss -Hlntu sport = ":$2") ]] && return 0
     sleep 0.05
   done
@@ -45,8 +91,7 @@ wait_listen() {  # namespace, TCP or UDP port
   return 1
 }
 
-# CPU seconds (user + system) used so far by a pid.
-cpu_s() {
+cpu_s() {  # CPU seconds (user + system) used so far by a pid
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 daemon_pid() {
@@ -55,16 +100,17 @@ daemon_pid() {
   cat "/run/xroce/ns-$ino/xroced.lock"
 }
 
-# Runs server (a) and client (b) under `times`; prints "<cpu seconds of both>" and leaves the
-# client's output in $out/cli.txt.
+# Runs server (a) and client (b) under `times`; prints the CPU seconds of both and leaves the
+# client's output in $tmp/cli.txt. `ip netns exec` execs bash, so $! is the server's shell.
 pair() {
   local port=$1 srv=$2 cli=$3
-  in_ns "$ns_a" bash -c "$srv >$out/srv.txt 2>&1; times >$out/srv.times" &
+  ip netns exec "$ns_a" bash -c "$srv >$tmp/srv.txt 2>&1; times >$tmp/srv.times" &
   local spid=$!
-  wait_listen "$ns_a" "$port"
-  in_ns "$ns_b" bash -c "$cli >$out/cli.txt 2>&1; times >$out/cli.times"
-  wait $spid
-  /usr/bin/python3 - "$out/srv.times" "$out/cli.times" <<'PY'
+  wait_listen "$ns_a" "$port" || { kill_pids "$spid"; cat "$tmp/srv.txt" >&2; return 1; }
+  ip netns exec "$ns_b" bash -c "$cli >$tmp/cli.txt 2>&1; times >$tmp/cli.times" ||
+    { cat "$tmp/cli.txt" >&2; return 1; }
+  wait $spid || { cat "$tmp/srv.txt" >&2; return 1; }
+  /usr/bin/python3 - "$tmp/srv.times" "$tmp/cli.times" <<'PY'
 import re, sys
 total = 0.0
 for f in sys.argv[1:]:
@@ -75,56 +121,237 @@ print(f"{total:.2f}")
 PY
 }
 
-msgs=3000
-bytes=$((65536 * msgs))
-echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-printf '%-7s %-34s %12s %14s\n' port test result "cpu s/GB"
+# Both cores out of idle: a nice-19 busy loop pinned to each core, for the latency runs.
+spin_start() {
+  local c
+  for c in $(seq 0 $(($(nproc) - 1))); do
+    nice -n 19 taskset -c "$c" bash -c 'while :; do :; done' &
+    spinners+=($!)
+  done
+}
+spin_stop() {
+  kill_pids "${spinners[@]}"
+  spinners=()
+}
 
-# Baselines: iperf3 one TCP stream, sockperf ping-pong UDP and TCP.
-cpu=$(pair 5201 "iperf3 -s -1 -B $ip_a" "iperf3 -c $ip_a -t 5 -J")
+echo "bench-device.sh: $(date -u +%FT%TZ), $(uname -r), $(nproc) cores, load average $(load)"
+start_load=$(load)
+
+# --- memcpy and the copy limit ------------------------------------------------------------
+# A 64 MiB bytearray slice assignment is one libc memcpy; best of 5.
+memcpy_gbs=$(/usr/bin/python3 -c '
+import time
+n = 64 << 20
+a = bytearray(b"\x5a" * n); b = bytearray(n)
+best = 0.0
+for _ in range(5):
+    t = time.perf_counter(); b[:] = a; dt = time.perf_counter() - t
+    best = max(best, n / dt / 1e9)
+print(f"{best:.2f}")')
+record host "memcpy 64 MiB" "$memcpy_gbs" GB/s "/usr/bin/python3: bytearray slice copy, best of 5"
+# Copies of each payload byte from the sender's buffer to the receiver's, counted on the code
+# path (bench/README.md "Copies per byte"); the bound is memcpy's rate divided by the copies.
+# afxdp (copy mode on veth, 4096-byte MTU frames of 4170 B): the MR to the transport's payload
+# buffer, to the encoded frame, to UMEM (the port's transmit); UMEM to an skb (the sendto kick);
+# the XDP buffer to the peer's UMEM; into the MR (the frame's two UMEM buffers are joined in
+# place, engine/net/afxdp_port.h). udp: payload buffer, frame, into the socket, out of it, into
+# the MR.
+declare -A copies=([tcp]=2 [afxdp]=6 [udp]=5)
+printf 'copy limit: memcpy %.2f GB/s; copies per byte and the rate memcpy alone allows:' "$memcpy_gbs"
+for p in tcp afxdp udp; do
+  printf ' %s %s -> %.1f Gb/s;' "$p" "${copies[$p]}" "$(echo "$memcpy_gbs * 8 / ${copies[$p]}" | bc -l)"
+done
+echo
+printf '%-7s %-40s %14s %10s  %s\n' path test result "cpu s/GB" ratios
+
+# --- raw frame rates, 4 KB frames ---------------------------------------------------------
+# Each path twice: plain, and with its receiver busy-polling (BUSY_POLL_US, default 50); the
+# faster of the two is the path's ceiling that ib_write_bw is compared with.
+declare -A raw_gbps=()
+if [[ ${RAW:-1} != 0 ]]; then
+  for busy_us in 0 "${BUSY_POLL_US:-50}"; do
+    rm -f "$tmp/raw.jsonl"
+    FRAMES=${RAW_FRAMES:-200000} JSON_OUT=$tmp/raw.jsonl KINDS="baseline udp afxdp" \
+      BUSY_POLL_US=$busy_us "$here/bench-ports.sh" "$build" 4096 >"$tmp/raw.txt" 2>&1 ||
+      { cat "$tmp/raw.txt" >&2; exit 1; }
+    while read -r k ports_kind g lost; do
+      [[ $(echo "$g > ${raw_gbps[$k]:-0}" | bc -l) == 1 ]] && raw_gbps[$k]=$g
+      printf '%-7s %-40s %9.2f Gb/s %10s  lost %s\n' "$k" \
+        "raw 4 KB frames, busy poll ${busy_us} us" "$g" "" "$lost"
+      record "$k" "raw 4 KB frames busy-poll ${busy_us}us" "$g" Gb/s \
+        "FRAMES=${RAW_FRAMES:-200000} KINDS=$ports_kind BUSY_POLL_US=$busy_us bench/bench-ports.sh BUILD 4096" \
+        lost="$lost" busy_poll_us="$busy_us"
+    done < <(/usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    kind = {"baseline": "kernel"}.get(r["kind"], r["kind"])
+    print(kind, r["kind"], r["rx"]["gbps"], r["tx"]["packets"] - r["rx"]["packets"])' "$tmp/raw.jsonl")
+  done
+fi
+
+# --- kernel baselines ---------------------------------------------------------------------
+cmd="iperf3 -c $ip_a -t $tcp_seconds -J (server iperf3 -s -1)"
+cpu=$(pair 5201 "iperf3 -s -1 -B $ip_a" "iperf3 -c $ip_a -t $tcp_seconds -J")
 read -r tcp_gbps tcp_bytes < <(/usr/bin/python3 -c '
 import json, sys
-j = json.load(open(sys.argv[1]))
-e = j["end"]["sum_received"]
-print(e["bits_per_second"] / 1000000000, e["bytes"])' "$out/cli.txt")
-printf '%-7s %-34s %9.2f Gb/s %14.2f\n' kernel "iperf3 TCP, 1 stream" "$tcp_gbps" \
-  "$(echo "$cpu / ($tcp_bytes / 1000000000)" | bc -l)"
-for proto in udp tcp; do
-  flag=()
-  [[ $proto == tcp ]] && flag=(--tcp)
-  in_ns "$ns_a" sockperf sr -i $ip_a "${flag[@]}" >"$out/sr.txt" 2>&1 &
-  sr_pid=$!
-  wait_listen "$ns_a" 11111
-  in_ns "$ns_b" sockperf pp -i $ip_a "${flag[@]}" -m 14 -t 5 >"$out/cli.txt" 2>&1
-  kill "$sr_pid"
-  wait "$sr_pid" 2>/dev/null || true
-  lat=$(grep -oE 'avg-latency=[0-9.]+' "$out/cli.txt" | head -n 1 | cut -d= -f2)
-  eval "sock_$proto=$lat"
-  printf '%-7s %-34s %9s us\n' kernel "sockperf $proto 14 B (one way)" "$lat"
+e = json.load(open(sys.argv[1]))["end"]["sum_received"]
+print(e["bits_per_second"] / 1e9, e["bytes"])' "$tmp/cli.txt")
+tcp_cpu=$(echo "$cpu / ($tcp_bytes / 1000000000)" | bc -l)
+printf '%-7s %-40s %9.2f Gb/s %10.2f\n' kernel "iperf3 TCP, 1 stream" "$tcp_gbps" "$tcp_cpu"
+record kernel "iperf3 TCP 1 stream" "$tcp_gbps" Gb/s "$cmd" cpu_s_per_gb="$tcp_cpu"
+
+declare -A sock_typ=()
+for busy in idle busy; do
+  [[ $busy == busy ]] && spin_start
+  for proto in udp tcp; do
+    flag=()
+    [[ $proto == tcp ]] && flag=(--tcp)
+    ip netns exec "$ns_a" sockperf sr -i $ip_a "${flag[@]}" >"$tmp/sr.txt" 2>&1 &
+    sr_pid=$!
+    wait_listen "$ns_a" 11111
+    in_ns "$ns_b" sockperf pp -i $ip_a "${flag[@]}" -m 14 -t 5 >"$tmp/cli.txt" 2>&1
+    kill_pids "$sr_pid"
+    avg=$(grep -oE 'avg-latency=[0-9.]+' "$tmp/cli.txt" | head -n 1 | cut -d= -f2)
+    p50=$(awk '/percentile 50.000/ {print $NF}' "$tmp/cli.txt" | head -n 1)
+    p99=$(awk '/percentile 99.000/ {print $NF}' "$tmp/cli.txt" | head -n 1)
+    sock_typ[$proto-$busy]=$p50
+    printf '%-7s %-40s %11s us %10s  avg %s us, p99 %s us\n' kernel \
+      "sockperf $proto 14 B one way, $busy" "$p50" "" "$avg" "$p99"
+    record kernel "sockperf $proto 14 B $busy" "$p50" us \
+      "sockperf pp -i $ip_a ${flag[*]} -m 14 -t 5 (server sockperf sr)" avg="$avg" p99="$p99" \
+      busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+  done
+  [[ $busy == busy ]] && spin_stop
 done
 
+# --- the device ---------------------------------------------------------------------------
+bytes=$((65536 * msgs))
 for kind in "${kinds[@]}"; do
-  in_ns "$ns_a" "$xroce" link add xbd0 netdev xbd0 port "$kind" >/dev/null
-  in_ns "$ns_b" "$xroce" link add xbd1 netdev xbd1 port "$kind" >/dev/null
+  in_ns "$ns_a" "$xroce" link add xbd0 netdev "$if_a" port "$kind" >/dev/null
+  in_ns "$ns_b" "$xroce" link add xbd1 netdev "$if_b" port "$kind" >/dev/null
   da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
-  d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-  cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F" \
-    "$xroce exec -- ib_write_bw -d xbd1 -x 0 -s 65536 -n $msgs -F $ip_a")
-  d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-  mbs=$(awk '$1 == 65536 {print $4}' "$out/cli.txt" | head -n 1)
-  gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
-  printf '%-7s %-34s %9.2f Gb/s %14.2f   (%.3fx iperf3)\n' "$kind" "ib_write_bw 64 KB" "$gbps" \
-    "$(echo "($cpu + $d1 - $d0) / ($bytes / 1000000000)" | bc -l)" "$(echo "$gbps / $tcp_gbps" | bc -l)"
-  for prog in ib_send_lat ib_write_lat; do
-    pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n 2000 -F" \
-      "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n 2000 -F $ip_a" >/dev/null
-    lat=$(awk '$1 == 2 {print $6}' "$out/cli.txt" | head -n 1)
-    typ=$(awk '$1 == 2 {print $5}' "$out/cli.txt" | head -n 1)
-    printf '%-7s %-34s %9s us   (%.2fx sockperf udp, %.2fx tcp; t_typical %s us)\n' "$kind" \
-      "$prog 2 B (t_avg)" "$lat" "$(echo "$lat / $sock_udp" | bc -l)" \
-      "$(echo "$lat / $sock_tcp" | bc -l)" "$typ"
+  # perftest polls its CQ without pause (a whole core for the run, as on a hardware NIC). Its
+  # -e (sleep on a completion channel) is refused for WRITE, so the sleeping variant is
+  # ib_send_bw -e: the applications then take little CPU and the CPU per GB is the device's.
+  for ev in "" "-e"; do
+    prog=ib_write_bw
+    [[ -n $ev ]] && prog=ib_send_bw
+    label="$prog 64 KB${ev:+ $ev}"
+    d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
+    if [[ ${PROFILE:-0} == 1 && -z $ev ]]; then
+      perf record -g -o "$tmp/perf-$kind.data" -p "$da,$db" >/dev/null 2>&1 &
+      perf_pid=$!
+    fi
+    cmd="$prog -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a (xroce exec; server -d xbd0)"
+    if ! cpu=$(pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 65536 -n $msgs -F $ev" \
+      "$xroce exec -- $prog -d xbd1 -x 0 -s 65536 -n $msgs -F $ev $ip_a"); then
+      echo "$kind $label: failed (its output above)"
+      continue
+    fi
+    d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
+    if [[ ${PROFILE:-0} == 1 && -z $ev ]]; then
+      kill -INT "$perf_pid"
+      wait "$perf_pid" || true
+      echo "perf record -g -p <both daemons> during ib_write_bw, $kind: top symbols (self)"
+      { perf report -i "$tmp/perf-$kind.data" --no-children --sort symbol --stdio 2>/dev/null |
+        grep -E '^ +[0-9.]+%' | head -n 30 | cut -c1-100; } || true  # head closes the pipe
+      cp "$tmp/perf-$kind.data" "$out_dir/perf-$kind.data"
+    fi
+    mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
+    gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+    cpu_gb=$(echo "($cpu + $d1 - $d0) / ($bytes / 1000000000)" | bc -l)
+    app_gb=$(echo "$cpu / ($bytes / 1000000000)" | bc -l)
+    raw=${raw_gbps[$kind]:-0}
+    raw_ratio=0
+    [[ $raw != 0 ]] && raw_ratio=$(ratio "$gbps" "$raw")
+    printf '%-7s %-40s %9.2f Gb/s %10.2f  %.3fx raw %s, %.3fx iperf3; cpu %.2fx TCP (applications %.2f s/GB, daemons %.2f)\n' \
+      "$kind" "$label" "$gbps" "$cpu_gb" "$raw_ratio" "$kind" \
+      "$(ratio "$gbps" "$tcp_gbps")" "$(ratio "$cpu_gb" "$tcp_cpu")" "$app_gb" \
+      "$(echo "$cpu_gb - $app_gb" | bc -l)"
+    record "$kind" "$label" "$gbps" Gb/s "$cmd" cpu_s_per_gb="$cpu_gb" \
+      app_cpu_s_per_gb="$app_gb" ratio_raw="$raw_ratio" \
+      ratio_iperf3="$(ratio "$gbps" "$tcp_gbps")" ratio_cpu_tcp="$(ratio "$cpu_gb" "$tcp_cpu")"
+  done
+  for busy in idle busy; do
+    [[ $busy == busy ]] && spin_start
+    for prog in ib_send_lat ib_write_lat; do
+      if ! pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
+        "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
+        echo "$kind $prog $busy: failed (its output above)"
+        continue
+      fi
+      # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+      read -r typ avg p99 < <(awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt")
+      printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us = %.1fx typical; avg %s us\n' \
+        "$kind" "$prog 2 B typical, $busy" "$typ" "" "$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
+        "$p99" "$(ratio "$p99" "$typ")" "$avg"
+      record "$kind" "$prog 2 B $busy" "$typ" us \
+        "$prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a (xroce exec; server -d xbd0)" avg="$avg" \
+        p99="$p99" ratio_sockperf_udp="$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
+        busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+    done
+    [[ $busy == busy ]] && spin_stop
   done
   in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null
   in_ns "$ns_b" "$xroce" link del xbd1 >/dev/null
 done
-echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+# --- scaling with workers: N flows on a veth with 2 queues, 1 worker vs 2 --------------------
+# A second veth pair with 2 tx and 2 rx queues; `xroce link add ... queues Q` gives one worker
+# per queue, and ib_write_bw -q 2 two QPs (flows), which the daemon places on its least loaded
+# workers. The figures say whether the aggregate grows with the workers on this host.
+# SCALE_KINDS (default afxdp; empty: none) says which port kinds are measured.
+ip link add "${if_a}q" netns "$ns_a" numtxqueues 2 numrxqueues 2 type veth peer name "${if_b}q" \
+  netns "$ns_b" numtxqueues 2 numrxqueues 2
+in_ns "$ns_a" ip addr add 198.18.221.1/24 dev "${if_a}q"
+in_ns "$ns_b" ip addr add 198.18.221.2/24 dev "${if_b}q"
+in_ns "$ns_a" ip link set "${if_a}q" mtu 9000 up
+in_ns "$ns_b" ip link set "${if_b}q" mtu 9000 up
+for kind in ${SCALE_KINDS-afxdp}; do
+  for queues in 1 2; do
+    in_ns "$ns_a" "$xroce" link add xbq0 netdev "${if_a}q" port "$kind" queues $queues >/dev/null
+    in_ns "$ns_b" "$xroce" link add xbq1 netdev "${if_b}q" port "$kind" queues $queues >/dev/null
+    da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
+    d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
+    if ! cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbq0 -x 0 -s 65536 -q 2 -n $msgs -F" \
+      "$xroce exec -- ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F 198.18.221.1"); then
+      echo "$kind ib_write_bw -q 2 queues $queues: failed (its output above)"
+      in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
+      in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null
+      continue
+    fi
+    d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
+    mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
+    gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+    cpu_gb=$(echo "($cpu + $d1 - $d0) / (2 * $bytes / 1000000000)" | bc -l)
+    printf '%-7s %-40s %9.2f Gb/s %10.2f\n' "$kind" "ib_write_bw -q 2, $queues worker(s)" "$gbps" \
+      "$cpu_gb"
+    record "$kind" "ib_write_bw 64 KB -q 2, queues $queues" "$gbps" Gb/s \
+      "ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F (xroce link add ... queues $queues; veth numtxqueues 2 numrxqueues 2)" \
+      cpu_s_per_gb="$cpu_gb" queues="$queues"
+    in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
+    in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null
+  done
+done
+
+end_load=$(load)
+echo "load average at the end: $end_load on $(nproc) cores"
+
+/usr/bin/python3 - "$figures" "$out_dir/bench-device.json" "$start_load" "$end_load" \
+  "$memcpy_gbs" "tcp=${copies[tcp]} afxdp=${copies[afxdp]} udp=${copies[udp]}" \
+  "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+import json, os, platform, sys, time
+figures, path, start, end, memcpy, copies, commit = sys.argv[1:]
+doc = {
+    "script": "bench/bench-device.sh", "commit": commit,
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "kernel": platform.release(), "cores": os.cpu_count(),
+    "load_start": [float(x) for x in start.split()], "load_end": [float(x) for x in end.split()],
+    "memcpy_gbs": float(memcpy),
+    "copies_per_byte": {k: int(v) for k, v in (kv.split("=") for kv in copies.split())},
+    "figures": [json.loads(line) for line in open(figures)],
+}
+json.dump(doc, open(path, "w"), indent=1)
+PY
+/usr/bin/python3 "$here/bench_svg.py" "$out_dir/bench-device.json" "$out_dir/bench-device.svg"
+echo "wrote $out_dir/bench-device.json and $out_dir/bench-device.svg"

@@ -3,8 +3,14 @@
 # (sendmmsg/recvmmsg, the baseline) between two namespaces joined by a veth pair, MTU 9000,
 # at the given frame sizes, all in the same run. Needs root. Not a test: it prints figures.
 #   bench/bench-ports.sh [BUILD_DIR] [SIZES...]     (default: build 64 4096)
-# FRAMES=N sets the frames per run (default 1,000,000, and 200,000 above 1500 bytes).
+# FRAMES=N sets the frames per run (default 1,000,000, and 200,000 above 1500 bytes);
+# JSON_OUT=FILE appends one JSON object per measurement to FILE (bench-device.sh reads them);
+# KINDS="baseline udp afxdp afxdp-skb" (the default) chooses what is measured;
+# BUSY_POLL_US=N makes every receiver busy-poll (SO_BUSY_POLL, and SO_PREFER_BUSY_POLL on the
+# AF_XDP socket) for up to N us per empty receive.
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 build=${1:-build}
 shift || true
 sizes=("$@")
@@ -16,11 +22,13 @@ if_a=xba$$ if_b=xbb$$
 ip_a=198.18.200.1 ip_b=198.18.200.2
 out=$(mktemp -d)
 cleanup() {
+  kill_netns_processes "$ns_a" "$ns_b"
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
   rm -rf "$out"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 ip netns add "$ns_a"
 ip netns add "$ns_b"
 ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b"
@@ -56,17 +64,22 @@ run_pair() {  # kind size frames
     tx=("$bin/xroce" bench port --dev "$if_a" --port "$port" "${mode[@]}" --role tx --dst $ip_b
       --dst-mac "$mac_b")
   fi
+  [[ ${BUSY_POLL_US:-0} == 0 ]] || rx+=(--busy-poll-us "$BUSY_POLL_US")
   in_ns "$ns_b" "${rx[@]}" --frames "$frames" --size "$size" --idle-ms 1000 --json \
     >"$out/rx.json" 2>"$out/rx.err" &
   local rx_pid=$!
   wait_ready "$out/rx.err"
   in_ns "$ns_a" "${tx[@]}" --frames "$frames" --size "$size" --json >"$out/tx.json" 2>"$out/tx.err"
   wait $rx_pid
-  /usr/bin/python3 - "$kind" "$size" "$out/tx.json" "$out/rx.json" <<'PY'
+  /usr/bin/python3 - "$kind" "$size" "$out/tx.json" "$out/rx.json" "${JSON_OUT:-}" <<'PY'
 import json, sys
-kind, size, txf, rxf = sys.argv[1:]
+kind, size, txf, rxf, json_out = sys.argv[1:]
 tx = json.load(open(txf)); rx = json.load(open(rxf))
 lost = tx["packets"] - rx["packets"]
+if json_out:
+    with open(json_out, "a") as f:
+        f.write(json.dumps({"kind": kind, "size": int(size), "tx": tx, "rx": rx,
+                            "load": open("/proc/loadavg").read().split()[:3]}) + "\n")
 print(f"{kind:10} {size:>5} B  mode {rx['mode']:<18} tx {tx['pps']/1e6:7.3f} Mpps  "
       f"rx {rx['pps']/1e6:7.3f} Mpps {rx['gbps']:7.2f} Gbit/s  sent {tx['packets']} "
       f"received {rx['packets']} lost {lost} rx-drops {rx['drops']}")
@@ -76,7 +89,7 @@ PY
 for size in "${sizes[@]}"; do
   frames=${FRAMES:-1000000}
   [[ -z ${FRAMES:-} && $size -gt 1500 ]] && frames=200000
-  for kind in baseline udp afxdp afxdp-skb; do
+  for kind in ${KINDS:-baseline udp afxdp afxdp-skb}; do
     run_pair $kind "$size" $frames
   done
 done

@@ -33,6 +33,7 @@ struct Options {
   std::size_t size = 64;
   int idle_ms = 2000;
   int start_timeout_ms = 30000;
+  int busy_poll_us = 0;
   bool v6 = false;
   bool json = false;
 };
@@ -51,6 +52,11 @@ int open_socket(const Options& o) {
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+  if (o.busy_poll_us > 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &o.busy_poll_us, sizeof(o.busy_poll_us)) < 0) {
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -209,6 +215,8 @@ int main(int argc, char** argv) {
   app.add_option("--size", o.size, "Frame size on the wire (Ethernet header to UDP payload end)");
   app.add_option("--idle-ms", o.idle_ms, "rx: stop after this long without a datagram");
   app.add_option("--start-timeout-ms", o.start_timeout_ms, "rx: wait this long for the first");
+  app.add_option("--busy-poll-us", o.busy_poll_us,
+                 "SO_BUSY_POLL: an empty receive polls the device for up to this long");
   app.add_flag("--ipv6", o.v6, "Use IPv6");
   app.add_flag("--json", o.json, "Print as JSON");
   CLI11_PARSE(app, argc, argv);

@@ -25,8 +25,8 @@ void ring_doorbell(int fd) {
   (void)!write(fd, &one, sizeof(one));
 }
 
-void publish(const queues::Ring& ring, uint32_t next, int doorbell_fd) {
-  if (ring.publish(next)) ring_doorbell(doorbell_fd);
+void publish(const queues::Ring& ring, uint32_t next, int doorbell_fd, queues::ContextPage* page) {
+  if (ring.publish(next, page)) ring_doorbell(doorbell_fd);
 }
 
 // The work requests each QP type carries (rxe_wr_opcode_info; IBA 9.2: UC has no READ, atomics
@@ -151,7 +151,7 @@ int write_recv_wqe(const ibv_recv_wr& wr, uint32_t max_sge, uint8_t* slot) {
 }
 
 int post_recv_list(const queues::Ring& ring, uint32_t& next, uint32_t max_sge, int doorbell_fd,
-                   ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+                   queues::ContextPage* page, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   const uint32_t start = next;
   int err = 0;
   for (; wr != nullptr; wr = wr->next) {
@@ -166,7 +166,7 @@ int post_recv_list(const queues::Ring& ring, uint32_t& next, uint32_t max_sge, i
     }
     ++next;
   }
-  if (next != start) publish(ring, next, doorbell_fd);
+  if (next != start) publish(ring, next, doorbell_fd, page);
   return err;
 }
 
@@ -195,7 +195,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     ++qp->sq_next;
   }
-  if (qp->sq_next != start) publish(qp->sq, qp->sq_next, qp->doorbell_fd);
+  if (qp->sq_next != start) publish(qp->sq, qp->sq_next, qp->doorbell_fd, qp->page);
   if (device_dead(ibqp->context)) flush_send_queue_locked(*qp);
   return err;
 }
@@ -207,8 +207,8 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return EINVAL;  // a QP on an SRQ has no receive queue of its own
   }
   std::lock_guard guard(qp->rq_lock);
-  const int err =
-      post_recv_list(qp->rq, qp->rq_next, qp->cap.max_recv_sge, qp->doorbell_fd, wr, bad_wr);
+  const int err = post_recv_list(qp->rq, qp->rq_next, qp->cap.max_recv_sge, qp->doorbell_fd,
+                                 qp->page, wr, bad_wr);
   if (device_dead(ibqp->context)) flush_recv_queue_locked(*qp);
   return err;
 }
@@ -216,7 +216,8 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* srq = reinterpret_cast<Srq*>(ibsrq);
   std::lock_guard guard(srq->lock);
-  return post_recv_list(srq->ring, srq->next, srq->max_sge, srq->doorbell_fd, wr, bad_wr);
+  return post_recv_list(srq->ring, srq->next, srq->max_sge, srq->doorbell_fd, srq->page, wr,
+                        bad_wr);
 }
 
 // ---- the ibv_wr_* API: WQEs built in place between wr_start and wr_complete ----
@@ -237,7 +238,7 @@ int wr_complete(ibv_qp_ex* ibqp) {
   if (err != 0) {
     qp->sq_next = qp->batch_start;
   } else if (qp->sq_next != qp->batch_start) {
-    publish(qp->sq, qp->sq_next, qp->doorbell_fd);
+    publish(qp->sq, qp->sq_next, qp->doorbell_fd, qp->page);
     if (device_dead(qp->vqp.qp.context)) flush_send_queue_locked(*qp);
   }
   qp->batch_wqe = nullptr;

@@ -156,6 +156,7 @@ bool take_qp_reply(ibv_context* ctx, control::Op op, const void* request, size_t
     return false;
   }
   qp->doorbell_fd = context_doorbell(ctx);
+  qp->page = context_page(ctx);
   qp->handle = reply.handle;
   qp->cap = reply.cap;
   return true;
@@ -399,6 +400,7 @@ Srq* make_srq(ibv_context* ctx, const control::CreateSrqRequest& base) {
     return nullptr;
   }
   srq->doorbell_fd = context_doorbell(ctx);
+  srq->page = context_page(ctx);
   srq->handle = reply.handle;
   srq->max_wr = reply.attr.max_wr;
   srq->max_sge = reply.attr.max_sge;

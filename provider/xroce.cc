@@ -82,9 +82,13 @@ int connect_context(Context* ctx, Device* dev) {
   std::snprintf(hello.ibdev, sizeof(hello.ibdev), "%s", dev->vdev.device.name);
   control::HelloReply reply{};
   const int passed[] = {daemon_end.get(), mem.get(), maps.get()};
+  Fd received[2];  // the doorbell, the page of ready bits
   if (int err = ctx->state->control.call_fds(control::Op::hello, &hello, sizeof(hello), &reply,
-                                             sizeof(reply), std::span(&ctx->state->doorbell, 1),
-                                             passed)) {
+                                             sizeof(reply), received, passed)) {
+    return err;
+  }
+  ctx->state->doorbell = std::move(received[0]);
+  if (int err = ctx->state->page.map(received[1].release(), sizeof(queues::ContextPage))) {
     return err;
   }
   // ibv_get_async_event() reads struct ib_uverbs_async_event_desc records from async_fd; the
@@ -185,6 +189,10 @@ int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t 
 
 int context_doorbell(ibv_context* ctx) {
   return to_context(ctx)->state->doorbell.get();
+}
+
+queues::ContextPage* context_page(ibv_context* ctx) {
+  return static_cast<queues::ContextPage*>(to_context(ctx)->state->page.base);
 }
 
 uint32_t channel_handle(ibv_comp_channel* channel) {

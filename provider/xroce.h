@@ -33,6 +33,13 @@ static_assert(offsetof(Device, ext) == sizeof(verbs_device));
 // it holds only a pointer to this C++ object).
 struct Qp;
 
+struct Mapping {
+  void* base = nullptr;
+  std::size_t bytes = 0;
+  int map(int fd, std::size_t length);  // 0 or errno; closes fd either way
+  void unmap();
+};
+
 struct ContextState {
   std::mutex lock;  // serialises the control connection and guards `channels`
   control::ControlClient control;
@@ -41,8 +48,11 @@ struct ContextState {
     Fd daemon_end;        // a copy of the end the daemon writes events on (device_death.h)
   };
   std::map<ibv_comp_channel*, Channel> channels;
-  // The context's doorbell (Op::hello's reply): every QP and SRQ of the context rings it.
+  // The context's doorbell and ready-bit page (Op::hello's reply, queues.h): every QP and SRQ of
+  // the context rings the one and sets its bit, if it has one, in the other.
   Fd doorbell;
+  Mapping page;
+  ~ContextState() { page.unmap(); }
   // Device death (device_death.h): a copy of the daemon's end of the async event socket, the
   // QPs to flush, and the watcher.
   Fd event_writer;
@@ -74,12 +84,6 @@ struct Mr {
 };
 
 // A shared-memory region the daemon passed us (include/xroce/queues.h), mapped MAP_SHARED.
-struct Mapping {
-  void* base = nullptr;
-  std::size_t bytes = 0;
-  int map(int fd, std::size_t length);  // 0 or errno; closes fd either way
-  void unmap();
-};
 
 // A CQ: ibv_cq_ex first (its leading fields are ibv_cq's, so one struct serves both APIs).
 struct Cq {
@@ -105,6 +109,7 @@ struct Qp {
   uint32_t sq_next = 0;  // private producer indices
   uint32_t rq_next = 0;
   int doorbell_fd = -1;
+  queues::ContextPage* page = nullptr;  // the context's (ContextState::page)
   std::mutex sq_lock;
   std::mutex rq_lock;
   // ibv_wr_* batch state, between wr_start and wr_complete/wr_abort (sq_lock held).
@@ -123,6 +128,7 @@ struct Srq {
   queues::Ring ring;
   uint32_t next = 0;
   int doorbell_fd = -1;
+  queues::ContextPage* page = nullptr;  // the context's (ContextState::page)
   std::mutex lock;
 };
 
@@ -147,6 +153,8 @@ int call_fds(ibv_context* ctx, control::Op op, const void* request, std::size_t 
 
 // The context's doorbell eventfd (owned by the context).
 int context_doorbell(ibv_context* ctx);
+// The context's page of ready bits (queues.h), or null.
+queues::ContextPage* context_page(ibv_context* ctx);
 
 // ibv_create_comp_channel for xroce contexts, reached through libxroce-preload.so.
 ibv_comp_channel* create_comp_channel(ibv_context* ctx);

@@ -107,7 +107,8 @@ void release_context(Devices& devices, Session& session) {
 namespace ops {
 
 // A context: the event socket and the caller's own image (engine/device/dma.h), checked to be
-// what they claim; the reply carries the context's doorbell.
+// what they claim; the reply carries the context's doorbell and its page of ready bits
+// (include/xroce/queues.h).
 Reply hello(OpContext& ctx, const control::HelloRequest& request) {
   Fd event = ctx.message.take(0);
   Fd mem = ctx.message.take(1);
@@ -120,6 +121,9 @@ Reply hello(OpContext& ctx, const control::HelloRequest& request) {
   if (served == nullptr) return Reply::error(ENODEV);
   auto doorbell = device::create_doorbell();
   if (!doorbell) return Reply::error(doorbell.error());
+  auto page = device::SharedRegion::create("xroce-context", sizeof(queues::ContextPage));
+  if (!page) return Reply::error(page.error());
+  new (page->base()) queues::ContextPage{};
   Fd pidfd = ctx.session.peer.dup_pidfd();
   if (!pidfd.valid()) return Reply::error(errno);
   served->memory->attach(ctx.session.id, ctx.session.peer.pid(), std::move(pidfd), std::move(mem),
@@ -127,9 +131,11 @@ Reply hello(OpContext& ctx, const control::HelloRequest& request) {
   ctx.session.device = name;
   ctx.session.event_socket = std::move(event);
   ctx.session.doorbell = std::move(*doorbell);
+  ctx.session.page = std::move(*page);
   Reply reply{0, control::body_bytes(control::HelloReply{ctx.devices.index_of(name)}), {}, {}};
   reply.fds.emplace_back(fcntl(ctx.session.doorbell.get(), F_DUPFD_CLOEXEC, 0));
   if (!reply.fds.back().valid()) return Reply::error(errno);
+  reply.fds.push_back(ctx.session.page.take_fd());
   return reply;
 }
 

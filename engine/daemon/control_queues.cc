@@ -60,13 +60,25 @@ Reply resize_cq(OpContext& ctx, const control::ResizeCqRequest& request) {
   return with_region(cq_reply(request.handle, cq), cq.region);
 }
 
+// A QP whose every ring is its own gets a ready bit (include/xroce/queues.h); one on an SRQ, or
+// an XRC target (which other contexts open), keeps the per-ring protocol.
 Reply create_qp(OpContext& ctx, const control::CreateQpRequest& request) {
+  constexpr uint32_t kQpTypeXrcRecv = 10;  // IBV_QPT_XRC_RECV
   device::Device& dev = ctx.device();
   device::QpRequest r{request.pd,      request.send_cq,           request.recv_cq, request.srq,
                       request.qp_type, request.sq_sig_all != 0,   request.cap,     request.cookie,
                       request.xrcd,    ctx.session.doorbell.get()};
+  if (request.srq == 0 && request.qp_type != kQpTypeXrcRecv && ctx.session.ready_page()) {
+    r.ready_page = ctx.session.ready_page();
+    r.ready_bit = ctx.session.take_ready_bit();
+  }
+  const bool has_bit = r.ready_bit != queues::kNoReadyBit;
   auto handle = dev.create_qp(ctx.session.id, r);
-  if (!handle) return Reply::error(handle.error());
+  if (!handle) {
+    if (has_bit) ctx.session.return_ready_bit(r.ready_bit);
+    return Reply::error(handle.error());
+  }
+  if (has_bit) ctx.session.ready_bits[*handle] = r.ready_bit;
   device::QueuePair& qp = *dev.qp(ctx.session.id, *handle);
   qp.event_fd = ctx.session.event_socket.get();
   return qp_reply(qp, *handle);
@@ -104,7 +116,13 @@ Reply query_qp(OpContext& ctx, const control::HandleRequest& request) {
 }
 
 Reply destroy_qp(OpContext& ctx, const control::HandleRequest& request) {
-  return Reply::error(ctx.device().destroy_qp(ctx.session.id, request.handle));
+  const int err = ctx.device().destroy_qp(ctx.session.id, request.handle);
+  const auto bit = ctx.session.ready_bits.find(request.handle);
+  if (err == 0 && bit != ctx.session.ready_bits.end()) {
+    ctx.session.return_ready_bit(bit->second);
+    ctx.session.ready_bits.erase(bit);
+  }
+  return Reply::error(err);
 }
 
 Reply create_srq(OpContext& ctx, const control::CreateSrqRequest& request) {

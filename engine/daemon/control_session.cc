@@ -54,4 +54,13 @@ std::size_t Sessions::pending_text_total() const {
   return total;
 }
 
+uint32_t Session::take_ready_bit() {
+  if (!freed_ready_bits.empty()) {
+    const uint32_t bit = freed_ready_bits.back();
+    freed_ready_bits.pop_back();
+    return bit;
+  }
+  return next_ready_bit < queues::kReadyBits ? next_ready_bit++ : queues::kNoReadyBit;
+}
+
 }  // namespace xroce::daemon

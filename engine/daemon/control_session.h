@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/control_identity.h"
 #include "device/objects.h"
@@ -34,6 +35,12 @@ struct Session {
   std::string device;  // the device of its context, after hello ("" otherwise)
   Fd event_socket;     // the context's async event socket (daemon end)
   Fd doorbell;         // the context's doorbell: every QP and SRQ of it rings this eventfd
+  // The context's page of ready bits (include/xroce/queues.h), mapped here; its QPs' bits by
+  // QP handle, and the bits free again below next_ready_bit.
+  device::SharedRegion page;
+  std::map<uint32_t, uint32_t> ready_bits;
+  std::vector<uint32_t> freed_ready_bits;
+  uint32_t next_ready_bit = 0;
   std::map<uint32_t, Fd> channels;  // completion channels: handle -> daemon end
   uint32_t next_channel = 1;
   std::map<uint32_t, uint64_t> shared_mrs;  // MRs reached through a shared mapping -> addr
@@ -44,6 +51,11 @@ struct Session {
   bool closing = false;
 
   bool has_context() const { return !device.empty(); }
+  queues::ContextPage* ready_page() const { return static_cast<queues::ContextPage*>(page.base()); }
+  // A free bit of the page, or queues::kNoReadyBit when every bit is taken; a bit no QP holds
+  // any more goes back with return_ready_bit.
+  uint32_t take_ready_bit();
+  void return_ready_bit(uint32_t bit) { freed_ready_bits.push_back(bit); }
 };
 
 class Sessions {

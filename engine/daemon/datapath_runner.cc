@@ -87,6 +87,16 @@ class RingBinding final : public QpBinding {
     return fds;
   }
 
+  // The QP's own rings share its bit; a QP that also pulls from SRQs has none (their posts set
+  // no bit of ours).
+  ReadyBit ready_bit_on_worker() const override {
+    if (srq_ != nullptr || xrc_ != nullptr || qp_.ready_page == nullptr ||
+        qp_.ready_bit >= queues::kReadyBits) {
+      return {};
+    }
+    return {qp_.ready_page, qp_.ready_bit};
+  }
+
   void set_asleep_on_worker(bool asleep) override {
     const std::uint32_t v = asleep ? queues::kEngineAsleep : queues::kEngineAwake;
     qp_.sq.header().wakeup.store(v, std::memory_order_seq_cst);

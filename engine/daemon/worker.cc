@@ -26,7 +26,7 @@ Worker::Worker(WorkerConfig config)
       clock_(clock_or_monotonic(std::move(config.clock))),
       pacing_(config.cc),
       egress_(*port_, counters_, make_neighbours(config)),
-      ingress_(index_, *routes_, qps_, pacing_, counters_),
+      ingress_(index_, *routes_, qps_, work_, pacing_, counters_),
       sleep_(std::move(config.sleeper), config.spin_ns) {}
 
 Worker::~Worker() {
@@ -85,13 +85,20 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   // done before the QP goes, so the control thread may close the fd once remove_qp returns.
   for (const int fd : hosted.binding->doorbell_fds_on_worker())
     sleep_.sleeper().watch_doorbell(fd);
-  const auto [it, added] = qps_.try_emplace(qpn);
-  Hosted& h = it->second;
-  if (added) drain_order_.push_back(&h);  // elements of an unordered_map never move
+  Hosted& h = qps_[qpn];  // elements of an unordered_map never move
+  forget_ready_on_worker(h);
   h.qp = std::move(hosted.qp);
   h.binding = std::move(hosted.binding);
+  h.ready = h.binding->ready_bit_on_worker();
+  if (h.ready.page != nullptr) {
+    ready_.add(h.ready, &h);
+  } else {
+    pull_each_turn_.push_back(&h);
+  }
   // Counters the transport already has (a QP moved between workers) were fed by its old one.
   h.reported = h.qp->counters();
+  h.timer_key.reset();  // the drain enters its deadlines
+  work_.mark(h);
 }
 
 bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
@@ -102,16 +109,31 @@ bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
     sleep_.sleeper().unwatch_doorbell(fd);
   counters_.qp_growth(it->second);  // its last counts stay in the device's
   TimersAndPacing::detach(it->second);
-  drain_order_.erase(std::find(drain_order_.begin(), drain_order_.end(), &it->second));
-  drain_next_ = 0;
-  qps_.erase(it);
+  forget_ready_on_worker(it->second);
+  work_.forget(it->second);
+  if (it->second.budget_listed) std::erase(budget_queue_, &it->second);
+  qps_.erase(it);  // its DeadlineQueue entries no longer find it
   return true;
 }
 
+// Where the worker looks for `hosted`'s work, undone (before it is replaced or removed).
+void Worker::forget_ready_on_worker(Hosted& hosted) {
+  if (hosted.binding == nullptr) return;
+  if (hosted.ready.page != nullptr) {
+    ready_.remove(hosted.ready);
+    hosted.ready = {};
+  } else {
+    std::erase(pull_each_turn_, &hosted);
+  }
+}
+
+// The caller may change the QP (modify, post): it is drained next.
 transport::Qp* Worker::find_qp_on_worker(wire::Qpn qpn) {
   assert(on_worker());
   const auto it = qps_.find(qpn.value());
-  return it == qps_.end() ? nullptr : it->second.qp.get();
+  if (it == qps_.end()) return nullptr;
+  work_.mark(it->second);
+  return it->second.qp.get();
 }
 
 DatapathCounters Worker::counters_on_worker() const {
@@ -189,7 +211,8 @@ bool Worker::turn_on_worker() {
   busy |= ingress_.receive_waiting(now, *port_, kRxBatchesBeforeTimers);
   now = clock_->now_ns();
   turn_now_ns_ = now;
-  busy |= pacing_.fire(now, qps_);
+  busy |= fire_timers_on_worker(now);
+  release_budget_queue_on_worker();
   busy |= drain_outputs_on_worker(now);
   busy |= egress_.service_neighbours(now);
   busy |= egress_.flush();
@@ -214,27 +237,76 @@ void Worker::catch_up_on_worker() {
   egress_.flush();
 }
 
+// The QPs whose ready bit was set, and those without one. A pull that left work behind (the
+// transport's queue was full) puts the bit back: the QP is pulled again next turn.
 bool Worker::pull_work_on_worker() {
   bool any = false;
-  for (auto& [qpn, hosted] : qps_)
-    any |= hosted.binding->pull_work_on_worker(*hosted.qp);
+  ready_.take([&](Hosted& hosted) {
+    if (hosted.binding->pull_work_on_worker(*hosted.qp)) any = true;
+    if (hosted.binding->work_pending_on_worker()) ReadyRings::mark_ready(hosted.ready);
+    work_.mark(hosted);
+  });
+  for (Hosted* hosted : pull_each_turn_) {
+    if (!hosted->binding->pull_work_on_worker(*hosted->qp)) continue;
+    any = true;
+    work_.mark(*hosted);
+  }
   return any;
 }
 
-// Round robin: each turn starts with the QP after the last one that transmitted, so the QPs
-// that egress's room or the device's InflightBudget left waiting go first next turn, and the
-// order in which the QPs are hosted gives none of them a lasting head start.
+// The QPs whose deadline came, each fired and then drained.
+bool Worker::fire_timers_on_worker(std::uint64_t now_ns) {
+  bool any = false;
+  deadlines_.pop_due(now_ns, qps_, [&](Hosted& hosted) {
+    any |= TimersAndPacing::fire(now_ns, hosted);
+    work_.mark(hosted);
+  });
+  return any;
+}
+
+// As many QPs the InflightBudget stopped as it now has grants free for, the longest stopped
+// first, go to this turn's drain (those it stops again queue at the back).
+void Worker::release_budget_queue_on_worker() {
+  if (budget_queue_.empty()) return;
+  const transport::InflightBudget* budget = budget_queue_.front()->qp->inflight_budget();
+  std::size_t grants = budget_queue_.size();
+  if (budget != nullptr) {
+    const std::uint32_t in_flight = budget->in_flight_psns();
+    const std::uint32_t free_psns =
+        in_flight >= budget->limit_psns() ? 0 : budget->limit_psns() - in_flight;
+    grants = free_psns / budget->grant_psns();
+  }
+  for (; grants > 0 && !budget_queue_.empty(); --grants) {
+    Hosted* hosted = budget_queue_.front();
+    budget_queue_.pop_front();
+    hosted->budget_listed = false;
+    work_.mark(*hosted);
+  }
+}
+
+// The marked QPs (worker_work.h), in the order they were marked. Round robin: a QP that
+// transmitted may have more and is drained again next turn, after the QPs egress's room left
+// waiting this turn and those marked since; a QP the budget stopped queues for it.
 bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
   bool any = false;
-  const std::size_t n = drain_order_.size();
-  std::optional<std::size_t> last_sender;
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t i = (drain_next_ + k) % n;
+  senders_.clear();
+  for (Hosted* hosted : work_.take()) {
     bool transmitted = false;
-    any |= drain_qp_on_worker(now_ns, *drain_order_[i], transmitted);
-    if (transmitted) last_sender = i;
+    any |= drain_qp_on_worker(now_ns, *hosted, transmitted);
+    if (transmitted) {
+      senders_.push_back(hosted);
+    } else if (!egress_.has_room()) {
+      work_.mark(*hosted);
+    }
+    if (hosted->qp->waiting_for_budget() && !hosted->budget_listed) {
+      hosted->budget_listed = true;
+      budget_queue_.push_back(hosted);
+    }
+    deadlines_.set(hosted->qp->qpn().value(), *hosted, TimersAndPacing::next_deadline(*hosted));
   }
-  if (last_sender) drain_next_ = (*last_sender + 1) % n;
+  for (Hosted* hosted : senders_)
+    work_.mark(*hosted);
+  deadlines_.compact(qps_);
   egress_.transmit_batch();
   return any;
 }
@@ -289,19 +361,22 @@ bool Worker::send_cnps_on_worker(std::uint64_t now_ns, Hosted& hosted) {
 }
 
 void Worker::set_asleep_on_worker(bool asleep) {
-  for (auto& [qpn, hosted] : qps_)
-    hosted.binding->set_asleep_on_worker(asleep);
+  ready_.set_asleep(asleep);
+  for (Hosted* hosted : pull_each_turn_)
+    hosted->binding->set_asleep_on_worker(asleep);
 }
 
 bool Worker::work_pending_on_worker() {
   if (!commands_.empty() || !egress_.backlog_empty() || ingress_.frames_waiting()) return true;
-  for (const auto& [qpn, hosted] : qps_)
-    if (hosted.binding->work_pending_on_worker()) return true;
+  if (!work_.empty()) return true;
+  if (ready_.any_ready()) return true;
+  for (const Hosted* hosted : pull_each_turn_)
+    if (hosted->binding->work_pending_on_worker()) return true;
   return false;
 }
 
-std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_ns) const {
-  std::optional<std::uint64_t> earliest = pacing_.next_deadline(qps_);
+std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_ns) {
+  std::optional<std::uint64_t> earliest = deadlines_.earliest(qps_);
   const auto n = egress_.neighbour_deadline(now_ns);
   if (n && (!earliest || *n < *earliest)) earliest = n;
   return earliest;

@@ -10,6 +10,8 @@
 //   worker_sleep.h     sleep policy: spin or sleep, how long, the wakeup handshake
 //   worker_counters.h  the counters fed on the way
 //   worker_qps.h       the hosted QPs and their bindings (where work comes from, results go)
+//   worker_ready.h     which QPs' rings have new work (the context pages' ready bits)
+//   worker_work.h      which QPs a turn drains, and their deadlines in time order
 //   worker_platform.h  the clock and the sleep/wake mechanism, passed in: the daemon's
 //                      (worker_uring.h) or the simulator's (engine/daemon/sim)
 // Nothing in the loop reads a clock or calls the OS except through the Clock, the Sleeper and
@@ -32,12 +34,15 @@
 //    run_once_on_worker() for each, in the order its virtual clock says.
 //
 // The loop, each turn (run_once_on_worker): commands, new work from the QPs' rings
-// (QpBinding::pull_work_on_worker), handed-over and looped-back frames, port receive (batches
-// while they come full, up to kRxBatchesBeforeTimers), expired timers, then every QP's outputs
-// in round robin from the QP after the last one that sent (CNPs, packets out through egress,
-// completions and events to the binding, counters), then the neighbour resolver (answers release
-// the frames that waited for a MAC), then the backlog and the port's flush, then a sample of the
-// port's receive drops; then the sleep policy.
+// (QpBinding::pull_work_on_worker: of the QPs whose ready bit is set, worker_ready.h, and every
+// turn of those without one), handed-over and looped-back frames, port receive (batches while
+// they come full, up to kRxBatchesBeforeTimers), the timers due (a deadline-ordered queue), the
+// QPs the InflightBudget stopped for which it has grants free again, then the outputs of the QPs
+// marked since their last drain (worker_work.h: CNPs, packets out through egress, completions
+// and events to the binding, counters), in round robin: the ones that sent go last next turn;
+// then the neighbour resolver (answers release the frames that waited for a MAC), then the
+// backlog and the port's flush, then a sample of the port's receive drops; then the sleep
+// policy.
 //
 // Device counters: the worker is the one writer of its device::CounterBlock (counters.h) and
 // feeds it as counters_report.h describes (worker_counters.h). The control thread reads the
@@ -47,6 +52,7 @@
 #include <atomic>
 #include <boost/lockfree/spsc_queue.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -66,6 +72,7 @@
 #include "daemon/worker_qps.h"
 #include "daemon/worker_sleep.h"
 #include "daemon/worker_timers.h"
+#include "daemon/worker_work.h"
 #include "device/counters.h"
 #include "net/neighbour.h"
 #include "net/port.h"
@@ -193,6 +200,8 @@ class Worker {
   bool turn_on_worker();
   bool run_commands_on_worker();
   bool pull_work_on_worker();
+  bool fire_timers_on_worker(std::uint64_t now_ns);
+  void release_budget_queue_on_worker();
   bool drain_outputs_on_worker(std::uint64_t now_ns);
   bool drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& transmitted);
   bool send_cnps_on_worker(std::uint64_t now_ns, Hosted& hosted);
@@ -200,7 +209,8 @@ class Worker {
   void sleep_on_worker(std::uint64_t now_ns);
   void woke_on_worker(const Wakeup& woke);
   void set_asleep_on_worker(bool asleep);
-  std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns) const;
+  void forget_ready_on_worker(Hosted& hosted);
+  std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns);
 
   std::uint32_t index_;
   const QpRoutes* routes_;
@@ -216,8 +226,12 @@ class Worker {
 
   // Worker-owned state and the parts that work on it (declared in dependency order).
   HostedQps qps_;
-  std::vector<Hosted*> drain_order_;  // qps_'s entries in the order their outputs are drained
-  std::size_t drain_next_ = 0;        // where the next turn's drain starts
+  ReadyRings ready_;                     // the QPs with a ready bit
+  std::vector<Hosted*> pull_each_turn_;  // the others
+  WorkList work_;                        // the QPs the next drain visits (worker_work.h)
+  DeadlineQueue deadlines_;
+  std::deque<Hosted*> budget_queue_;  // QPs the InflightBudget stopped, in the order they stopped
+  std::vector<Hosted*> senders_;      // a drain's QPs that transmitted (kept to reuse its memory)
   WorkerCounters counters_;
   TimersAndPacing pacing_;
   Egress egress_;

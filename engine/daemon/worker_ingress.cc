@@ -5,9 +5,14 @@
 
 namespace xroce::daemon {
 
-Ingress::Ingress(std::uint32_t index, const QpRoutes& routes, HostedQps& qps,
+Ingress::Ingress(std::uint32_t index, const QpRoutes& routes, HostedQps& qps, WorkList& work,
                  TimersAndPacing& pacing, WorkerCounters& counters)
-    : index_(index), routes_(routes), qps_(qps), pacing_(pacing), counters_(counters) {}
+    : index_(index),
+      routes_(routes),
+      qps_(qps),
+      work_(work),
+      pacing_(pacing),
+      counters_(counters) {}
 
 Ingress::~Ingress() {
   for (auto& ring : inbox_) {
@@ -143,6 +148,7 @@ void Ingress::deliver(std::uint64_t now_ns, wire::Bytes frame, const wire::Decod
   const transport::RxMeta meta = rx_meta_of(frame, f);
   pacing_.on_packet(now_ns, hosted, meta, f.hdr.info().operation, counters_);
   hosted.qp->handle_packet(now_ns, f.hdr, f.payload, meta);
+  work_.mark(hosted);
 }
 
 }  // namespace xroce::daemon

@@ -35,6 +35,7 @@
 #include "daemon/worker_counters.h"
 #include "daemon/worker_qps.h"
 #include "daemon/worker_timers.h"
+#include "daemon/worker_work.h"
 #include "net/port.h"
 #include "wire/frame.h"
 
@@ -51,8 +52,9 @@ class Ingress {
   // Where frames for QP1 (the GSI QP, the connection manager's) go instead of a hosted QP.
   using GsiSink = std::function<void(wire::Bytes frame)>;
 
-  Ingress(std::uint32_t index, const QpRoutes& routes, HostedQps& qps, TimersAndPacing& pacing,
-          WorkerCounters& counters);
+  // A QP a packet reached is marked in `work` (worker_work.h).
+  Ingress(std::uint32_t index, const QpRoutes& routes, HostedQps& qps, WorkList& work,
+          TimersAndPacing& pacing, WorkerCounters& counters);
   ~Ingress();
   Ingress(const Ingress&) = delete;
   Ingress& operator=(const Ingress&) = delete;
@@ -91,6 +93,7 @@ class Ingress {
   std::uint32_t index_;
   const QpRoutes& routes_;
   HostedQps& qps_;
+  WorkList& work_;
   TimersAndPacing& pacing_;
   WorkerCounters& counters_;
   std::vector<Worker*> peers_;

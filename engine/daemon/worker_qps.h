@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cc/qp_congestion.h"
+#include "daemon/worker_ready.h"
 #include "transport/qp.h"
 #include "wire/frame.h"
 
@@ -35,8 +37,13 @@ class QpBinding {
   // worker sleeps on them.
   virtual std::vector<int> doorbell_fds_on_worker() const { return {}; }
   // Publishes to the provider whether the engine sleeps (queues.h `wakeup`): true before the
-  // worker's last look for work, false once it is awake again.
+  // worker's last look for work, false once it is awake again. Not called for a binding with a
+  // ready bit.
   virtual void set_asleep_on_worker(bool asleep) { (void)asleep; }
+  // The bit (worker_ready.h) the provider sets whenever any ring this binding pulls gets work,
+  // or none (page null): the worker then pulls this binding every turn and tells it when it
+  // sleeps.
+  virtual ReadyBit ready_bit_on_worker() const { return {}; }
   // The address vector `av_id` names (RC: the one modify_qp set; UD: an address handle), or
   // nullptr. A dst_mac of all zeros asks the worker to resolve it from dst_ip.
   virtual const wire::FrameAddress* address_on_worker(std::uint32_t av_id) = 0;
@@ -91,8 +98,14 @@ struct Hosted {
   std::unique_ptr<transport::Qp> qp;
   std::unique_ptr<QpBinding> binding;
   std::unique_ptr<WorkerQpCongestion> cc;  // connected RC QPs only (TimersAndPacing)
-  transport::QpCounters reported;          // what WorkerCounters has added of qp's counters
-  cc::CcCounters cc_reported;              // and of cc's
+  ReadyBit ready;                          // binding->ready_bit_on_worker(), taken when hosted
+  // The worker's lists (worker_work.h): in the WorkList, in the queue for the InflightBudget,
+  // and the deadline its DeadlineQueue holds for it.
+  bool listed = false;
+  bool budget_listed = false;
+  std::optional<std::uint64_t> timer_key;
+  transport::QpCounters reported;  // what WorkerCounters has added of qp's counters
+  cc::CcCounters cc_reported;      // and of cc's
 };
 
 // By QPN.

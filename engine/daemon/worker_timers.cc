@@ -61,30 +61,25 @@ void TimersAndPacing::on_packet(std::uint64_t now_ns, Hosted& hosted, const tran
   }
 }
 
-bool TimersAndPacing::fire(std::uint64_t now_ns, HostedQps& qps) {
+bool TimersAndPacing::fire(std::uint64_t now_ns, Hosted& hosted) {
   bool any = false;
-  for (auto& [qpn, hosted] : qps) {
-    const auto deadline = hosted.qp->next_deadline();
-    if (deadline && *deadline <= now_ns) {
-      hosted.qp->handle_timeout(now_ns);
-      any = true;
-    }
-    if (hosted.cc == nullptr) continue;
-    const auto cc_deadline = hosted.cc->qp_cc.next_deadline();
-    if (cc_deadline && *cc_deadline <= now_ns) {
-      hosted.cc->qp_cc.on_timer(now_ns);  // may raise the rate: the pacer releases sooner
-      any = true;
-    }
+  const auto deadline = hosted.qp->next_deadline();
+  if (deadline && *deadline <= now_ns) {
+    hosted.qp->handle_timeout(now_ns);
+    any = true;
+  }
+  if (hosted.cc == nullptr) return any;
+  const auto cc_deadline = hosted.cc->qp_cc.next_deadline();
+  if (cc_deadline && *cc_deadline <= now_ns) {
+    hosted.cc->qp_cc.on_timer(now_ns);  // may raise the rate: the pacer releases sooner
+    any = true;
   }
   return any;
 }
 
-std::optional<std::uint64_t> TimersAndPacing::next_deadline(const HostedQps& qps) const {
-  std::optional<std::uint64_t> earliest;
-  for (const auto& [qpn, hosted] : qps) {
-    take_earliest(earliest, hosted.qp->next_deadline());
-    if (hosted.cc != nullptr) take_earliest(earliest, hosted.cc->qp_cc.next_deadline());
-  }
+std::optional<std::uint64_t> TimersAndPacing::next_deadline(const Hosted& hosted) {
+  std::optional<std::uint64_t> earliest = hosted.qp->next_deadline();
+  if (hosted.cc != nullptr) take_earliest(earliest, hosted.cc->qp_cc.next_deadline());
   return earliest;
 }
 

@@ -52,10 +52,10 @@ class TimersAndPacing {
   void on_packet(std::uint64_t now_ns, Hosted& hosted, const transport::RxMeta& meta,
                  wire::Operation op, WorkerCounters& counters);
 
-  // Fires every QP and DCQCN timer due at now_ns. Returns whether any fired.
-  bool fire(std::uint64_t now_ns, HostedQps& qps);
-  // The earliest QP or DCQCN deadline, if any.
-  std::optional<std::uint64_t> next_deadline(const HostedQps& qps) const;
+  // Fires the QP's and its DCQCN's timers due at now_ns. Returns whether any fired.
+  static bool fire(std::uint64_t now_ns, Hosted& hosted);
+  // The QP's earliest QP or DCQCN deadline, if any.
+  static std::optional<std::uint64_t> next_deadline(const Hosted& hosted);
 
   // A CNP to the QP's peer goes over the QP's own path with cnp_dscp, Not-ECT, and
   // cnp_802p_prio on a VLAN (docs/protocol.md §5.3).

@@ -135,6 +135,9 @@ struct QpRequest {
   uint64_t cookie;
   uint32_t xrcd = 0;     // XRC_RECV
   int doorbell_fd = -1;  // the owner context's doorbell (not owned)
+  // The owner context's page and the QP's bit in it (include/xroce/queues.h), or none.
+  queues::ContextPage* ready_page = nullptr;
+  uint32_t ready_bit = queues::kNoReadyBit;
 };
 
 struct SrqRequest {

@@ -414,14 +414,16 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   if (!region) return Err{region.error()};
   qp->region = std::move(*region);
   qp->doorbell_fd = r.doorbell_fd;
+  qp->ready_page = r.ready_page;
+  qp->ready_bit = r.ready_page == nullptr ? queues::kNoReadyBit : r.ready_bit;
   auto* base = static_cast<uint8_t*>(qp->region.base());
   queues::Ring::format(base, queues::RingKind::send, qp->layout.send_slots,
-                       qp->layout.send_slot_bytes);
+                       qp->layout.send_slot_bytes, qp->ready_bit);
   qp->sq = queues::Ring(base, qp->layout.send_slots, qp->layout.send_slot_bytes);
   qp->sq_shadow = queues::WrIdShadow(base + qp->layout.send_shadow_offset, qp->layout.send_slots);
   if (qp->layout.recv_slots != 0) {
     queues::Ring::format(base + qp->layout.recv_offset, queues::RingKind::recv,
-                         qp->layout.recv_slots, qp->layout.recv_slot_bytes);
+                         qp->layout.recv_slots, qp->layout.recv_slot_bytes, qp->ready_bit);
     qp->rq = queues::Ring(base + qp->layout.recv_offset, qp->layout.recv_slots,
                           qp->layout.recv_slot_bytes);
     qp->rq_shadow = queues::WrIdShadow(base + qp->layout.recv_shadow_offset, qp->layout.recv_slots);

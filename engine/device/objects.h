@@ -126,7 +126,10 @@ struct QueuePair {
   uint32_t sq_consumer = 0;
   uint32_t rq_consumer = 0;
   int doorbell_fd = -1;  // the owner context's doorbell (owned by the control server)
-  int event_fd = -1;     // the owner's async event socket (owned by the control server)
+  // The owner context's page of ready bits and the bit of this QP's rings (queues.h), or none.
+  queues::ContextPage* ready_page = nullptr;
+  uint32_t ready_bit = queues::kNoReadyBit;
+  int event_fd = -1;  // the owner's async event socket (owned by the control server)
   // The transport core while the device runs it itself (no QpRunner); null once a runner
   // hosts it on a worker.
   std::unique_ptr<transport::Qp> qp;

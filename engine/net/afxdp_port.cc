@@ -26,6 +26,7 @@ constexpr std::uint32_t XDP_PKT_CONTD = 1 << 0;
 
 constexpr std::uint32_t kMaxDescsPerFrame = 17;  // MAX_SKB_FRAGS + 1
 constexpr std::uint64_t kReassemblyHandle = 1ULL << 63;
+constexpr std::uint64_t kJoinedHandle = 1ULL << 62;  // the chunk in the handle and the next one
 constexpr std::uint32_t kReassemblyBuffers = 64;
 constexpr int kMaxTxKicks = 256;
 constexpr auto kBusyQueueWait = std::chrono::seconds(2);
@@ -116,6 +117,9 @@ Result<int, PortError> AfXdpPort::create_socket() {
     return Err{PortError{
         fmt::format("afxdp port: bind {} queue {}", config_.ifname, config_.queue_id), last_err}};
   }
+  if (config_.busy_poll_us > 0) {
+    if (auto r = enable_busy_poll(); !r) return Err{r.error()};
+  }
   // Receive pool into the fill ring; transmit pool onto the free list.
   std::vector<std::uint64_t> rx_addrs(rx_frames());
   for (std::uint32_t i = 0; i < rx_frames(); ++i)
@@ -159,6 +163,19 @@ Result<int, PortError> AfXdpPort::try_bind(std::uint16_t bind_flags) {
   return 0;
 }
 
+Result<int, PortError> AfXdpPort::enable_busy_poll() {
+  const int fd = xsk_socket__fd(xsk_);
+  const int prefer = 1;
+  const int usecs = static_cast<int>(config_.busy_poll_us);
+  const int budget = static_cast<int>(config_.umem_frames / 2);  // a whole receive ring
+  if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer, sizeof(prefer)) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usecs, sizeof(usecs)) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof(budget)) < 0) {
+    return Err{PortError{"afxdp port: busy poll (SO_PREFER_BUSY_POLL, SO_BUSY_POLL)", errno}};
+  }
+  return 0;
+}
+
 void AfXdpPort::fill(std::span<const std::uint64_t> addrs) {
   if (addrs.empty()) return;
   std::uint32_t idx = 0;
@@ -172,6 +189,20 @@ void AfXdpPort::fill(std::span<const std::uint64_t> addrs) {
 
 int AfXdpPort::wait_fd() const {
   return xsk_socket__fd(xsk_);
+}
+
+bool AfXdpPort::join_in_place(std::uint32_t idx, RxFrame& out) {
+  const xdp_desc* first = xsk_ring_cons__rx_desc(&rx_, idx);
+  const xdp_desc* second = xsk_ring_cons__rx_desc(&rx_, idx + 1);
+  const std::uint64_t next_chunk = chunk_base(first->addr) + kChunkBytes;
+  if (first->addr + first->len != next_chunk || chunk_base(second->addr) != next_chunk) {
+    return false;
+  }
+  std::memmove(umem_area_ + next_chunk, umem_area_ + second->addr, second->len);
+  out = RxFrame{{umem_area_ + first->addr, std::size_t{first->len} + second->len},
+                kJoinedHandle | chunk_base(first->addr)};
+  ++stats_.rx_joined_in_place;
+  return true;
 }
 
 bool AfXdpPort::take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out) {
@@ -192,6 +223,7 @@ bool AfXdpPort::take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFram
   if (!fits) return false;
   reassembly_free_.pop_back();
   out = RxFrame{{reassembly_[slot].data(), total}, kReassemblyHandle | slot};
+  ++stats_.rx_reassembled;
   return true;
 }
 
@@ -201,8 +233,9 @@ Result<std::size_t, PortError> AfXdpPort::receive(std::span<RxFrame> frames) {
   const auto want = static_cast<std::uint32_t>(frames.size()) + kMaxDescsPerFrame;
   const std::uint32_t avail = xsk_ring_cons__peek(&rx_, want, &idx);
   if (avail == 0) {
-    // The kernel sleeps on an empty fill ring until we wake it (need_wakeup).
-    if (xsk_ring_prod__needs_wakeup(&fill_)) {
+    // The kernel sleeps on an empty fill ring until we wake it (need_wakeup); a busy-polling
+    // socket's recvfrom runs the queue's NAPI here.
+    if (config_.busy_poll_us > 0 || xsk_ring_prod__needs_wakeup(&fill_)) {
       recvfrom(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
     }
     return std::size_t{0};
@@ -224,6 +257,8 @@ Result<std::size_t, PortError> AfXdpPort::receive(std::span<RxFrame> frames) {
       f = RxFrame{{static_cast<const std::uint8_t*>(xsk_umem__get_data(umem_area_, first->addr)),
                    first->len},
                   chunk_base(first->addr)};
+    } else if (descs == 2 && join_in_place(idx + used, f)) {
+      ok = true;
     } else {
       ok = take_multi_buffer(idx + used, descs, f);
     }
@@ -247,6 +282,10 @@ void AfXdpPort::release(std::span<const RxFrame> frames) {
   for (const RxFrame& f : frames) {
     if (f.handle & kReassemblyHandle) {
       reassembly_free_.push_back(static_cast<std::uint32_t>(f.handle & ~kReassemblyHandle));
+    } else if (f.handle & kJoinedHandle) {
+      const std::uint64_t chunk = f.handle & ~kJoinedHandle;
+      pending_fill_.push_back(chunk);
+      pending_fill_.push_back(chunk + kChunkBytes);
     } else {
       pending_fill_.push_back(f.handle);
     }

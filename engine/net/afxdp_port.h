@@ -10,8 +10,14 @@
 // generic (SKB) XDP uses copy. Frames longer than a chunk (a 4096-byte RoCE MTU frame on a
 // 9000-byte link) use multi-buffer AF_XDP (XDP_USE_SG, kernel 6.6+): several descriptors with
 // XDP_PKT_CONTD. receive() hands a single-buffer frame out as a view of its UMEM chunk (no
-// copy) and joins a multi-buffer frame into a reassembly buffer (one copy; such frames are
-// the 4 KiB-payload case, where one copy is small beside the rest of the work).
+// copy). A two-buffer frame (the 4 KiB-payload case: 4170 bytes in 3840 + 330) whose first
+// buffer ends exactly at its chunk's end and whose second lies in the next chunk is joined in
+// place: the second buffer's bytes move back over that chunk's headroom (a memmove of the
+// short tail), and the frame is one view across the two chunks. The kernel takes rx buffers in
+// fill-ring order, and the fill ring is refilled in the order frames were received (both
+// chunks of a joined frame together), so consecutive chunks stay adjacent and nearly every
+// such frame is joined in place. Any other multi-buffer frame is copied into a reassembly
+// buffer (one copy of the whole frame).
 #pragma once
 
 #include <xdp/xsk.h>
@@ -32,6 +38,11 @@ struct AfXdpPortConfig {
   std::uint32_t umem_frames = 4096;  // power of two; half receive, half transmit
   bool allow_zero_copy = true;
   std::size_t max_frame_bytes = 9000 + 14;
+  // > 0: the socket busy-polls its queue's NAPI for up to this long in each empty receive()
+  // (SO_BUSY_POLL with SO_PREFER_BUSY_POLL), so the receiving thread runs the driver's receive
+  // work on its own core instead of waiting for a softirq. Costs a spinning core; for
+  // benchmarks and dedicated hosts. 0 (the default): no busy polling.
+  std::uint32_t busy_poll_us = 0;
 };
 
 class AfXdpPort final : public Port {
@@ -56,11 +67,13 @@ class AfXdpPort final : public Port {
   AfXdpPort(const AfXdpPortConfig& config, std::shared_ptr<XdpSteering> steering);
   Result<int, PortError> create_socket();
   Result<int, PortError> try_bind(std::uint16_t bind_flags);
+  Result<int, PortError> enable_busy_poll();
   void destroy_socket();
   void fill(std::span<const std::uint64_t> addrs);
   void reclaim_completions();
   void wake_tx();
   bool take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out);
+  bool join_in_place(std::uint32_t idx, RxFrame& out);
   std::uint32_t rx_frames() const { return config_.umem_frames / 2; }
 
   AfXdpPortConfig config_;

@@ -61,6 +61,10 @@ struct PortStats {
   std::uint64_t tx_drops = 0;     // frames the port accepted but could not send
   std::uint64_t tx_rejected = 0;  // frames transmit() refused (malformed, too large)
   std::uint64_t tx_pending = 0;   // buffers handed to the kernel and not yet completed
+  // Multi-buffer frames (AF_XDP): joined in place across adjacent chunks (no copy), or copied
+  // into a reassembly buffer.
+  std::uint64_t rx_joined_in_place = 0;
+  std::uint64_t rx_reassembled = 0;
 };
 
 class Port {

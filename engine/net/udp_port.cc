@@ -116,6 +116,10 @@ Result<int, PortError> UdpPort::setup() {
   set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data
   set_int(fd_, SOL_SOCKET, SO_RCVBUF, kSocketBufferBytes);
   set_int(fd_, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
+  if (config_.busy_poll_us > 0 && setsockopt(fd_, SOL_SOCKET, SO_BUSY_POLL, &config_.busy_poll_us,
+                                             sizeof(config_.busy_poll_us)) < 0) {
+    return os_error("udp port: SO_BUSY_POLL");
+  }
   if (!config_.bind_device.empty() &&
       setsockopt(fd_, SOL_SOCKET, SO_BINDTODEVICE, config_.bind_device.data(),
                  static_cast<socklen_t>(config_.bind_device.size())) < 0) {

@@ -52,6 +52,10 @@ struct UdpPortConfig {
   std::uint32_t rx_slots = 256;
   std::size_t max_frame_bytes = 9000 + kEthHeaderBytes;
   std::uint32_t max_source_port_sockets = 64;
+  // > 0: SO_BUSY_POLL on the socket, so an empty receive() polls the device's NAPI for up to
+  // this long (only where the device receives through NAPI, e.g. veth with GRO or XDP on).
+  // 0 (the default): no busy polling.
+  std::uint32_t busy_poll_us = 0;
 };
 
 class UdpPort final : public Port {

@@ -73,6 +73,10 @@ class Qp {
   wire::Psn next_send_psn() const { return ctx_.req_psn; }
   wire::Psn oldest_unacked_psn() const { return ctx_.comp_psn; }
   std::size_t send_queue_depth() const { return ctx_.sq_tail - ctx_.sq_head; }
+  // Whether the requester's last look found it stopped by the device's InflightBudget (it goes
+  // on once the budget has room: the caller polls it again then).
+  bool waiting_for_budget() const { return ctx_.budget_waiting; }
+  const InflightBudget* inflight_budget() const { return ctx_.config.inflight_budget.get(); }
 
  private:
   void apply_attributes(const QpAttr& attr, std::uint32_t mask);

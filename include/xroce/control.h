@@ -21,7 +21,8 @@
 // caller's own /proc/self/mem and /proc/self/maps, opened by the caller: the daemon reaches the
 // context's registered memory only through them, with the access the caller itself had, and
 // only for as long as the address space they were opened on lives (never across exec). Its
-// reply carries the context's doorbell (an eventfd), shared by all its QPs and SRQs.
+// reply carries the context's doorbell (an eventfd), shared by all its QPs and SRQs, and its page
+// of ready bits (a memfd of one queues::ContextPage, include/xroce/queues.h).
 // Op::create_comp_channel carries the daemon's end of a completion channel, on which it will
 // send the 8-byte records ibv_get_cq_event() reads (struct CompletionEvent).
 //
@@ -50,7 +51,7 @@ inline constexpr const char* kControlPathFile = "xroce_control";
 
 enum class Op : uint16_t {
   hello = 1,            // HelloRequest + fds [event socket, /proc/self/mem, /proc/self/maps]
-                        // -> HelloReply + fds [doorbell eventfd]
+                        // -> HelloReply + fds [doorbell eventfd, ready-bit page]
   query_device,         // -> DeviceAttr
   query_port,           // PortRequest -> PortAttr
   alloc_pd,             // -> HandleReply

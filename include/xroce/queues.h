@@ -33,6 +33,20 @@
 // the other's word) is the Dekker pattern: either the worker sees the new producer index, or the
 // provider sees kEngineAsleep and rings.
 //
+// Ready bits (the context page). A worker hosting a thousand QPs must not read a thousand rings
+// each turn nor write a thousand `wakeup` words each time it sleeps and wakes. So each context
+// also has one page (ContextPage, a memfd passed in Op::hello's reply after the doorbell), and
+// the daemon may give a QP's send and receive rings one bit of it (`ready_bit` in both headers,
+// written before the region's fd is passed). After publishing `producer` (seq_cst) to a ring
+// with a ready bit, the provider sets the bit (fetch_or, seq_cst; skipped when it already reads
+// it set) and then loads the page's `asleep_workers` (seq_cst): nonzero means a worker serving
+// the context sleeps, and it rings the doorbell. A worker takes the bits of its own QPs
+// (fetch_and, seq_cst) and pulls only those rings; it sleeps by adding one to `asleep_workers`
+// (seq_cst) and then looking at its ready bits once more: the same Dekker
+// pairing as `wakeup`, one word per context instead of one per ring. A ring without a ready bit
+// (kNoReadyBit: SRQs, XRC targets, a context whose page is full) keeps the per-ring protocol
+// above, and the provider rings when either word says asleep.
+//
 // CQ notification (ibv_req_notify_cq). The provider stores kArmNext or kArmSolicited in `arm`
 // (seq_cst). A worker that has published CQEs (seq_cst store of `producer`) exchanges `arm` with
 // kArmNone (seq_cst) when the new CQE qualifies (any CQE for kArmNext; a CQE with
@@ -67,8 +81,9 @@
 namespace xroce::queues {
 
 inline constexpr uint32_t kRingMagic = 0x58524e47;  // "XRNG"
-inline constexpr uint32_t kRingVersion = 2;
+inline constexpr uint32_t kRingVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::size_t kPageBytesForContext = 4096;
 
 // `wakeup` values.
 inline constexpr uint32_t kEngineAwake = 0;
@@ -93,7 +108,9 @@ struct RingHeader {
   RingKind kind = RingKind::send;
   uint32_t slot_count = 0;
   uint32_t slot_bytes = 0;
-  uint32_t reserved0[11] = {};
+  // The ring's bit in its context's ContextPage, or kNoReadyBit (read by the provider).
+  uint32_t ready_bit = 0xffffffffu;
+  uint32_t reserved0[10] = {};
 
   // Written by the producer only (release), read by the consumer (acquire).
   alignas(kCacheLine) std::atomic<uint32_t> producer{0};
@@ -112,6 +129,20 @@ struct RingHeader {
 static_assert(sizeof(RingHeader) == 5 * kCacheLine);
 static_assert(offsetof(RingHeader, producer) == kCacheLine);
 static_assert(offsetof(RingHeader, consumer) == 2 * kCacheLine);
+
+inline constexpr uint32_t kNoReadyBit = 0xffffffffu;
+
+// A context's page of ready bits (above). One page: a cache line of `asleep_workers`, then the
+// bits, word w holding bits [64 w, 64 w + 64).
+struct ContextPage {
+  // How many of the daemon's workers serving the context sleep. Written by those workers only.
+  alignas(kCacheLine) std::atomic<uint32_t> asleep_workers{0};
+  // Set by the provider, taken (cleared) by the worker hosting the ring's QP.
+  alignas(kCacheLine) std::atomic<uint64_t> ready[(kPageBytesForContext - kCacheLine) / 8];
+};
+static_assert(sizeof(ContextPage) == kPageBytesForContext);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+inline constexpr uint32_t kReadyBits = sizeof(ContextPage::ready) * 8;
 
 // One scatter/gather element, as ibv_sge.
 struct Sge {
@@ -239,11 +270,13 @@ class Ring {
         slot_bytes_(slot_bytes) {}
 
   // The daemon formats a fresh ring once, before passing it on.
-  static void format(void* base, RingKind kind, uint32_t slot_count, uint32_t slot_bytes) {
+  static void format(void* base, RingKind kind, uint32_t slot_count, uint32_t slot_bytes,
+                     uint32_t ready_bit = kNoReadyBit) {
     auto* h = new (base) RingHeader{};
     h->kind = kind;
     h->slot_count = slot_count;
     h->slot_bytes = slot_bytes;
+    h->ready_bit = ready_bit;
   }
 
   bool valid() const { return header_ != nullptr; }
@@ -258,11 +291,23 @@ class Ring {
     const uint32_t used = next - header_->consumer.load(std::memory_order_acquire);
     return used >= slot_count() ? 0 : slot_count() - used;
   }
-  // Makes slots up to (not including) `next` visible to the consumer. Returns true when the
-  // consumer said it sleeps and the doorbell must be rung.
-  bool publish(uint32_t next) const {
+  // Makes slots up to (not including) `next` visible to the consumer, and sets the ring's ready
+  // bit in `page` (the context's; null: none). Returns true when the consumer said it sleeps
+  // and the doorbell must be rung.
+  bool publish(uint32_t next, ContextPage* page = nullptr) const {
     header_->producer.store(next, std::memory_order_seq_cst);
-    return header_->wakeup.load(std::memory_order_seq_cst) == kEngineAsleep;
+    const uint32_t bit = header_->ready_bit;
+    bool asleep = false;
+    if (page != nullptr && bit < kReadyBits) {
+      std::atomic<uint64_t>& word = page->ready[bit / 64];
+      const uint64_t mask = uint64_t{1} << (bit % 64);
+      // The load may skip the store only when the bit is set: then the worker has not taken it
+      // yet, and taking it reads `producer` after our store.
+      if ((word.load(std::memory_order_seq_cst) & mask) == 0)
+        word.fetch_or(mask, std::memory_order_seq_cst);
+      asleep = page->asleep_workers.load(std::memory_order_seq_cst) != 0;
+    }
+    return asleep || header_->wakeup.load(std::memory_order_seq_cst) == kEngineAsleep;
   }
 
   // Consumer side.

@@ -252,6 +252,30 @@ TEST_P(PerftestE2e, SixtyFourAndAThousandQps) {
     EXPECT_EQ(pair_->hw_counter(i, "retry_exceeded_err"), 0) << pair_->dev(i);
 }
 
+// Our own many-QP program (verbs_probe many_qps): on every one of 64, then 1,000 RC QPs each
+// side WRITEs 8 KiB and then SENDs 64 bytes, two rounds; each side checks every byte it
+// received against the peer's pattern for that QP and round, and that every QP's WRITE and
+// SEND completed successfully, before it prints its summary line. Completion and data, not
+// speed; no QP may exhaust its retries.
+TEST_P(PerftestE2e, ManyQpsProgramWritesAndSendsOnEveryQp) {
+  for (const char* qps : {"64", "1000"}) {
+    SCOPED_TRACE(std::string(qps) + " QPs");
+    const std::vector<std::string> shape = {qps, "2", "8192"};
+    const Outcome o = serve(
+        *pair_, with({XROCE_VERBS_PROBE, pair_->dev(0), "many_qps", "server", "18517"}, shape),
+        with({XROCE_VERBS_PROBE, pair_->dev(1), "many_qps", "client", "18517"}, shape), 18517);
+    const std::string summary = std::string("many_qps: ") + qps + " QPs, 2 rounds, " +
+                                std::to_string(std::stoi(qps) * 2 * (8192 + 64)) +
+                                " bytes verified, every QP completed";
+    EXPECT_EQ(o.server.status, 0) << o.server.output;
+    EXPECT_EQ(o.client.status, 0) << o.client.output;
+    EXPECT_NE(o.server.output.find(summary), std::string::npos) << o.server.output;
+    EXPECT_NE(o.client.output.find(summary), std::string::npos) << o.client.output;
+  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(pair_->hw_counter(i, "retry_exceeded_err"), 0) << pair_->dev(i);
+}
+
 // UC and XRC transports and ODP registration through perftest (-c UC, -c XRC, --odp).
 TEST_P(PerftestE2e, UcXrcAndOdp) {
   expect_bandwidth("ib_write_bw", {"-c", "UC", "-n", "50"});

@@ -236,7 +236,7 @@ int main_probe(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N|"
                  "dma_regions|dma_hold|dma_loopback N|refusals|recv_depth|loopback_semantics|"
-                 "channel_cq_ex|transport\n");
+                 "channel_cq_ex|transport|many_qps ARGS\n");
     return 2;
   }
   ibv_context* ctx = e2e::open_device_named(argv[1]);
@@ -262,6 +262,7 @@ int main_probe(int argc, char** argv) {
   if (mode == "recv_depth") rc = recv_depth(ctx);
   if (mode == "loopback_semantics") rc = loopback_semantics(ctx);
   if (mode == "channel_cq_ex") rc = channel_cq_ex(ctx);
+  if (mode == "many_qps") rc = many_qps(ctx, argc - 3, argv + 3);
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;

@@ -50,6 +50,7 @@ struct BenchOptions {
   std::string xdp_mode = "auto";
   int idle_ms = 2000;
   int start_timeout_ms = 30000;
+  std::uint32_t busy_poll_us = 0;
   bool verify = false;
   bool json = false;
 };
@@ -65,7 +66,9 @@ struct BenchResult {
   std::uint64_t bytes = 0;
   double seconds = 0;
   std::uint64_t drops = 0;
-  std::uint64_t invalid = 0;  // --verify: frames that did not decode or failed the ICRC
+  std::uint64_t invalid = 0;          // --verify: frames that did not decode or failed the ICRC
+  std::uint64_t joined_in_place = 0;  // rx: multi-buffer frames joined without a copy
+  std::uint64_t reassembled = 0;      // rx: multi-buffer frames copied whole
   std::string mode;
   std::size_t frame_bytes = 0;
 };
@@ -133,6 +136,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
     net::UdpPortConfig cfg;
     cfg.bind_device = o.dev;
     cfg.local_mac = dev.mac;
+    cfg.busy_poll_us = o.busy_poll_us;
     auto r = net::UdpPort::open(cfg);
     if (!r) {
       error = r.error().message();
@@ -157,6 +161,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
   net::AfXdpPortConfig cfg;
   cfg.ifname = o.dev;
   cfg.queue_id = o.queue;
+  cfg.busy_poll_us = o.busy_poll_us;
   auto r = net::AfXdpPort::open(cfg, p.steering);
   if (!r) {
     error = r.error().message();
@@ -290,7 +295,10 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
     port.release(std::span(batch).first(*got));
   }
   if (first && last) r.seconds = std::chrono::duration<double>(*last - *first).count();
-  r.drops = port.stats().rx_drops;
+  const net::PortStats s = port.stats();
+  r.drops = s.rx_drops;
+  r.joined_in_place = s.rx_joined_in_place;
+  r.reassembled = s.rx_reassembled;
   return r;
 }
 
@@ -308,6 +316,8 @@ void print(const BenchOptions& o, const BenchResult& r) {
                      {"pps", pps},
                      {"gbps", gbps},
                      {"drops", r.drops},
+                     {"joined_in_place", r.joined_in_place},
+                     {"reassembled", r.reassembled},
                      {"frame_bytes", r.frame_bytes}};
     if (o.verify) j["invalid"] = r.invalid;
     fmt::print("{}\n", j.dump());
@@ -316,6 +326,10 @@ void print(const BenchOptions& o, const BenchResult& r) {
   fmt::print("{} {} on {} ({}): {} packets, {} bytes ({}-byte frames) in {:.3f} s\n", o.role,
              o.port, o.dev, r.mode, r.packets, r.bytes, r.frame_bytes, r.seconds);
   fmt::print("  rate {:.0f} packets/s, {:.3f} Gbit/s, drops {}", pps, gbps, r.drops);
+  if (r.joined_in_place + r.reassembled > 0) {
+    fmt::print(", multi-buffer frames joined in place {} / copied {}", r.joined_in_place,
+               r.reassembled);
+  }
   if (o.verify) fmt::print(", invalid {}", r.invalid);
   fmt::print("\n");
 }
@@ -372,6 +386,8 @@ void register_bench(CLI::App& app, ExitStatus& status) {
       ->check(CLI::IsMember({"auto", "native", "skb"}));
   cmd->add_option("--idle-ms", o->idle_ms, "rx: stop after this long without a frame");
   cmd->add_option("--start-timeout-ms", o->start_timeout_ms, "rx: wait this long for the first");
+  cmd->add_option("--busy-poll-us", o->busy_poll_us,
+                  "Busy-poll the device's receive work for up to this long per empty receive");
   cmd->add_flag("--verify", o->verify, "rx: decode every frame and check its ICRC");
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([o, &status] { status.code = run_bench(*o); });

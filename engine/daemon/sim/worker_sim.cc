@@ -28,7 +28,8 @@ constexpr TimeNs kNever = std::numeric_limits<TimeNs>::max();
 constexpr std::uint32_t kQpnBase = 0x100;
 constexpr std::uint32_t kAvId = 1;
 constexpr std::uint16_t kUdpPortBase = 0xC000;
-constexpr int kDoorbellFdBase = 1000;  // the simulator's doorbells are numbers, not fds
+constexpr int kDoorbellFdBase = 1000;        // the simulator's doorbells are numbers, not fds
+constexpr int kContextDoorbellFdBase = 900;  // + device: the doorbell its ready-bit QPs ring
 constexpr std::uint32_t kAllAccess =
     transport::access::kLocalWrite | transport::access::kRemoteWrite |
     transport::access::kRemoteRead | transport::access::kRemoteAtomic;
@@ -231,6 +232,10 @@ struct Endpoint {
   std::deque<transport::WorkRequest> sends;
   std::deque<transport::RecvRequest> recvs;
   bool worker_asleep = false;
+  // Half the QPs (even index) say they have work through a ready bit of their device's page,
+  // as the daemon's QPs with rings of their own do; the others through `worker_asleep`, as
+  // its QPs on an SRQ (include/xroce/queues.h "Ready bits").
+  std::uint32_t ready_bit = queues::kNoReadyBit;
 };
 
 struct Device {
@@ -244,6 +249,11 @@ struct Device {
   std::vector<Agent*> agents;
   std::uint32_t next_qpn = kQpnBase;
   std::shared_ptr<transport::InflightBudget> budget;  // WorkerScenario::inflight_budget_psns
+  // The page of ready bits the device's QPs share (one context, as one application's), and the
+  // context's doorbell, which every worker hosting one of them watches.
+  std::unique_ptr<queues::ContextPage> page = std::make_unique<queues::ContextPage>();
+  std::uint32_t next_ready_bit = 0;
+  int context_doorbell_fd = -1;
 };
 
 class SimBinding;
@@ -364,6 +374,10 @@ class SimBinding final : public QpBinding {
   }
   std::vector<int> doorbell_fds_on_worker() const override { return {e_.doorbell_fd}; }
   void set_asleep_on_worker(bool asleep) override { sim_.on_sleep_flag(e_, asleep); }
+  ReadyBit ready_bit_on_worker() const override {
+    if (e_.ready_bit == queues::kNoReadyBit) return {};
+    return {e_.device->page.get(), e_.ready_bit};
+  }
   const wire::FrameAddress* address_on_worker(std::uint32_t av_id) override {
     return av_id == kAvId ? &e_.av : nullptr;
   }
@@ -422,6 +436,7 @@ void Simulation::build_network() {
     d->mac = {0x02, 0, 0, 0, 0x0d, static_cast<std::uint8_t>(i + 1)};
     d->ip = wire::IpAddr::v4(0xC6120001 + i);  // 198.18.0.(i + 1)
     d->rss_salt = rng_.next_u64();
+    d->context_doorbell_fd = kContextDoorbellFdBase + i;
     if (cfg_.inflight_budget_psns > 0)
       d->budget = std::make_shared<transport::InflightBudget>(cfg_.inflight_budget_psns);
     ns::HostConfig h;
@@ -493,6 +508,10 @@ Endpoint& Simulation::make_endpoint(Device& d) {
   e->device = &d;
   e->qpn = wire::Qpn(d.next_qpn++);
   e->doorbell_fd = kDoorbellFdBase + static_cast<int>(e->index);
+  if (e->index % 2 == 0 && d.next_ready_bit < queues::kReadyBits) {
+    e->ready_bit = d.next_ready_bit++;
+    e->doorbell_fd = d.context_doorbell_fd;
+  }
   e->agent = d.agents[rng_.below(d.agents.size())];
   e->agent->endpoints.push_back(e.get());
   const std::uint64_t slots = cfg_.max_outstanding;
@@ -637,8 +656,21 @@ void Simulation::post_to_mailbox(Endpoint& e, transport::WorkRequest wr) {
   ring_if_asleep(e);
 }
 
-// The provider's doorbell: rung only when the worker said it sleeps (queues.h `wakeup`).
+// The provider's doorbell: rung only when the worker said it sleeps (queues.h `wakeup`, or for
+// a QP with a ready bit: the bit set, then the page's count of sleeping workers).
 void Simulation::ring_if_asleep(Endpoint& e) {
+  if (e.ready_bit != queues::kNoReadyBit) {
+    queues::ContextPage& page = *e.device->page;
+    page.ready[e.ready_bit / 64].fetch_or(std::uint64_t{1} << (e.ready_bit % 64));
+    if (page.asleep_workers.load() == 0) return;
+    // The context's eventfd: every worker that watches it is woken.
+    ++summary_.doorbells;
+    bool watched = false;
+    for (Agent* a : e.device->agents)
+      watched = a->sleeper->ring(e.doorbell_fd) || watched;
+    if (!watched) fail("context doorbell rung while a worker sleeps, but no worker watches it");
+    return;
+  }
   if (!e.worker_asleep) return;
   ++summary_.doorbells;
   if (!e.agent->sleeper->ring(e.doorbell_fd))

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Many QPs: ib_write_bw (64 KiB WRITEs, 4096-byte MTU, -F) with -q 1, then each QP count given,
+# between two namespaces joined by a veth (MTU 9000), on each port kind; for each, the MB/s, the
+# ratio to -q 1 of the same kind in the same run, and the counters of both devices that tell a
+# clean run from a struggling one: sent_pkts, rx_port_drops, completer_retry_err (Local ACK
+# Timeouts), duplicate_request, rcvd_seq_err. Iterations per QP (-n) are those of the README's
+# earlier figures: 2000 for one QP, 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on;
+# ITERS_<QPS> (ITERS_64=...) overrides one.
+# Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
+# at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
+#   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
+set -euo pipefail
+build=${1:-build}
+shift || true
+qp_counts=("$@")
+[[ ${#qp_counts[@]} -gt 0 ]] || qp_counts=(64 1000)
+read -r -a ports <<<"${PORTS:-afxdp udp}"
+bin=$(cd "$build/bin" && pwd)
+xroce=$bin/xroce
+tag=xrbq-$$
+ns_a=$tag-a ns_b=$tag-b
+if_a=xqa$$ if_b=xqb$$
+ip_a=198.18.222.1 ip_b=198.18.222.2
+out=$(mktemp -d)
+in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+del_devices() {
+  in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null 2>&1 || true
+  in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null 2>&1 || true
+}
+cleanup() {
+  del_devices
+  for ns in "$ns_a" "$ns_b"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+for ns in "$ns_a" "$ns_b"; do
+  ip netns add "$ns"
+  in_ns "$ns" ip link set lo up
+done
+ip link add "$if_a" netns "$ns_a" type veth peer name "$if_b" netns "$ns_b"
+in_ns "$ns_a" ip link set dev "$if_a" mtu 9000 up
+in_ns "$ns_b" ip link set dev "$if_b" mtu 9000 up
+in_ns "$ns_a" ip addr add $ip_a/24 dev "$if_a"
+in_ns "$ns_b" ip addr add $ip_b/24 dev "$if_b"
+
+wait_listen() {  # namespace, TCP port
+  local deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    [[ -n $(in_ns "$1" ss -Hltn sport = ":$2") ]] && return 0
+    sleep 0.05  # polling a condition with a deadline
+  done
+  echo "nothing listens on $2 in $1" >&2
+  return 1
+}
+
+names=(sent_pkts rx_port_drops completer_retry_err duplicate_request rcvd_seq_err)
+# Both devices' counters, summed, as "name value ..." in the order of `names`.
+counters() {
+  { in_ns "$ns_a" "$xroce" stat xbq0 --json; in_ns "$ns_b" "$xroce" stat xbq1 --json; } |
+    /usr/bin/python3 -c '
+import json, sys
+names = sys.argv[1:]
+text = sys.stdin.read()
+decoder, at, total = json.JSONDecoder(), 0, dict.fromkeys(names, 0)
+while at < len(text):
+    while at < len(text) and text[at].isspace(): at += 1
+    if at >= len(text): break
+    doc, at = decoder.raw_decode(text, at)
+    for n in names: total[n] += doc["counters"].get(n, 0)
+print(" ".join(str(total[n]) for n in names))' "${names[@]}"
+}
+
+# One ib_write_bw run, server in a, client in b; prints its average MB/s (or FAILED).
+bandwidth() {  # qps iterations
+  local port=18516
+  local args=(-x 0 -F -s 65536 -q "$1" -n "$2" -p "$port")
+  in_ns "$ns_a" "$xroce" exec -- ib_write_bw -d xbq0 "${args[@]}" >"$out/srv.txt" 2>&1 &
+  local srv=$!
+  wait_listen "$ns_a" $port
+  if in_ns "$ns_b" timeout 600 "$xroce" exec -- ib_write_bw -d xbq1 "${args[@]}" $ip_a \
+    >"$out/cli.txt" 2>&1 && wait $srv; then
+    awk '$1 == 65536 { print $4 }' "$out/cli.txt"
+  else
+    kill $srv 2>/dev/null || true
+    wait $srv 2>/dev/null || true
+    { echo "--- -q $1 failed; client:"; tail -20 "$out/cli.txt"; echo "--- server:";
+      tail -20 "$out/srv.txt"; } >&2
+    echo FAILED
+  fi
+}
+
+iterations() {  # qps: -n for that many QPs
+  local var=ITERS_$1
+  if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
+  if (($1 == 1)); then echo 2000; elif (($1 < 1000)); then echo $((12800 / $1)); else echo 20; fi
+}
+
+printf '%-6s %6s %6s %10s %7s' port qps iters MB/s ratio
+printf ' %s' "${names[@]}"
+echo
+for kind in "${ports[@]}"; do
+  in_ns "$ns_a" "$xroce" link add xbq0 netdev "$if_a" port "$kind" queues 1 >/dev/null
+  in_ns "$ns_b" "$xroce" link add xbq1 netdev "$if_b" port "$kind" queues 1 >/dev/null
+  one=
+  for qps in 1 "${qp_counts[@]}"; do
+    iters=$(iterations "$qps")
+    read -r -a before <<<"$(counters)"
+    echo "load before -q $qps on $kind: $(uptime)" >&2
+    mbps=$(bandwidth "$qps" "$iters")
+    read -r -a after <<<"$(counters)"
+    [[ $qps == 1 ]] && one=$mbps
+    ratio=-
+    if [[ $mbps != FAILED && -n $one && $one != FAILED ]]; then
+      ratio=$(awk -v a="$mbps" -v b="$one" 'BEGIN { printf "%.2f", a / b }')
+    fi
+    printf '%-6s %6s %6s %10s %7s' "$kind" "$qps" "$iters" "$mbps" "$ratio"
+    for i in "${!names[@]}"; do printf ' %s' $((after[i] - before[i])); done
+    echo
+  done
+  del_devices
+done
+echo "load after: $(uptime)" >&2

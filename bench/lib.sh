@@ -1,0 +1,35 @@
+# shellcheck shell=bash
+# Shell helpers the wire benchmarks share (sourced, never run). A benchmark cleans up as a test
+# does: every process it started, in its own namespaces or beside them, is gone when it exits,
+# also after Ctrl-C or an error.
+
+# Kills every process still running in the given network namespaces (the run's own, uniquely
+# named: nothing else runs there), SIGTERM first, then SIGKILL for what is left after 2 s, and
+# waits until none is left. The daemon of a namespace counts: it is the run's too.
+kill_netns_processes() {
+  local ns pids
+  for ns in "$@"; do
+    [[ -e /var/run/netns/$ns ]] || continue
+    pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+    [[ -n ${pids// /} ]] || continue
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    for _ in $(seq 1 40); do
+      [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] && break
+      sleep 0.05
+    done
+    pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [[ -z ${pids// /} ]] || kill -KILL $pids 2>/dev/null || true
+  done
+}
+
+# Kills the given pids (processes this script started outside its namespaces: load spinners)
+# and reaps them.
+kill_pids() {
+  local pid
+  for pid in "$@"; do
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
