@@ -82,15 +82,6 @@ PY
 }
 ratio() { echo "$1 / $2" | bc -l; }
 
-wait_listen() {  # namespace, TCP or UDP port
-  for _ in $(seq 1 400); do
-    [[ -n $(in_ns "$1" ss -Hlntu sport = ":$2") ]] && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on $2 in $1" >&2
-  return 1
-}
-
 cpu_s() {  # CPU seconds (user + system) used so far by a pid
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
 }

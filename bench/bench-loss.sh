@@ -12,6 +12,8 @@
 # prints figures (bench/README.md).
 #   bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]   (default: build 5 0 0.02)
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 build=${1:-build}
 seconds=${2:-5}
 shift 2 || shift $# || true
@@ -78,16 +80,6 @@ start_switch() {  # loss
     sleep 0.05  # polling a condition with a deadline
   done
   echo "xroce-switch did not start" >&2
-  return 1
-}
-
-wait_listen() {  # namespace, TCP port
-  local deadline=$((SECONDS + 20))
-  while ((SECONDS < deadline)); do
-    [[ -n $(in_ns "$1" ss -Hltn sport = ":$2") ]] && return 0
-    sleep 0.05  # polling a condition with a deadline
-  done
-  echo "nothing listens on $2 in $1" >&2
   return 1
 }
 

@@ -10,6 +10,8 @@
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 build=${1:-build}
 shift || true
 qp_counts=("$@")
@@ -47,16 +49,6 @@ in_ns "$ns_a" ip link set dev "$if_a" mtu 9000 up
 in_ns "$ns_b" ip link set dev "$if_b" mtu 9000 up
 in_ns "$ns_a" ip addr add $ip_a/24 dev "$if_a"
 in_ns "$ns_b" ip addr add $ip_b/24 dev "$if_b"
-
-wait_listen() {  # namespace, TCP port
-  local deadline=$((SECONDS + 30))
-  while ((SECONDS < deadline)); do
-    [[ -n $(in_ns "$1" ss -Hltn sport = ":$2") ]] && return 0
-    sleep 0.05  # polling a condition with a deadline
-  done
-  echo "nothing listens on $2 in $1" >&2
-  return 1
-}
 
 names=(sent_pkts rx_port_drops completer_retry_err duplicate_request rcvd_seq_err)
 # Both devices' counters, summed, as "name value ..." in the order of `names`.

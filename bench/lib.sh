@@ -33,3 +33,15 @@ kill_pids() {
     wait "$pid" 2>/dev/null || true
   done
 }
+
+# Waits until something in namespace $1 listens on TCP or UDP port $2, for at most $3 seconds
+# (default 20); says what it waited for when it gives up.
+wait_listen() {
+  local deadline=$((SECONDS + ${3:-20}))
+  while ((SECONDS < deadline)); do
+    [[ -n $(ip netns exec "$1" ss -Hlntu sport = ":$2") ]] && return 0
+    sleep 0.05  # polling a condition with a deadline
+  done
+  echo "nothing listens on $2 in $1" >&2
+  return 1
+}

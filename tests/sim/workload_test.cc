@@ -138,13 +138,18 @@ ScenarioConfig many_qps(std::uint64_t seed, std::uint32_t qps) {
   return c;
 }
 
-// A lossless run under the budget: everything completes and is checked, and nothing is dropped,
-// resent, timed out or NAKed.
-void expect_clean_run(const ScenarioConfig& c, const Summary& s) {
+// Every operation completed, every byte arrived intact and some were checked.
+void expect_complete(const ScenarioConfig& c, const Summary& s) {
   ASSERT_TRUE(s.ok()) << describe(c, s);
   ASSERT_EQ(s.completed, s.posted) << describe(c, s);
   ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
-  EXPECT_GT(s.bytes_verified, 0u) << describe(c, s);
+  ASSERT_GT(s.bytes_verified, 0u) << describe(c, s);
+}
+
+// A lossless run under the budget: everything completes and is checked, and nothing is dropped,
+// resent, timed out or NAKed.
+void expect_clean_run(const ScenarioConfig& c, const Summary& s) {
+  ASSERT_NO_FATAL_FAILURE(expect_complete(c, s));
   EXPECT_EQ(s.queue_drops, 0u) << describe(c, s);
   EXPECT_EQ(s.retransmitted_packets, 0u) << describe(c, s);
   EXPECT_EQ(s.timeouts, 0u) << describe(c, s);
@@ -189,10 +194,7 @@ TEST(SimWorkload, TwoPercentLossWritesAndReadsCompleteEveryByte) {
       ScenarioConfig c = bulk(seed, mix, 0.02);
       c.qps = 1 + seed % 3;
       const Summary s = run_scenario(c);
-      ASSERT_TRUE(s.ok()) << describe(c, s);
-      ASSERT_EQ(s.completed, s.posted) << describe(c, s);
-      ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
-      ASSERT_GT(s.bytes_verified, 0u) << describe(c, s);
+      ASSERT_NO_FATAL_FAILURE(expect_complete(c, s));
       adaptive += s.adaptive_retransmits;
       timeouts += s.timeouts;
     }
@@ -275,10 +277,7 @@ TEST(SimWorkload, StallsAndJitterAtTwoPercentLossCompleteEveryByte) {
     for (const char* mix : {"write", "read"}) {
       const ScenarioConfig c = stalling(seed, mix, 0.02);
       const Summary s = run_scenario(c);
-      ASSERT_TRUE(s.ok()) << describe(c, s);
-      ASSERT_EQ(s.completed, s.posted) << describe(c, s);
-      ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
-      ASSERT_GT(s.bytes_verified, 0u) << describe(c, s);
+      ASSERT_NO_FATAL_FAILURE(expect_complete(c, s));
       adaptive += s.adaptive_retransmits;
       timeouts += s.timeouts;
     }
