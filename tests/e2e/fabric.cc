@@ -16,6 +16,8 @@
 #include <thread>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 namespace xroce::e2e {
 
 namespace {
@@ -231,6 +233,15 @@ long long stat_counter(const std::string& stat_output, const std::string& name) 
   const auto at = stat_output.find(key);
   if (at == std::string::npos) return -1;
   return std::stoll(stat_output.substr(at + key.size()));
+}
+
+bool cm_listener(const std::string& cm_show_json, pid_t pid) {
+  const auto j = nlohmann::json::parse(cm_show_json, nullptr, false);
+  if (!j.is_object()) return false;
+  for (const auto& id : j.value("ids", nlohmann::json::array())) {
+    if (id.value("role", "") == "listener" && (pid == 0 || id.value("pid", 0) == pid)) return true;
+  }
+  return false;
 }
 
 Host::Host(const std::string& prefix, int subnet) : subnet_(subnet) {

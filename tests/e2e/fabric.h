@@ -103,5 +103,11 @@ inline bool eventually(const std::function<bool()>& probe, std::chrono::millisec
 int gid_index(const std::string& netns, const std::string& dev, const std::string& gid);
 // The value of counter `name` in `xroce stat` output ("link DEV/1 name value ..."), or -1.
 long long stat_counter(const std::string& stat_output, const std::string& name);
+// Whether `cm_show_json` (`xroce cm show DEV --json`) lists a listening rdma_cm id owned by
+// process `pid` (0: by any process). A test that starts a server and waits for it to listen
+// must ask for the server's own listener: the daemon drops an exited process's ids when it
+// sees its file close, a moment after the process is reaped, so the listener of the server
+// before can still show, and a client started on it is refused (REJ, invalid service ID).
+bool cm_listener(const std::string& cm_show_json, pid_t pid = 0);
 
 }  // namespace xroce::e2e

@@ -83,13 +83,9 @@ class LossE2e : public ::testing::TestWithParam<std::string> {
     const auto j = nlohmann::json::parse(r.output, nullptr, false);
     return j.is_object() ? j.value("counters", nlohmann::json::object()) : nlohmann::json::object();
   }
-  bool listening() {
-    const RunResult r = peers_->exec(0, {xroce_bin(), "cm", "show", peers_->dev(0), "--json"});
-    const auto j = nlohmann::json::parse(r.output, nullptr, false);
-    if (!j.is_object()) return false;
-    for (const auto& id : j.value("ids", nlohmann::json::array()))
-      if (id.value("role", "") == "listener") return true;
-    return false;
+  bool listening(pid_t pid) {
+    return cm_listener(
+        peers_->exec(0, {xroce_bin(), "cm", "show", peers_->dev(0), "--json"}).output, pid);
   }
 
   std::unique_ptr<SwitchedPeers> peers_;
@@ -114,7 +110,7 @@ TEST_P(LossE2e, RpingReadsAndWritesEveryByteIntact) {
   const std::string count = std::to_string(kPings), size = std::to_string(kBytes);
   Child server(peers_->app(
       0, {"rping", "-s", "-V", "-S", size, "-C", count, "-a", peers_->ip(0), "-p", "7175"}));
-  ASSERT_TRUE(eventually([&] { return listening(); }, seconds(20)));
+  ASSERT_TRUE(eventually([&] { return listening(server.pid()); }, seconds(20)));
   const RunResult c = run(peers_->app(1, {"rping", "-c", "-V", "-S", size, "-C", count, "-a",
                                           peers_->ip(0), "-p", "7175"}),
                           seconds(300));
