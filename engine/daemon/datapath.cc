@@ -134,12 +134,17 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
 }
 
 Datapath::~Datapath() {
-  // No worker of another device may hand frames to ours once they stop.
-  if (loopback_ != nullptr) loopback_->remove(*this);
-  for (auto& w : workers_)
-    w->stop();
+  stop();
   workers_.clear();  // ports close before the steering program detaches
   steering_.reset();
+}
+
+void Datapath::stop() {
+  // No worker of another device may hand frames to ours once they stop.
+  if (loopback_ != nullptr) loopback_->remove(*this);
+  loopback_ = nullptr;
+  for (auto& w : workers_)
+    w->stop();
 }
 
 std::uint32_t Datapath::least_loaded_worker() const {

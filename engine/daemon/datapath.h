@@ -62,6 +62,8 @@ class Datapath {
                                               const std::vector<wire::IpAddr>& local_ips = {},
                                               const wire::MacAddr& mac = {});
   ~Datapath();
+  // Control thread: stops the workers (their QPs stay until the Datapath goes); idempotent.
+  void stop();
   Datapath(const Datapath&) = delete;
   Datapath& operator=(const Datapath&) = delete;
 

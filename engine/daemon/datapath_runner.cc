@@ -367,9 +367,19 @@ std::vector<wire::IpAddr> local_ips_of(const device::Device& device) {
 }
 
 DatapathRunner::DatapathRunner(device::Device& device, std::unique_ptr<Datapath> datapath)
-    : device_(device), datapath_(std::move(datapath)) {}
+    : device_(device), datapath_(std::move(datapath)) {
+  std::vector<Worker*> workers;
+  for (std::uint32_t i = 0; i < datapath_->worker_count(); ++i)
+    workers.push_back(&datapath_->worker(i));
+  wake_on_budget_release(device_.inflight_budget(), std::move(workers));
+}
 
-DatapathRunner::~DatapathRunner() = default;
+DatapathRunner::~DatapathRunner() {
+  // The workers' QPs give their PSNs back as they go: with the workers stopped first, and the
+  // hook that wakes them gone, none of that reaches a worker already destroyed.
+  datapath_->stop();
+  device_.inflight_budget().set_release_hook({});
+}
 
 // The objects a QP's worker writes or consumes with other QPs: its CQs and SRQ, and for an
 // XRC target its domain and the CQs of the domain's SRQs.

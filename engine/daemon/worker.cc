@@ -112,6 +112,7 @@ bool Worker::remove_qp_on_worker(wire::Qpn qpn) {
   forget_ready_on_worker(it->second);
   work_.forget(it->second);
   if (it->second.budget_listed) std::erase(budget_queue_, &it->second);
+  budget_waiters_.store(!budget_queue_.empty(), std::memory_order_relaxed);
   qps_.erase(it);  // its DeadlineQueue entries no longer find it
   return true;
 }
@@ -282,6 +283,7 @@ void Worker::release_budget_queue_on_worker() {
     hosted->budget_listed = false;
     work_.mark(*hosted);
   }
+  budget_waiters_.store(!budget_queue_.empty(), std::memory_order_relaxed);
 }
 
 // The marked QPs (worker_work.h), in the order they were marked. Round robin: a QP that
@@ -301,6 +303,7 @@ bool Worker::drain_outputs_on_worker(std::uint64_t now_ns) {
     if (hosted->qp->waiting_for_budget() && !hosted->budget_listed) {
       hosted->budget_listed = true;
       budget_queue_.push_back(hosted);
+      budget_waiters_.store(true, std::memory_order_relaxed);
     }
     deadlines_.set(hosted->qp->qpn().value(), *hosted, TimersAndPacing::next_deadline(*hosted));
   }
@@ -372,7 +375,17 @@ bool Worker::work_pending_on_worker() {
   if (ready_.any_ready()) return true;
   for (const Hosted* hosted : pull_each_turn_)
     if (hosted->binding->work_pending_on_worker()) return true;
-  return false;
+  return budget_grant_for_waiter_on_worker();
+}
+
+bool Worker::budget_grant_for_waiter_on_worker() const {
+  if (budget_queue_.empty()) return false;
+  const transport::InflightBudget* budget = budget_queue_.front()->qp->inflight_budget();
+  if (budget == nullptr) return false;
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wake_for_budget's
+  if (budget->in_flight_psns() + budget->grant_psns() > budget->limit_psns()) return false;
+  return std::any_of(budget_queue_.begin(), budget_queue_.end(),
+                     [](const Hosted* h) { return h->qp->budget_held_psns() == 0; });
 }
 
 std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_ns) {
@@ -400,6 +413,13 @@ void Worker::woke_on_worker(const Wakeup& woke) {
   sleep_.publish_awake();
   set_asleep_on_worker(false);
   if (woke.resolver_readable) egress_.resolver_readable();
+}
+
+void wake_on_budget_release(transport::InflightBudget& budget, std::vector<Worker*> workers) {
+  budget.set_release_hook([workers = std::move(workers)] {
+    for (Worker* w : workers)
+      w->wake_for_budget();
+  });
 }
 
 }  // namespace xroce::daemon

@@ -145,6 +145,18 @@ class Worker {
   void catch_up_on_worker();
   // Any thread: makes a sleeping worker run a turn (a doorbell).
   void wake() { sleep_.wake(); }
+  // Any thread, after freeing PSNs of the device's InflightBudget (its release hook): wakes the
+  // worker if QPs of its wait for the budget. Pairs with the last look before sleeping
+  // (work_pending_on_worker, budget_grant_for_waiter_on_worker): either this sees the worker
+  // asleep, or that look sees the PSNs freed (seq_cst fences on both sides).
+  void wake_for_budget() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (budget_waiters_.load(std::memory_order_relaxed)) wake();
+  }
+  // On the worker: whether a whole grant of the device's InflightBudget is free while a QP the
+  // worker queued for it holds none of it. No ACK of that QP's will come to wake the worker,
+  // so it must not sleep (the simulator checks this at every sleep).
+  bool budget_grant_for_waiter_on_worker() const;
   // Another worker: queues a looped-back frame for this worker, taking ownership on success;
   // false when the inbox is full (the caller drops the frame). Then wake().
   bool push_loopback(FrameCopy* frame) { return ingress_.push_loopback(frame); }
@@ -231,12 +243,20 @@ class Worker {
   WorkList work_;                        // the QPs the next drain visits (worker_work.h)
   DeadlineQueue deadlines_;
   std::deque<Hosted*> budget_queue_;  // QPs the InflightBudget stopped, in the order they stopped
-  std::vector<Hosted*> senders_;      // a drain's QPs that transmitted (kept to reuse its memory)
+  // Any thread reads it: whether budget_queue_ holds QPs (wake_for_budget).
+  std::atomic<bool> budget_waiters_{false};
+  std::vector<Hosted*> senders_;  // a drain's QPs that transmitted (kept to reuse its memory)
   WorkerCounters counters_;
   TimersAndPacing pacing_;
   Egress egress_;
   Ingress ingress_;
   SleepPolicy sleep_;
 };
+
+// Makes `budget` (a device's) wake those of `workers` (the device's) with QPs waiting for it
+// when PSNs come free: a worker whose QPs all wait, holding nothing, gets no packet or doorbell
+// for them; only ACKs other workers take in free the budget. Call before the first QP uses the
+// budget; the workers must outlive the hook (clear it with set_release_hook({})).
+void wake_on_budget_release(transport::InflightBudget& budget, std::vector<Worker*> workers);
 
 }  // namespace xroce::daemon

@@ -318,6 +318,8 @@ class Device {
   // Runs fn on the QP's transport core, wherever it lives.
   void with_core(QueuePair& qp, const std::function<void(transport::Qp&)>& fn);
 
+  // What all of this device's RC QPs may have unacknowledged together (kInflightBudgetPsns).
+  transport::InflightBudget& inflight_budget() { return *inflight_budget_; }
   const std::map<uint32_t, MemoryRegion>& memory_regions() const { return mrs_; }
   const std::map<uint32_t, std::unique_ptr<QueuePair>>& queue_pairs() const { return qps_; }
   std::size_t pd_count() const { return pds_.size(); }

@@ -22,12 +22,17 @@
 //
 // Shared by the QPs of one device, which run on several workers: the counts are atomics and a
 // decision may see a slightly stale sum; the bound is approximate by a few packets (and by the
-// PSNs of one READ, which takes all its PSNs at once), never unsafe.
+// PSNs of one READ, which takes all its PSNs at once), never unsafe. The QPs a worker queued
+// for the budget may hold nothing, so no packet of theirs wakes that worker: the ACKs that free
+// the budget arrive at others. The release hook tells it (the daemon's hook wakes the device's
+// workers that have QPs waiting, Worker::wake_for_budget).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 namespace xroce::transport {
 
@@ -71,6 +76,11 @@ class InflightBudget {
     return std::max(grant_psns(), limit_psns_ / std::max(1u, active_qps()));
   }
 
+  // Called on the thread whose update() freed PSNs while QPs waited for the budget. Set before
+  // any QP uses the budget, and cleared only once none can (it is not synchronized with
+  // update()); it must not call back into the budget.
+  void set_release_hook(std::function<void()> hook) { release_hook_ = std::move(hook); }
+
   // A QP's holding changed from `before` to `after`.
   void update(BudgetHolding before, BudgetHolding after) {
     if (before == after) return;
@@ -78,6 +88,7 @@ class InflightBudget {
       in_flight_psns_.fetch_add(after.psns - before.psns, std::memory_order_relaxed);
     } else if (after.psns < before.psns) {
       in_flight_psns_.fetch_sub(before.psns - after.psns, std::memory_order_relaxed);
+      if (release_hook_ && waiting_qps() > 0) release_hook_();
     }
     if (!before.in_demand() && after.in_demand())
       active_qps_.fetch_add(1, std::memory_order_relaxed);
@@ -92,6 +103,7 @@ class InflightBudget {
   std::atomic<std::uint32_t> in_flight_psns_{0};
   std::atomic<std::uint32_t> active_qps_{0};
   std::atomic<std::uint32_t> waiting_qps_{0};
+  std::function<void()> release_hook_;
 };
 
 }  // namespace xroce::transport

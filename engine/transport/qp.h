@@ -77,6 +77,8 @@ class Qp {
   // on once the budget has room: the caller polls it again then).
   bool waiting_for_budget() const { return ctx_.budget_waiting; }
   const InflightBudget* inflight_budget() const { return ctx_.config.inflight_budget.get(); }
+  // What it holds of that budget: its unacknowledged request PSNs, as the budget was told.
+  std::uint32_t budget_held_psns() const { return ctx_.budget_told.psns; }
 
  private:
   void apply_attributes(const QpAttr& attr, std::uint32_t mask);

@@ -167,12 +167,8 @@ TEST(SimWorkerLoop, CleanSeedsCompleteWithoutRetransmission) {
 }
 
 // A thousand QP pairs on the daemon's own worker loop, two workers per device, each device
-// with an InflightBudget of 256 PSNs (more QPs than the budget has grants): the workers' round
-// robin and the budget's grants let every QP through. Each endpoint posts two operations first
-// (4,000 for 2,000 endpoints), so every QP must progress; every byte is checked, and on this
-// clean network nothing is retransmitted and no ACK timer fires.
-TEST(SimWorkerLoop, AThousandQpsUnderTheBudgetAllProgressWithoutTimeouts) {
-  const std::uint64_t seed = one_seed().value_or(5001);
+// with an InflightBudget of 256 PSNs (more QPs than the budget has grants).
+WorkerScenario thousand_qps_under_the_budget(std::uint64_t seed) {
   WorkerScenario c;
   c.seed = seed;
   c.qps = 1000;
@@ -185,7 +181,12 @@ TEST(SimWorkerLoop, AThousandQpsUnderTheBudgetAllProgressWithoutTimeouts) {
   c.rate_gbps = 10;
   c.strangers = 0;
   c.inflight_budget_psns = 256;
-  const WorkerSummary s = run_worker_scenario(c);
+  return c;
+}
+
+// Every operation completed with its data, and on this clean network nothing was
+// retransmitted, no ACK timer fired and no frame was dropped.
+void expect_clean_and_complete(const WorkerScenario& c, const WorkerSummary& s) {
   ASSERT_TRUE(s.ok()) << report(c, s);
   ASSERT_EQ(s.posted, c.ops) << report(c, s);
   ASSERT_EQ(s.completed, c.ops) << report(c, s);
@@ -196,6 +197,35 @@ TEST(SimWorkerLoop, AThousandQpsUnderTheBudgetAllProgressWithoutTimeouts) {
   const DatapathCounters& k = s.counters;
   EXPECT_EQ(k.rx_icrc_errors + k.rx_malformed + k.rx_no_qp, 0u) << report(c, s);
   EXPECT_EQ(k.rx_handover_drops + k.tx_loopback_drops + k.tx_backlog_drops, 0u) << report(c, s);
+}
+
+// The workers' round robin and the budget's grants let every QP through. Each endpoint posts
+// two operations first (4,000 for 2,000 endpoints), so every QP must progress; every byte is
+// checked.
+TEST(SimWorkerLoop, AThousandQpsUnderTheBudgetAllProgressWithoutTimeouts) {
+  const WorkerScenario c = thousand_qps_under_the_budget(one_seed().value_or(5001));
+  expect_clean_and_complete(c, run_worker_scenario(c));
+}
+
+// The same with every frame arriving on each device's first queue, and workers that sleep as
+// soon as a turn finds nothing to do (no spinning): the second worker's QPs that the budget
+// stopped hold nothing, so no frame or doorbell of theirs wakes that worker; only the first
+// worker's ACKs free the budget, and the budget's release hook must wake the second
+// (Worker::wake_for_budget). The simulator fails the run when, after any turn, a worker sleeps,
+// not woken, while a grant its QPs wait for is free; without the hook that happens within the
+// first 100 us. The run also takes no longer in virtual time than with the frames spread.
+TEST(SimWorkerLoop, BudgetFreedOnOneWorkerWakesTheQpsWaitingOnAnother) {
+  const WorkerScenario spread = thousand_qps_under_the_budget(one_seed().value_or(5001));
+  WorkerScenario one_queue = spread;
+  one_queue.one_rx_queue = true;
+  one_queue.spin_allowed = false;
+  const WorkerSummary s = run_worker_scenario(one_queue);
+  expect_clean_and_complete(one_queue, s);
+  const WorkerSummary base = run_worker_scenario(spread);
+  ASSERT_TRUE(base.ok()) << report(spread, base);
+  EXPECT_LT(s.sim_time_us, 2 * base.sim_time_us)
+      << "spread over both queues: " << base.sim_time_us << " us\n"
+      << report(one_queue, s);
 }
 
 // One seed, one run: the same scenario twice gives the same run, turn for turn.

@@ -277,6 +277,9 @@ class Simulation {
   void on_sleep_flag(Endpoint& e, bool asleep);
   // The worker suspends: a correct one leaves no work behind without a wakeup pending.
   void check_no_lost_wakeup(const Agent& agent);
+  // After a worker's turn: no other worker of its device sleeps, not woken, with a QP waiting
+  // for a grant of the device's budget that is free (the turn's ACKs may have freed it).
+  void check_budget_wakeups(const Agent& agent);
   void fail(const std::string& why) {
     if (summary_.failure.empty()) summary_.failure = why;
   }
@@ -392,6 +395,9 @@ class SimBinding final : public QpBinding {
 };
 
 Simulation::~Simulation() {
+  // The workers' QPs give their PSNs back as they go: no hook may wake a worker already gone.
+  for (auto& d : devices_)
+    if (d->budget) d->budget->set_release_hook({});
   workers_.clear();  // before the devices whose routes and memory their QPs use
 }
 
@@ -460,7 +466,7 @@ void Simulation::rss(Device& d, ns::Delivery&& delivery) {
   wire::DecodedFrame decoded;
   (void)wire::decode_frame_into(delivery.frame, decoded);
   std::uint64_t h = d.rss_salt ^ decoded.addr.udp_src_port;
-  const std::size_t queue = ns::splitmix64(h) % d.agents.size();
+  const std::size_t queue = cfg_.one_rx_queue ? 0 : ns::splitmix64(h) % d.agents.size();
   Agent& agent = *d.agents[queue];
   agent.port->deliver(std::move(delivery.frame), *agent.sleeper);
 }
@@ -495,6 +501,7 @@ void Simulation::start_workers(Device& d) {
   }
   std::vector<Worker*> all(self.workers);
   table->add({d.ip}, std::move(self));
+  if (d.budget) wake_on_budget_release(*d.budget, all);
   for (std::size_t w = first; w < workers_.size(); ++w) {
     workers_[w]->connect(all);
     workers_[w]->attach_to_this_thread();
@@ -879,12 +886,31 @@ void Simulation::check_no_lost_wakeup(const Agent& agent) {
            " went to sleep with work posted to QP " + std::to_string(e->qpn.value()) +
            " and no doorbell");
   }
+  // Nothing of a QP that waits for the budget holding none of it wakes the worker: with a grant
+  // free it must not sleep (only the budget's release hook would have woken it).
+  if (agent.worker->budget_grant_for_waiter_on_worker())
+    fail("lost wakeup: worker " + std::to_string(agent.worker->index()) +
+         " went to sleep with a QP waiting for the InflightBudget and a grant of it free");
+}
+
+void Simulation::check_budget_wakeups(const Agent& agent) {
+  if (agent.endpoints.empty() || !agent.endpoints.front()->device->budget) return;
+  for (const Agent* other : agent.endpoints.front()->device->agents) {
+    if (other == &agent || !other->sleeper->asleep()) continue;
+    if (other->next_turn <= now_ + cfg_.wake_ns) continue;  // woken (or about to be)
+    if (other->worker->budget_grant_for_waiter_on_worker())
+      fail("lost wakeup: worker " + std::to_string(other->worker->index()) +
+           " sleeps while a grant of the InflightBudget its QPs wait for is free (freed by "
+           "worker " +
+           std::to_string(agent.worker->index()) + ")");
+  }
 }
 
 void Simulation::turn(Agent& agent) {
   const std::uint64_t moved = agent.port->moved();
   agent.worker->run_once_on_worker();
   ++summary_.turns;
+  check_budget_wakeups(agent);
   if (agent.worker->suspended_on_worker()) return;  // its sleeper set its next turn
   agent.next_turn = now_ + cfg_.turn_ns + cfg_.frame_ns * (agent.port->moved() - moved);
 }
@@ -1058,7 +1084,8 @@ std::string describe(const WorkerScenario& s) {
     << " corrupt " << s.corrupt << " rate_gbps " << s.rate_gbps << " host_queue "
     << s.host_queue_bytes << " ecn " << s.ecn << " turn_ns " << s.turn_ns << " wake_ns "
     << s.wake_ns << " spin_ns " << s.spin_ns << " spin_allowed " << s.spin_allowed << " strangers "
-    << s.strangers << " inflight_budget " << s.inflight_budget_psns;
+    << s.strangers << " inflight_budget " << s.inflight_budget_psns
+    << (s.one_rx_queue ? " one_rx_queue" : "");
   return o.str();
 }
 

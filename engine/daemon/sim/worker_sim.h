@@ -55,6 +55,9 @@ struct WorkerScenario {
   bool ecn = false;                    // the switch marks ECN; the QPs' NPs send CNPs
   // Each device's InflightBudget over its QPs, in PSNs (0 = none), as xroced gives its devices.
   std::uint32_t inflight_budget_psns = 0;
+  // Every frame to a device's first queue (a NIC without RSS, or every flow hashing alike): its
+  // other workers see no frame, and learn of work only from doorbells and from each other.
+  bool one_rx_queue = false;
   // Per QP: well-formed packets for it from an address other than its peer's (a stranger's
   // source, or its peer's source to another of our addresses), pushed through the door. The
   // worker must drop and count each one (rx_peer_mismatch) and lose nothing else.
