@@ -210,17 +210,26 @@ std::string create_device_node() {
   for (int n = 0; n < kMaxNodes; ++n) {
     const std::string name = "uverbs" + std::to_string(n);
     const std::string path = node_path(name);
-    bool made = mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0;
-    if (!made && errno == EEXIST && is_our_kind_of_node(path) && owner_is_gone(name)) {
+    // mknod's own errno decides: the checks in between (a registry file another daemon has not
+    // written yet, a node it just unlinked) set errno of their own, which mean "taken", not a
+    // failure.
+    auto make = [&path] {
+      return mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0 ? 0 : errno;
+    };
+    int err = make();
+    if (err == EEXIST && is_our_kind_of_node(path) && owner_is_gone(name)) {
       unlink_node(name);
-      made = mknod(path.c_str(), S_IFCHR | 0666, makedev(kNodeMajor, kNodeMinor)) == 0;
+      err = make();
     }
-    if (made) {
+    if (err == 0) {
       chmod(path.c_str(), 0666);  // mknod applies the umask
       std::ofstream(registry_path(name)) << getpid() << '\n';
       return name;
     }
-    if (errno != EEXIST) return {};
+    if (err != EEXIST) {
+      errno = err;
+      return {};
+    }
   }
   errno = ENOSPC;
   return {};
