@@ -88,6 +88,10 @@ int Devices::add(const control::LinkAddRequest& request) {
     remove_device_node(served.uverbs);
     return err;
   }
+  // Its hw_counters exist as soon as the device does, as in sysfs: a reader before the next
+  // refresh finds zeros, not no file.
+  device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1",
+                            worker_counters(served.runner->datapath()));
   ServedDevice& added = devices_.emplace(name, std::move(served)).first->second;
   cm_.add_device(name, *added.model, *added.runner);
   served_any_ = true;

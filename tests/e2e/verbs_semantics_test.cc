@@ -81,6 +81,19 @@ TEST_P(VerbsSemantics, SysfsTreeLinksTheNetdev) {
   EXPECT_EQ(listed_ifindex, netdev_ifindex);
 }
 
+// A device's hw_counters exist, at zero, as soon as `xroce link add` returns, as sysfs has
+// them with the device: a reader does not wait for the daemon's next refresh.
+TEST_P(VerbsSemantics, HwCountersExistWithTheDevice) {
+  const std::string x = xroce_bin(), dev = kDevice;
+  const std::string counters = "/sys/class/infiniband/" + dev + "/ports/1/hw_counters/";
+  auto r = host_->exec({"sh", "-c",
+                        x + " link del " + dev + " && " + x + " link add " + dev +
+                            " netdev xr0a port " + GetParam() + " && " + x + " exec -- cat " +
+                            counters + "rcvd_pkts " + counters + "retry_exceeded_err"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, "0\n0\n");
+}
+
 // A program that reads /sys/class/infiniband itself (UCX, pyverbs' rdmacm tests), not through
 // $SYSFS_PATH as libibverbs does, gets the daemon's tree inside `xroce exec`: the GID's netdev
 // and type, and its GID; a path the tree lacks still fails as it would without the preload.
