@@ -18,7 +18,7 @@
 # Environment: OUT_DIR (default .) receives bench-device.json and bench-device.svg;
 # MSGS (default 3000) ib_write_bw iterations; LAT_ITERS (default 2000); SECONDS_TCP (default 5);
 # PROFILE=1 records `perf record -g` of both daemons during each ib_write_bw and prints the top
-# symbols; RAW=0 skips the raw frame rates.
+# symbols; RAW=0 skips the raw frame rates; LOOPBACK=0 skips the one-device (loopback) rows.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
@@ -91,14 +91,15 @@ daemon_pid() {
   cat "/run/xroce/ns-$ino/xroced.lock"
 }
 
-# Runs server (a) and client (b) under `times`; prints the CPU seconds of both and leaves the
-# client's output in $tmp/cli.txt. `ip netns exec` execs bash, so $! is the server's shell.
+# Runs server (a) and client (b, or the namespace in $cli_ns) under `times`; prints the CPU
+# seconds of both and leaves the client's output in $tmp/cli.txt. `ip netns exec` execs bash, so
+# $! is the server's shell.
 pair() {
-  local port=$1 srv=$2 cli=$3
+  local port=$1 srv=$2 cli=$3 cli_ns=${cli_ns:-$ns_b}
   ip netns exec "$ns_a" bash -c "$srv >$tmp/srv.txt 2>&1; times >$tmp/srv.times" &
   local spid=$!
   wait_listen "$ns_a" "$port" || { kill_pids "$spid"; cat "$tmp/srv.txt" >&2; return 1; }
-  ip netns exec "$ns_b" bash -c "$cli >$tmp/cli.txt 2>&1; times >$tmp/cli.times" ||
+  ip netns exec "$cli_ns" bash -c "$cli >$tmp/cli.txt 2>&1; times >$tmp/cli.times" ||
     { cat "$tmp/cli.txt" >&2; return 1; }
   wait $spid || { cat "$tmp/srv.txt" >&2; return 1; }
   /usr/bin/python3 - "$tmp/srv.times" "$tmp/cli.times" <<'PY'
@@ -284,6 +285,37 @@ for kind in "${kinds[@]}"; do
     done
     [[ $busy == busy ]] && spin_stop
   done
+  # Loopback: server and client on the one device xbd0 (its own GID; the daemon loops the frames
+  # back, none reaches the veth), beside the two-namespace figures above. LOOPBACK=0 skips it.
+  if [[ ${LOOPBACK:-1} == 1 ]]; then
+    if cpu=$(cli_ns=$ns_a pair 18515 "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F" \
+      "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F $ip_a"); then
+      mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
+      gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+      printf '%-7s %-40s %9.2f Gb/s %10s  applications %.2f CPU s\n' "$kind" \
+        "loopback ib_write_bw 64 KB, one device" "$gbps" "" "$cpu"
+      record "$kind" "loopback ib_write_bw 64 KB" "$gbps" Gb/s \
+        "ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F $ip_a (xroce exec; server -d xbd0, same namespace)"
+    else
+      echo "$kind loopback ib_write_bw: failed (its output above)"
+    fi
+    for busy in idle busy; do
+      [[ $busy == busy ]] && spin_start
+      if cli_ns=$ns_a pair 18515 "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
+        "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
+        read -r typ avg p99 < <(awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt")
+        printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us; avg %s us\n' "$kind" \
+          "loopback ib_send_lat 2 B typical, $busy" "$typ" "" \
+          "$(ratio "$typ" "${sock_typ[udp-$busy]}")" "$p99" "$avg"
+        record "$kind" "loopback ib_send_lat 2 B $busy" "$typ" us \
+          "ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F $ip_a (xroce exec; server -d xbd0, same namespace)" \
+          avg="$avg" p99="$p99" busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+      else
+        echo "$kind loopback ib_send_lat $busy: failed (its output above)"
+      fi
+      [[ $busy == busy ]] && spin_stop
+    done
+  fi
   in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null
   in_ns "$ns_b" "$xroce" link del xbd1 >/dev/null
 done
