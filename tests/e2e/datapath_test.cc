@@ -152,6 +152,18 @@ TEST_P(DatapathE2e, TwoProcessPairsAtOnce) {
   expect_pingpong_passed(first.get(), 30);
 }
 
+// A program that hangs is killed at its deadline, and its output then ends with both devices'
+// QPs and counters as they stood before the kill (fabric.h set_deadline_report): here a
+// pingpong server that waits for a client that never comes, with its QP on xpa.
+TEST_P(DatapathE2e, AProgramAtItsDeadlineIsReportedWithTheDevicesState) {
+  const RunResult r = pair_->verbs(0, {"ibv_rc_pingpong", "-d", pair_->dev(0), "-g", "0"}, 2s);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("reached its deadline"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("$ xroce qp show " + pair_->dev(0)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("$ xroce stat " + pair_->dev(1)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rcvd_pkts"), std::string::npos) << r.output;
+}
+
 // perftest's result rows: "<bytes> <iterations> <numbers...>". Returns the rows' numbers.
 std::vector<std::vector<double>> perftest_rows(const std::string& output) {
   static const std::regex row(R"(^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+).*$)");

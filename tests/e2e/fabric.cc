@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -78,6 +79,30 @@ int wait_with_deadline(pid_t pid, std::chrono::milliseconds deadline) {
 
 }  // namespace
 
+namespace {
+std::mutex deadline_report_mutex;
+std::function<std::string()> deadline_report;  // guarded by deadline_report_mutex
+thread_local bool in_deadline_report = false;
+
+std::string report_at_deadline() {
+  std::function<std::string()> report;
+  {
+    std::lock_guard lock(deadline_report_mutex);
+    report = deadline_report;
+  }
+  if (!report || in_deadline_report) return {};
+  in_deadline_report = true;
+  std::string text = "\n--- the program reached its deadline; the devices then:\n" + report();
+  in_deadline_report = false;
+  return text;
+}
+}  // namespace
+
+void set_deadline_report(std::function<std::string()> report) {
+  std::lock_guard lock(deadline_report_mutex);
+  deadline_report = std::move(report);
+}
+
 RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
   RunResult result;
   int fd = -1;
@@ -96,6 +121,7 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds de
   }
   close(fd);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  if (left.count() <= 0) result.output += report_at_deadline();
   result.status = wait_with_deadline(pid, std::max(left, std::chrono::milliseconds(0)));
   return result;
 }

@@ -24,6 +24,21 @@ struct RunResult {
 RunResult run(const std::vector<std::string>& argv,
               std::chrono::milliseconds deadline = std::chrono::seconds(30));
 
+// What run() appends to a program's output when the program reaches its deadline, taken
+// before it is killed (its QPs still exist): the state of the devices it used, so that a hang
+// in a CI log says where it stood. Any thread; run() called from the report adds none of its
+// own. Empty (the default): nothing. DeadlineReport sets one for its lifetime.
+void set_deadline_report(std::function<std::string()> report);
+class DeadlineReport {
+ public:
+  explicit DeadlineReport(std::function<std::string()> report) {
+    set_deadline_report(std::move(report));
+  }
+  ~DeadlineReport() { set_deadline_report({}); }
+  DeadlineReport(const DeadlineReport&) = delete;
+  DeadlineReport& operator=(const DeadlineReport&) = delete;
+};
+
 // A child whose output is read line by line, each read with a deadline; its stdin is /dev/null,
 // or a pipe the test writes lines into.
 class Child {

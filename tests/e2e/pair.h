@@ -11,6 +11,7 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,12 +90,14 @@ class Pair {
                        seconds(60));
       daemon_pid_[i] = daemon_pid(i);
     }
+    report_ = std::make_unique<DeadlineReport>([this] { return state(); });
   }
   Pair(const std::string& prefix, int subnet, const std::string& port, bool device_on_b = true,
        const std::string& device = "")
       : Pair(prefix, subnet,
              PairOptions{.port = port, .device_on_b = device_on_b, .device = device}) {}
   ~Pair() {
+    report_.reset();
     for (int i = 0; i < 2; ++i) {
       // `link del` of the last device returns once the daemon has exited; the wait is for a
       // daemon whose `link add` failed half way.
@@ -162,6 +165,23 @@ class Pair {
         deadline);
   }
 
+  // Both devices' QPs and counters (`xroce qp show`, `xroce stat`), as text for a log.
+  std::string state() const {
+    std::string text;
+    for (int i = 0; i < 2; ++i) {
+      if (!wanted_[i]) continue;
+      for (std::vector<std::string> command : {std::vector<std::string>{"qp", "show", dev(i)},
+                                               std::vector<std::string>{"stat", dev(i)}}) {
+        text += ns_[i] + "$ xroce";
+        for (const auto& word : command)
+          text += " " + word;
+        command.insert(command.begin(), xroce_bin());
+        text += "\n" + exec(i, command, seconds(10)).output;
+      }
+    }
+    return text;
+  }
+
   // The daemon's run directory of namespace i (run_dir.h).
   std::string run_dir(int i) const {
     const auto ino = exec(i, {"stat", "-L", "-c", "%i", "/proc/self/ns/net"}).output;
@@ -190,6 +210,7 @@ class Pair {
   RunResult added_[2];
   bool wanted_[2] = {true, true};
   pid_t daemon_pid_[2] = {0, 0};
+  std::unique_ptr<DeadlineReport> report_;  // state() for a program that hangs
 };
 
 }  // namespace xroce::e2e
