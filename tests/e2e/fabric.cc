@@ -172,6 +172,13 @@ std::string Child::read_line(std::chrono::milliseconds deadline) {
   }
 }
 
+bool Child::exited() const {
+  if (pid_ <= 0) return true;
+  siginfo_t info{};
+  return waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid_;
+}
+
 int Child::wait(std::chrono::milliseconds deadline) {
   if (pid_ <= 0) return -1;
   const int status = wait_with_deadline(pid_, deadline);

@@ -54,6 +54,8 @@ class Child {
   // Waits for exit up to the deadline (then kills it); returns the status as run() does.
   int wait(std::chrono::milliseconds deadline);
   pid_t pid() const { return pid_; }
+  // Whether it has exited (it is not reaped: wait() still gives its status).
+  bool exited() const;
   // Input::kPipe: writes `line` and a newline to its stdin; false if nobody reads it any more.
   bool write_line(const std::string& line);
   // Input::kPipe: closes its stdin (it reads end-of-file).

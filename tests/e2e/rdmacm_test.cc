@@ -238,15 +238,28 @@ TEST_P(RdmacmTest, PerftestOverRdmaCm) {
   if (!have("ib_send_bw")) GTEST_SKIP() << "needs perftest";
   Pair pair("xrcm-perf", next_subnet(), port());
   ASSERT_TRUE(pair.ready());
+  int port = 18560;
   for (const char* program : {"ib_send_bw", "ib_write_bw", "ib_read_lat"}) {
     SCOPED_TRACE(program);
-    const std::vector<std::string> args = {program, "-R", "-n", "200", "-p", "18560"};
-    auto client_argv = args;
-    client_argv.push_back(pair.ip(0));
     RunResult server, client;
     for (int attempt = 0; attempt < 3; ++attempt) {
+      // A port of its own each time: a killed server's listener is not yet gone when the next
+      // one starts (the daemon drops it once it sees the process's connection close).
+      const std::vector<std::string> args = {program, "-R", "-n",
+                                             "200",   "-p", std::to_string(port++)};
+      auto client_argv = args;
+      client_argv.push_back(pair.ip(0));
       Child s(pair.app(0, args));
-      ASSERT_TRUE(eventually([&] { return listening(pair, s.pid()); }, seconds(20)));
+      if (!eventually([&] { return listening(pair, s.pid()) || s.exited(); }, seconds(20)) ||
+          !listening(pair, s.pid())) {
+        kill(s.pid(), SIGKILL);
+        std::string out;
+        for (std::string line = s.read_line(seconds(2)); !line.empty();
+             line = s.read_line(seconds(2)))
+          out += line + "\n";
+        FAIL() << "the server never listened (attempt " << attempt << "):\n"
+               << out << pair.exec(0, {xroce_bin(), "cm", "show", pair.dev(0)}).output;
+      }
       client = run(pair.app(1, client_argv), seconds(120));
       if (attempt < 2 &&
           client.output.find("RDMA_CM_EVENT_REJECTED; error: 8.") != std::string::npos) {
