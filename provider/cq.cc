@@ -143,6 +143,7 @@ int start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
   }
   note_poll(true);
   std::memcpy(&cq->current, cq->ring.slot(cq->consumer), sizeof(queues::Cqe));
+  cq->holding_current = true;
   current->status = static_cast<ibv_wc_status>(cq->current.status);
   current->wr_id = cq->current.wr_id;
   return 0;
@@ -150,9 +151,11 @@ int start_poll(ibv_cq_ex* current, ibv_poll_cq_attr* attr) {
 
 int next_poll(ibv_cq_ex* current) {
   Cq* cq = to_cq(current);
-  ++cq->consumer;
+  if (cq->holding_current) ++cq->consumer;
+  cq->holding_current = false;
   if (cq->ring.ready(cq->consumer) == 0) return ENOENT;
   std::memcpy(&cq->current, cq->ring.slot(cq->consumer), sizeof(queues::Cqe));
+  cq->holding_current = true;
   current->status = static_cast<ibv_wc_status>(cq->current.status);
   current->wr_id = cq->current.wr_id;
   return 0;
@@ -160,8 +163,10 @@ int next_poll(ibv_cq_ex* current) {
 
 void end_poll(ibv_cq_ex* current) {
   Cq* cq = to_cq(current);
-  // The entry current now (if next_poll did not already step past the last one) is consumed.
-  if (cq->ring.ready(cq->consumer) != 0) ++cq->consumer;
+  // The entry current now is consumed; after a next_poll that found none, nothing more is (an
+  // entry the daemon wrote since then was not seen, and stays for the next poll).
+  if (cq->holding_current) ++cq->consumer;
+  cq->holding_current = false;
   cq->ring.release(cq->consumer);
   cq->lock.unlock();
 }

@@ -94,6 +94,10 @@ struct Cq {
   uint32_t consumer = 0;  // our private consumer index (published with ring.release)
   std::mutex lock;
   queues::Cqe current{};  // the entry start_poll/next_poll made current (ibv_cq_ex API)
+  // Whether the slot at `consumer` is that current entry, which end_poll consumes: false once
+  // next_poll found no next one. Judged from what the poll saw, never from the ring again, which
+  // the daemon may have filled in between (that entry is the next poll's, not consumed unseen).
+  bool holding_current = false;
 };
 
 struct Qp {

@@ -6,9 +6,11 @@
 //                              window's R_Key, beyond the window, LOCAL_INV, SEND_WITH_INV),
 //                              ATOMIC_WRITE, UC SEND_WITH_IMM and WRITE, rereg_mr (translation),
 //                              ibv_reg_mr_iova, ODP registration and ibv_advise_mr, XRC (domain,
-//                              XRC SRQ, INI and TGT QPs, ibv_open_qp), completion timestamps
+//                              XRC SRQ, INI and TGT QPs, ibv_open_qp), completion timestamps,
+//                              extended-CQ poll batches (start/next/end_poll)
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <sys/mman.h>
 
 #include <chrono>
@@ -501,6 +503,80 @@ void timestamps(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid, Buffers& b) {
   ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
 }
 
+// ibv_end_poll consumes what the batch saw, nothing more: a completion the daemon writes after
+// an ibv_next_poll that found none, before ibv_end_poll, is the next batch's (rc_pingpong -t
+// polls this way, and hung when end_poll took such an entry unseen). Each round holds the
+// first WRITE's completion, arms the CQ, posts a second WRITE, calls next_poll at once (the
+// daemon has not completed it yet in most rounds: the window), waits for the channel's event
+// (the second completion is in the ring), and only then ends the batch; the next batch must
+// return the second WRITE.
+void ex_poll_batches(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid, Buffers& b) {
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx);
+  check(channel != nullptr, "ex_poll_channel");
+  if (channel == nullptr) return;
+  ibv_cq_init_attr_ex cattr{};
+  cattr.cqe = 16;
+  cattr.channel = channel;
+  cattr.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* cq = ibv_create_cq_ex(ctx, &cattr);
+  check(cq != nullptr, "ex_poll_cq");
+  const auto until = [](int seconds) {
+    return std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  };
+  // start_poll until an entry (true) or the deadline.
+  const auto start = [&](const auto deadline) {
+    ibv_poll_cq_attr pattr{};
+    int rc = ENOENT;
+    while ((rc = ibv_start_poll(cq, &pattr)) == ENOENT &&
+           std::chrono::steady_clock::now() < deadline)
+      ;
+    return rc == 0;
+  };
+  const auto event = [&] {
+    pollfd p{channel->fd, POLLIN, 0};
+    if (poll(&p, 1, 10'000) != 1) return false;
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (ibv_get_cq_event(channel, &ev_cq, &ev_ctx) != 0) return false;
+    ibv_ack_cq_events(ev_cq, 1);
+    return true;
+  };
+  if (cq != nullptr) {
+    Link link(ctx, pd, IBV_QPT_RC, gid, ibv_cq_ex_to_cq(cq));
+    check(link.ok(), "ex_poll_link");
+    int windows = 0;
+    bool every_second_seen = link.ok();
+    for (int round = 0; round < 8 && every_second_seen; ++round) {
+      ibv_sge sge{addr_of(b.local.data()), 64, b.local_mr->lkey};
+      ibv_send_wr wr = write_wr(&sge, addr_of(b.target.data()), b.target_mr->rkey);
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr_id = 1000 + 2 * round;
+      ibv_send_wr* bad = nullptr;
+      if (ibv_post_send(link.qp[0], &wr, &bad) != 0 || !start(until(10)) || cq->wr_id != wr.wr_id) {
+        every_second_seen = false;
+        break;
+      }
+      ibv_req_notify_cq(ibv_cq_ex_to_cq(cq), 0);
+      wr.wr_id += 1;
+      const bool posted = ibv_post_send(link.qp[0], &wr, &bad) == 0;
+      const int next = ibv_next_poll(cq);
+      bool seen = next == 0 && cq->wr_id == wr.wr_id;
+      if (next == ENOENT) ++windows;
+      const bool evented = posted && event();
+      ibv_end_poll(cq);
+      if (next == ENOENT && evented && start(until(2))) {
+        seen = cq->wr_id == wr.wr_id;
+        ibv_end_poll(cq);
+      }
+      every_second_seen = posted && evented && seen;
+    }
+    std::printf("ex_poll: %d of the rounds ended a batch after next_poll found none\n", windows);
+    check(every_second_seen && windows > 0, "ex_poll_end_keeps_what_it_did_not_see");
+  }
+  if (cq != nullptr) ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+  ibv_destroy_comp_channel(channel);
+}
+
 }  // namespace
 
 int transport(ibv_context* ctx) {
@@ -522,6 +598,7 @@ int transport(ibv_context* ctx) {
   on_demand(ctx, pd, gid, b);
   xrc(ctx, pd, gid, b);
   timestamps(ctx, pd, gid, b);
+  ex_poll_batches(ctx, pd, gid, b);
   check(ibv_dereg_mr(b.local_mr) == 0 && ibv_dereg_mr(b.target_mr) == 0, "dereg_mr");
   check(ibv_dealloc_pd(pd) == 0, "dealloc_pd");
   return 0;
