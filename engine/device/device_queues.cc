@@ -459,6 +459,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.xrc = domain;
   config.inflight_budget = inflight_budget_;
   config.adaptive_rto_floor_ns = transport::kDaemonAdaptiveRtoFloorNs;
+  config.resend_probe_floor_ns = transport::kDaemonResendProbeFloorNs;
   auto core =
       std::make_unique<transport::Qp>(config, pd != nullptr ? *pd->regions : *domain->no_regions,
                                       shared == nullptr ? nullptr : shared->srq.get());

@@ -229,6 +229,7 @@ void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
   retry_started_ = false;
   resent_unanswered_ = false;
+  ctx_.resend_probe = false;
   if (ctx_.req_psn.before(ctx_.comp_psn)) ctx_.req_psn = ctx_.comp_psn;
   ctx_.restart_retransmit_timer(now_ns);
 }
@@ -245,6 +246,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     retry_started_ = true;
     retry_psn_ = ctx_.comp_psn;
   }
+  ctx_.resend_probe = !from_timeout;
   req_.retry();
   resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
@@ -267,6 +269,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   ++ctx_.counters.adaptive_retransmits;
   if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
   resent_unanswered_ = true;
+  ctx_.resend_probe = false;  // one probe per NAK; then the RTO, doubling
   ctx_.rtt.on_rto_expired();
   ctx_.rtt.on_retry();
   // A PSN-sequence NAK for this PSN still on its way answers the loss this resend repairs.

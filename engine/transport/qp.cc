@@ -129,6 +129,7 @@ void Qp::reset_queues() {
   ctx_.outstanding_rd_atomic = 0;
   ctx_.retransmit_deadline_ns = 0;
   ctx_.adaptive_deadline_ns = 0;
+  ctx_.resend_probe = false;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
@@ -308,6 +309,7 @@ void Qp::enter_error() {
   resp_.flush();
   ctx_.retransmit_deadline_ns = 0;
   ctx_.adaptive_deadline_ns = 0;
+  ctx_.resend_probe = false;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
 }

@@ -154,7 +154,9 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   adaptive_deadline_ns = 0;
   const std::uint64_t cap_ns = ack_timeout_ns(attr.timeout);
   if (config.adaptive_rto_floor_ns == 0 || cap_ns == 0 || !reliable() || !outstanding()) return;
-  const std::uint64_t rto_ns = rtt.rto_ns(config.adaptive_rto_floor_ns, cap_ns);
+  std::uint64_t rto_ns = rtt.rto_ns(config.adaptive_rto_floor_ns, cap_ns);
+  if (resend_probe && config.resend_probe_floor_ns != 0 && rtt.samples() != 0)
+    rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
   if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;
 }
 

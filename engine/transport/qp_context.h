@@ -56,6 +56,9 @@ inline constexpr std::uint64_t kAdaptiveRtoFloorNs = 200'000;
 // covers the stalls before the first peak is measured (a QP's start). Still 6.7 times shorter
 // than perftest's 67 ms Local ACK Timeout (bench/README.md, "Loss").
 inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
+// The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns): only after a NAK, so
+// a stall longer than this costs one needless go-back-N there, never a resend on a clean link.
+inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 2'000'000;
 
 struct QpConfig {
   QpType type = QpType::kRc;
@@ -74,6 +77,13 @@ struct QpConfig {
   // Local ACK Timeout) resends from its oldest unacknowledged PSN without waiting for the Local
   // ACK Timeout. 0 turns it off.
   std::uint64_t adaptive_rto_floor_ns = 0;
+  // The resend probe: after a PSN-sequence NAK (or a READ response gap) started a go-back-N, and
+  // until something of it is acknowledged, the adaptive timer runs for min(RTO, max(this floor,
+  // 4 * the least round trip measured)). The resend leaves on a path the responder has emptied
+  // (it drops what followed the gap, rxe_resp.c check_psn), so its answer takes a base round
+  // trip, not the queued one the RTO is sized for; when its first packet is lost, the responder,
+  // which NAKs a gap only once, stays silent, and only this timer finds it. 0: no probe.
+  std::uint64_t resend_probe_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -155,8 +165,9 @@ struct QpContext {
   std::uint8_t rnr_retry_left = 0;
   std::uint64_t retransmit_deadline_ns = 0;  // the Local ACK Timeout; 0 = disarmed
   std::uint64_t adaptive_deadline_ns = 0;    // the adaptive retransmission timer; 0 = disarmed
-  std::uint64_t rnr_deadline_ns = 0;         // 0 = not waiting for an RNR timer
-  std::uint64_t pacer_deadline_ns = 0;       // 0 = congestion control is not holding packets
+  bool resend_probe = false;  // a NAK-started go-back-N not yet answered (resend_probe_floor_ns)
+  std::uint64_t rnr_deadline_ns = 0;    // 0 = not waiting for an RNR timer
+  std::uint64_t pacer_deadline_ns = 0;  // 0 = congestion control is not holding packets
 
   std::deque<Completion> completions;
   std::deque<AsyncEvent> events;

@@ -245,6 +245,7 @@ ScenarioConfig stalling(std::uint64_t seed, const char* mix, double loss) {
   c.stall_every_us = 2000;
   c.stall_max_us = kDaemonAdaptiveRtoFloorNs / 1000 / 2;
   c.rto_floor_us = kDaemonAdaptiveRtoFloorNs / 1000;
+  c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
   return c;
 }
 

@@ -78,13 +78,15 @@ std::string reproduce_command(const ScenarioConfig& c) {
       "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --uc-qps %u --mix %s --mtu %u "
       "--loss %g --reorder %g --dup %g --corrupt %g --delay-us %llu --rate-gbps %g "
       "--max-msg %u --outstanding %u --bottleneck-gbps %g --queue-bytes %llu "
-      "--inflight-budget %u --rto-floor-us %llu --nic-queue-bytes %llu --jitter-us %llu "
+      "--inflight-budget %u --rto-floor-us %llu --resend-probe-floor-us %llu "
+      "--nic-queue-bytes %llu --jitter-us %llu "
       "--stall-every-us %llu --stall-max-us %llu",
       static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops), c.nodes,
       c.qps, c.uc_qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
       c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps, c.max_msg_bytes,
       c.max_outstanding, c.bottleneck_gbps, static_cast<unsigned long long>(c.queue_bytes),
       c.inflight_budget_psns, static_cast<unsigned long long>(c.rto_floor_us),
+      static_cast<unsigned long long>(c.resend_probe_floor_us),
       static_cast<unsigned long long>(c.nic_queue_bytes),
       static_cast<unsigned long long>(c.jitter_us),
       static_cast<unsigned long long>(c.stall_every_us),

@@ -100,6 +100,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.max_inline_data = kMaxInlineBytes;
   qc.inflight_budget = node.inflight_budget;
   qc.adaptive_rto_floor_ns = cfg_.rto_floor_us * 1000;
+  qc.resend_probe_floor_ns = cfg_.resend_probe_floor_us * 1000;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);

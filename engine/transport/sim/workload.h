@@ -79,6 +79,8 @@ struct ScenarioConfig {
   std::uint64_t nic_queue_bytes = 8192;
   // Every RC QP's adaptive retransmission floor (QpConfig::adaptive_rto_floor_ns; 0 = off).
   std::uint64_t rto_floor_us = kAdaptiveRtoFloorNs / 1000;
+  // Every RC QP's resend probe floor (QpConfig::resend_probe_floor_ns; 0 = no probe).
+  std::uint64_t resend_probe_floor_us = kAdaptiveRtoFloorNs / 1000;
   // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
   // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
   // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time

@@ -110,6 +110,65 @@ TEST_F(AdaptiveRetransmitTest, AFirstResendLostAfterANakIsResentBeforeTheLocalAc
   EXPECT_EQ(qp->counters().timeouts, 0u);
 }
 
+// The resend probe (QpConfig::resend_probe_floor_ns): with an RTO far above the path's base
+// round trip (a queue on the way), a NAK's go-back-N that goes unanswered is resent after
+// max(floor, 4 x the least round trip), not after the RTO; once something of it is
+// acknowledged, the RTO rules again. Without the probe the same loss waits the whole RTO.
+class ResendProbeTest : public ProtocolTest {
+ protected:
+  static constexpr std::uint64_t kRtoFloorNs = 1'000'000;  // the RTO: 1 ms
+  static constexpr std::uint64_t kProbeFloorNs = 20'000;
+  static constexpr std::uint64_t kProbeNs = 4 * kRttNs;  // 160 us, above the probe's floor
+
+  void make(std::uint64_t probe_floor_ns) {
+    QpOptions o;
+    o.adaptive_rto_floor_ns = kRtoFloorNs;
+    o.resend_probe_floor_ns = probe_floor_ns;
+    make_qp(o);
+  }
+  // A 3-packet SEND after one 40 us sample; the peer NAKs the second packet at 110 us and the
+  // two resent packets are lost. Returns when the QP will resend them.
+  std::uint64_t lose_the_naks_resend() {
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 100, {sge(local, 8)})), 0);
+    EXPECT_EQ(drain(0).size(), 1u);
+    receive(ack(kSqPsn), {}, kRttNs);
+    EXPECT_EQ(completions().size(), 1u);
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);
+    EXPECT_EQ(drain(100'000).size(), 3u);
+    EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoFloorNs);  // no NAK yet: the RTO
+    receive(ack(kSqPsn + 2, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
+    EXPECT_EQ(drain(110'000).size(), 2u);
+    const auto deadline = qp->next_deadline();
+    return deadline.value_or(0);
+  }
+};
+
+TEST_F(ResendProbeTest, AnUnansweredGoBackNIsProbedAfterFourBaseRoundTrips) {
+  make(kProbeFloorNs);
+  const std::uint64_t probe = lose_the_naks_resend();
+  EXPECT_EQ(probe, 110'000 + kProbeNs);
+  qp->handle_timeout(probe);
+  const auto out = drain(probe);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  // One probe per NAK: the next expiry is the RTO's, doubled, not another probe.
+  EXPECT_GE(qp->next_deadline().value_or(0), probe + kRtoFloorNs);
+  receive(ack(kSqPsn + 3), {}, probe + kRttNs);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+}
+
+TEST_F(ResendProbeTest, ThePathsBaseRoundTripBoundsTheProbeFromBelow) {
+  make(300'000);  // a floor above 4 x 40 us
+  EXPECT_EQ(lose_the_naks_resend(), 110'000 + 300'000u);
+}
+
+TEST_F(ResendProbeTest, WithoutTheProbeTheSameLossWaitsTheRto) {
+  make(0);
+  EXPECT_EQ(lose_the_naks_resend(), 110'000 + kRtoFloorNs);
+}
+
 TEST_F(AdaptiveRetransmitTest, ALateNakForTheResentPsnStartsNoSecondGoBackN) {
   const std::uint32_t psn = measure_once();
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);

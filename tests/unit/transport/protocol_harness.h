@@ -45,6 +45,7 @@ struct QpOptions {
   PathMtu port_mtu = PathMtu::k4096;                // the port's active MTU (QpConfig::port_mtu)
   std::shared_ptr<InflightBudget> inflight_budget;  // QpConfig::inflight_budget
   std::uint64_t adaptive_rto_floor_ns = kAdaptiveRtoFloorNs;
+  std::uint64_t resend_probe_floor_ns = 0;  // QpConfig::resend_probe_floor_ns
   std::uint8_t timeout = kTimeoutExp;
   std::uint32_t max_unacked_psns = QpConfig{}.max_unacked_psns;
 };
@@ -77,6 +78,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.port_mtu = o.port_mtu;
     cfg.inflight_budget = o.inflight_budget;
     cfg.adaptive_rto_floor_ns = o.adaptive_rto_floor_ns;
+    cfg.resend_probe_floor_ns = o.resend_probe_floor_ns;
     cfg.max_unacked_psns = o.max_unacked_psns;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
