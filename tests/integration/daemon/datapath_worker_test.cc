@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "daemon/loopback.h"
 #include "pipe_fabric.h"
@@ -385,10 +386,21 @@ TEST(DatapathLoopback, AFullInboxDropsAndRcRetransmits) {
   LoopbackHost h(1);
   Side& a = h.side(h.x);
   Side& b = h.side(h.y);
-  // A window wider than X's inbox, so that B can fill it.
+  // A window wider than X's inbox, so that B can fill it. The Local ACK Timeout is perftest's
+  // (14, ~67 ms), not the other tests' 4 ms: each go-back-N overflows the inbox again, the
+  // responder NAKs a gap once, and a resend whose first packet meets a full inbox is found only
+  // by that timer. With 4 ms, 8 such timeouts in a row (retry_cnt 7) while X's worker waited
+  // for a core ended the QP in 2 of ~180 runs beside six busy loops; with 67 ms, none of 500.
   constexpr std::uint32_t kWindow = 2 * Worker::kLoopbackSlots;
-  place_qp(a, QpType::kRc, wire::Qpn(0x15), wire::Qpn(0x26), address(kIpA, kIpB), 0, kWindow);
-  place_qp(b, QpType::kRc, wire::Qpn(0x26), wire::Qpn(0x15), address(kIpB, kIpA), 0, kWindow);
+  for (auto [side, qpn, peer, av] : {std::tuple{&a, 0x15u, 0x26u, address(kIpA, kIpB)},
+                                     std::tuple{&b, 0x26u, 0x15u, address(kIpB, kIpA)}}) {
+    side->place_qp(QpSetup{.type = QpType::kRc,
+                           .qpn = wire::Qpn(qpn),
+                           .peer = wire::Qpn(peer),
+                           .av = av,
+                           .timeout = 14,
+                           .window = kWindow});
+  }
   fill_pattern(b.bytes(0, kMemBytes), 41);
   WorkerGate gate(h.x->worker(0));      // X takes nothing in until released
   constexpr std::uint32_t kWrites = 3;  // 3 x 2048 packets at MTU 1024: more than the inbox
