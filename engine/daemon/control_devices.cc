@@ -90,8 +90,7 @@ int Devices::add(const control::LinkAddRequest& request) {
   }
   // Its hw_counters exist as soon as the device does, as in sysfs: a reader before the next
   // refresh finds zeros, not no file.
-  device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1",
-                            worker_counters(served.runner->datapath()));
+  write_hw_counters(name, served);
   ServedDevice& added = devices_.emplace(name, std::move(served)).first->second;
   cm_.add_device(name, *added.model, *added.runner);
   served_any_ = true;
@@ -145,11 +144,15 @@ void Devices::refresh_hw_counters() {
   const std::uint64_t now = monotonic_now_ns();
   if (now - counters_written_ns_ < kCounterRefreshMs * 1'000'000ull) return;
   counters_written_ns_ = now;
-  for (auto& [name, served] : devices_) {
-    if (!served.runner) continue;
-    device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1",
-                              worker_counters(served.runner->datapath()));
-  }
+  for (auto& [name, served] : devices_)
+    if (served.runner) write_hw_counters(name, served);
+}
+
+device::CounterValues Devices::write_hw_counters(const std::string& name, ServedDevice& served) {
+  device::CounterValues values{};
+  if (served.runner) values = worker_counters(served.runner->datapath());
+  device::write_hw_counters(tree_.root() + "/class/infiniband/" + name + "/ports/1", values);
+  return values;
 }
 
 }  // namespace xroce::daemon

@@ -74,6 +74,9 @@ class Devices {
   // see counts no older than that without running `xroce stat`.
   void refresh_hw_counters();
   static constexpr int kCounterRefreshMs = 1000;
+  // Writes `served`'s ports/1/hw_counters now from its workers' counters (zeros without a data
+  // path); returns the values written.
+  device::CounterValues write_hw_counters(const std::string& name, ServedDevice& served);
 
  private:
   SysfsTree tree_;

@@ -89,10 +89,7 @@ Reply stat(OpContext& ctx) {
   device::Device& dev = *served.model;
   const std::string& name = dev.name();
 
-  device::CounterValues values{};
-  if (served.runner) values = worker_counters(served.runner->datapath());
-  device::write_hw_counters(ctx.devices.tree().root() + "/class/infiniband/" + name + "/ports/1",
-                            values);
+  const device::CounterValues values = ctx.devices.write_hw_counters(name, served);
 
   nlohmann::ordered_json regions = nlohmann::ordered_json::array();
   for (const auto& [handle, mr] : dev.memory_regions()) {

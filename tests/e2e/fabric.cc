@@ -77,9 +77,6 @@ int wait_with_deadline(pid_t pid, std::chrono::milliseconds deadline) {
   }
 }
 
-}  // namespace
-
-namespace {
 std::mutex deadline_report_mutex;
 std::function<std::string()> deadline_report;  // guarded by deadline_report_mutex
 thread_local bool in_deadline_report = false;
