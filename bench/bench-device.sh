@@ -91,6 +91,14 @@ daemon_pid() {
   cat "/run/xroce/ns-$ino/xroced.lock"
 }
 
+# ib_write_bw's average for 64 KB messages in $tmp/cli.txt, in Gb/s.
+bw_gbps() {
+  echo "$(awk '$1 == 65536 {print $4; exit}' "$tmp/cli.txt") * 8 * 1048576 / 1000000000" | bc -l
+}
+# A perftest latency row for 2 B in $tmp/cli.txt (#bytes #iterations t_min t_max t_typical t_avg
+# t_stdev 99% 99.9%): typical, average and p99 in us.
+lat_row() { awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt"; }
+
 # Runs server (a) and client (b, or the namespace in $cli_ns) under `times`; prints the CPU
 # seconds of both and leaves the client's output in $tmp/cli.txt. `ip netns exec` execs bash, so
 # $! is the server's shell.
@@ -250,8 +258,7 @@ for kind in "${kinds[@]}"; do
         grep -E '^ +[0-9.]+%' | head -n 30 | cut -c1-100; } || true  # head closes the pipe
       cp "$tmp/perf-$kind.data" "$out_dir/perf-$kind.data"
     fi
-    mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
-    gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+    gbps=$(bw_gbps)
     cpu_gb=$(echo "($cpu + $d1 - $d0) / ($bytes / 1000000000)" | bc -l)
     app_gb=$(echo "$cpu / ($bytes / 1000000000)" | bc -l)
     raw=${raw_gbps[$kind]:-0}
@@ -273,8 +280,7 @@ for kind in "${kinds[@]}"; do
         echo "$kind $prog $busy: failed (its output above)"
         continue
       fi
-      # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
-      read -r typ avg p99 < <(awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt")
+      read -r typ avg p99 < <(lat_row)
       printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us = %.1fx typical; avg %s us\n' \
         "$kind" "$prog 2 B typical, $busy" "$typ" "" "$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
         "$p99" "$(ratio "$p99" "$typ")" "$avg"
@@ -290,8 +296,7 @@ for kind in "${kinds[@]}"; do
   if [[ ${LOOPBACK:-1} == 1 ]]; then
     if cpu=$(cli_ns=$ns_a pair 18515 "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F" \
       "$xroce exec -- ib_write_bw -d xbd0 -x 0 -s 65536 -n $msgs -F $ip_a"); then
-      mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
-      gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+      gbps=$(bw_gbps)
       printf '%-7s %-40s %9.2f Gb/s %10s  applications %.2f CPU s\n' "$kind" \
         "loopback ib_write_bw 64 KB, one device" "$gbps" "" "$cpu"
       record "$kind" "loopback ib_write_bw 64 KB" "$gbps" Gb/s \
@@ -303,7 +308,7 @@ for kind in "${kinds[@]}"; do
       [[ $busy == busy ]] && spin_start
       if cli_ns=$ns_a pair 18515 "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
         "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
-        read -r typ avg p99 < <(awk '$1 == 2 {print $5, $6, $8; exit}' "$tmp/cli.txt")
+        read -r typ avg p99 < <(lat_row)
         printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us; avg %s us\n' "$kind" \
           "loopback ib_send_lat 2 B typical, $busy" "$typ" "" \
           "$(ratio "$typ" "${sock_typ[udp-$busy]}")" "$p99" "$avg"
@@ -344,8 +349,7 @@ for kind in ${SCALE_KINDS-afxdp}; do
       continue
     fi
     d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-    mbs=$(awk '$1 == 65536 {print $4}' "$tmp/cli.txt" | head -n 1)
-    gbps=$(echo "$mbs * 8 * 1048576 / 1000000000" | bc -l)
+    gbps=$(bw_gbps)
     cpu_gb=$(echo "($cpu + $d1 - $d0) / (2 * $bytes / 1000000000)" | bc -l)
     printf '%-7s %-40s %9.2f Gb/s %10.2f\n' "$kind" "ib_write_bw -q 2, $queues worker(s)" "$gbps" \
       "$cpu_gb"
