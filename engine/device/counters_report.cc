@@ -168,6 +168,8 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["rtt_min_us"] = static_cast<double>(rtt.min_ns()) / 1000.0;
   j["rtt_latest_us"] = static_cast<double>(rtt.latest_ns()) / 1000.0;
   j["rtt_peak_us"] = static_cast<double>(rtt.peak_ns()) / 1000.0;
+  j["loss_window_psns"] = qp.loss_window().psns();
+  j["loss_window_reductions"] = qp.loss_window().reductions();
   return j;
 }
 

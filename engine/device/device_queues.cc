@@ -460,6 +460,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.inflight_budget = inflight_budget_;
   config.adaptive_rto_floor_ns = transport::kDaemonAdaptiveRtoFloorNs;
   config.resend_probe_floor_ns = transport::kDaemonResendProbeFloorNs;
+  config.loss_window_min_psns = transport::kDaemonLossWindowMinPsns;
   auto core =
       std::make_unique<transport::Qp>(config, pd != nullptr ? *pd->regions : *domain->no_regions,
                                       shared == nullptr ? nullptr : shared->srq.get());

@@ -222,7 +222,11 @@ void Completer::complete_head(WcStatus status) {
 }
 
 void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
-  if (psn.after(ctx_.comp_psn)) ctx_.comp_psn = psn;
+  if (psn.after(ctx_.comp_psn)) {
+    const auto acked = static_cast<std::uint32_t>(psn.distance_from(ctx_.comp_psn));
+    ctx_.comp_psn = psn;
+    ctx_.loss_window.on_acknowledged(acked, ctx_.comp_psn);
+  }
   ctx_.rtt.on_acknowledged(now_ns, ctx_.comp_psn);
   // Forward progress resets the retry budgets (rxe's reset_retry_counters).
   ctx_.retry_left = ctx_.attr.retry_cnt;
@@ -242,6 +246,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
   }
   --ctx_.retry_left;
   ctx_.rtt.on_retry();
+  ctx_.loss_window.on_loss(ctx_.psn_high);
   if (!from_timeout) {
     retry_started_ = true;
     retry_psn_ = ctx_.comp_psn;
@@ -272,6 +277,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   ctx_.resend_probe = false;  // one probe per NAK; then the RTO, doubling
   ctx_.rtt.on_rto_expired();
   ctx_.rtt.on_retry();
+  ctx_.loss_window.on_loss(ctx_.psn_high);
   // A PSN-sequence NAK for this PSN still on its way answers the loss this resend repairs.
   retry_started_ = true;
   retry_psn_ = ctx_.comp_psn;

@@ -45,6 +45,7 @@ Qp::Qp(const QpConfig& config, MemoryRegionTable& mrs, Srq* srq)
   ctx_.mrs = &mrs;
   ctx_.srq = srq;
   ctx_.sq.resize(std::max<std::uint32_t>(1, config.max_send_wr));
+  ctx_.loss_window = LossWindow(config.max_unacked_psns, config.loss_window_min_psns);
   resp_.reset(wire::Psn(0), 0);
 }
 
@@ -134,6 +135,7 @@ void Qp::reset_queues() {
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
   ctx_.rtt = RttEstimator{};
+  ctx_.loss_window = LossWindow(ctx_.config.max_unacked_psns, ctx_.config.loss_window_min_psns);
   resp_.reset(wire::Psn(0), 0);
   req_.reset();
   comp_.reset();

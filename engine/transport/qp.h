@@ -66,6 +66,7 @@ class Qp {
   const QpAttr& attr() const { return ctx_.attr; }
   const QpCounters& counters() const { return ctx_.counters; }
   const RttEstimator& rtt() const { return ctx_.rtt; }
+  const LossWindow& loss_window() const { return ctx_.loss_window; }
   RequesterState requester_state(std::uint64_t now_ns) { return req_.state(now_ns); }
   wire::Psn expected_psn() const { return resp_.epsn(); }
   // For `xroce qp show` (read-only): the PSN the requester sends next, and the oldest PSN not

@@ -73,7 +73,7 @@ RequesterState Requester::next_state(std::uint64_t now_ns) {
   }
   if (ctx_.reliable() && ctx_.outstanding() &&
       static_cast<std::uint32_t>(ctx_.req_psn.distance_from(ctx_.comp_psn)) >=
-          ctx_.config.max_unacked_psns)
+          ctx_.loss_window.psns())
     return RequesterState::kWaitWindow;
   if (!budget_allows()) {
     ctx_.budget_waiting = true;
@@ -115,12 +115,12 @@ bool Requester::budget_full_after_this() const {
   return !budget->may_take(static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)), 1);
 }
 
-// Whether the QP's own window (max_unacked_psns) is full once the packet being built left: that
-// packet then asks for the ACK that opens it again, or the QP would wait for a timer.
+// Whether the QP's own window (its loss window, at most max_unacked_psns) is full once the packet
+// being built left: that packet then asks for the ACK that opens it again, or the QP would wait for
+// a timer.
 bool Requester::window_full_after_this() const {
   const wire::Psn next = ctx_.req_psn + 1;
-  return static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)) >=
-         ctx_.config.max_unacked_psns;
+  return static_cast<std::uint32_t>(next.distance_from(ctx_.comp_psn)) >= ctx_.loss_window.psns();
 }
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {

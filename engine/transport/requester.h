@@ -19,7 +19,7 @@ enum class RequesterState : std::uint8_t {
   kLocalOp,       // the WQE at sq_next is a bind or LOCAL_INV to execute now
   kWaitFence,     // IBV_SEND_FENCE: prior READ/ATOMIC still outstanding
   kWaitRdAtomic,  // max_rd_atomic READ/ATOMIC already outstanding
-  kWaitWindow,    // max_unacked_psns in flight
+  kWaitWindow,    // its loss window (at most max_unacked_psns) in flight
   kWaitBudget,    // the QP's share of the device's InflightBudget in flight
   kWaitRnrTimer,  // an RNR NAK's timer is running
   kWaitPacer,     // congestion control holds the next packet

@@ -376,6 +376,9 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--resend-probe-floor-us", c.resend_probe_floor_us,
                   "After a NAK's go-back-N, until it is answered, the adaptive timer runs for "
                   "min(RTO, max(this, 4 x the least round trip)) (0 = no probe)");
+  cmd->add_option("--loss-window-min-psns", c.loss_window_min_psns,
+                  "Floor of the RC requesters' loss window: losses shrink the PSNs a QP keeps "
+                  "unacknowledged from 128 down to this (0 = a fixed window of 128)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

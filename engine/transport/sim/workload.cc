@@ -101,6 +101,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.inflight_budget = node.inflight_budget;
   qc.adaptive_rto_floor_ns = cfg_.rto_floor_us * 1000;
   qc.resend_probe_floor_ns = cfg_.resend_probe_floor_us * 1000;
+  qc.loss_window_min_psns = cfg_.loss_window_min_psns;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);

@@ -81,6 +81,8 @@ struct ScenarioConfig {
   std::uint64_t rto_floor_us = kAdaptiveRtoFloorNs / 1000;
   // Every RC QP's resend probe floor (QpConfig::resend_probe_floor_ns; 0 = no probe).
   std::uint64_t resend_probe_floor_us = kAdaptiveRtoFloorNs / 1000;
+  // Every RC QP's loss window floor (QpConfig::loss_window_min_psns; 0 = a fixed window).
+  std::uint32_t loss_window_min_psns = kDaemonLossWindowMinPsns;
   // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
   // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
   // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time
