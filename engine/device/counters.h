@@ -82,6 +82,9 @@ enum class Counter : std::uint8_t {
   // Of completer_retry_err and adaptive_retransmits, the expiries after a resend from the same
   // PSN went unanswered (transport::QpCounters::resend_timeouts).
   kResendTimeouts,
+  // Tail probes: one packet resent after silence with no NAK (transport::QpConfig::
+  // tail_probe_floor_ns), counted apart from the go-back-N resends above.
+  kTailProbes,
   kCount
 };
 
@@ -130,6 +133,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "req_remote_invalid_request",
     "adaptive_retransmits",
     "resend_timeouts",
+    "tail_probes",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -43,6 +43,7 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kAdaptiveRetransmits, now.adaptive_retransmits,
              reported.adaptive_retransmits);
   add_growth(block, Counter::kResendTimeouts, now.resend_timeouts, reported.resend_timeouts);
+  add_growth(block, Counter::kTailProbes, now.tail_probes, reported.tail_probes);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
@@ -148,6 +149,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["timeouts"] = c.timeouts;
   j["adaptive_retransmits"] = c.adaptive_retransmits;
   j["resend_timeouts"] = c.resend_timeouts;
+  j["tail_probes"] = c.tail_probes;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;

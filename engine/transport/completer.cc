@@ -234,6 +234,14 @@ void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   retry_started_ = false;
   resent_unanswered_ = false;
   ctx_.resend_probe = false;
+  if (ctx_.tail_probe) {
+    // The probe's answer, or what it overtook, left PSNs sent before it unacknowledged: they
+    // were lost unless acknowledged within the resend probe's timer (QpConfig::
+    // tail_probe_floor_ns).
+    ctx_.resend_probe = ctx_.comp_psn.before(ctx_.tail_probe_end);
+    ctx_.tail_probe = ctx_.resend_probe;
+  }
+  req_.end_probe();
   if (ctx_.req_psn.before(ctx_.comp_psn)) ctx_.req_psn = ctx_.comp_psn;
   ctx_.restart_retransmit_timer(now_ns);
 }
@@ -252,6 +260,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
     retry_psn_ = ctx_.comp_psn;
   }
   ctx_.resend_probe = !from_timeout;
+  ctx_.tail_probe = false;
   req_.retry();
   resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
@@ -271,10 +280,21 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   const bool started =
       ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
   if (!ctx_.outstanding() || !started || ctx_.rnr_deadline_ns != 0) return;
+  if (!ctx_.resend_probe && !ctx_.tail_probe && ctx_.config.tail_probe_floor_ns != 0) {
+    // Silence with no NAK to go on: one packet asks what the responder has (tail_probe_floor_ns).
+    ++ctx_.counters.tail_probes;
+    ctx_.tail_probe = true;
+    ctx_.tail_probe_end = ctx_.psn_high;
+    ctx_.rtt.on_retry();
+    req_.probe();
+    ctx_.restart_adaptive_timer(now_ns);
+    return;
+  }
   ++ctx_.counters.adaptive_retransmits;
   if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
   resent_unanswered_ = true;
   ctx_.resend_probe = false;  // one probe per NAK; then the RTO, doubling
+  ctx_.tail_probe = false;
   ctx_.rtt.on_rto_expired();
   ctx_.rtt.on_retry();
   ctx_.loss_window.on_loss(ctx_.psn_high);

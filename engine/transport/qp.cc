@@ -131,6 +131,7 @@ void Qp::reset_queues() {
   ctx_.retransmit_deadline_ns = 0;
   ctx_.adaptive_deadline_ns = 0;
   ctx_.resend_probe = false;
+  ctx_.tail_probe = false;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
@@ -312,6 +313,7 @@ void Qp::enter_error() {
   ctx_.retransmit_deadline_ns = 0;
   ctx_.adaptive_deadline_ns = 0;
   ctx_.resend_probe = false;
+  ctx_.tail_probe = false;
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
 }

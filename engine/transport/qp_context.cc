@@ -155,8 +155,12 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   const std::uint64_t cap_ns = ack_timeout_ns(attr.timeout);
   if (config.adaptive_rto_floor_ns == 0 || cap_ns == 0 || !reliable() || !outstanding()) return;
   std::uint64_t rto_ns = rtt.rto_ns(config.adaptive_rto_floor_ns, cap_ns);
-  if (resend_probe && config.resend_probe_floor_ns != 0 && rtt.samples() != 0)
-    rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
+  // A probe's timer (QpConfig::resend_probe_floor_ns, tail_probe_floor_ns) where one is due.
+  const std::uint64_t probe_floor_ns = resend_probe ? config.resend_probe_floor_ns
+                                       : tail_probe ? 0
+                                                    : config.tail_probe_floor_ns;
+  if (probe_floor_ns != 0 && rtt.samples() != 0)
+    rto_ns = std::min(rto_ns, std::max(probe_floor_ns, 4 * rtt.min_ns()));
   if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;
 }
 

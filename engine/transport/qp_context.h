@@ -60,6 +60,9 @@ inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
 // The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns): only after a NAK, so
 // a stall longer than this costs one needless go-back-N there, never a resend on a clean link.
 inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 2'000'000;
+// The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns): the resend probe's, as
+// a needless probe costs one packet.
+inline constexpr std::uint64_t kDaemonTailProbeFloorNs = kDaemonResendProbeFloorNs;
 
 // The daemon's floor of the loss window (QpConfig::loss_window_min_psns): 32 PSNs, 128 KiB at a
 // 4096-byte MTU. On the wire at 2 % loss (bench/README.md "Loss") a fixed window of 32 kept the
@@ -93,6 +96,17 @@ struct QpConfig {
   // trip, not the queued one the RTO is sized for; when its first packet is lost, the responder,
   // which NAKs a gap only once, stays silent, and only this timer finds it. 0: no probe.
   std::uint64_t resend_probe_floor_ns = 0;
+  // The tail probe: when the QP has heard nothing for min(RTO, max(this floor, 4 * the least
+  // round trip)) with PSNs unacknowledged and no NAK to go on, it resends one packet, the oldest
+  // unacknowledged, asking for an ACK, rather than the whole window (in the spirit of TCP's tail
+  // loss probe, RFC 8985 7). Its answer tells a lost ACK (the responder has everything: a
+  // duplicate is re-ACKed up to what it executed, rxe_resp.c duplicate_request) from lost
+  // requests (what is acknowledged stops short of what was in flight: then the resend probe's
+  // timer, resend_probe_floor_ns, runs and a go-back-N follows unless the rest is acknowledged
+  // meanwhile). Silence after the probe waits for the RTO. It costs one packet where the RTO's
+  // go-back-N resends the window, so its timer can be as short as the resend probe's: the RTO
+  // must stay long enough for a stalled host never to resend a window needlessly. 0: no probe.
+  std::uint64_t tail_probe_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -175,6 +189,10 @@ struct QpContext {
   std::uint64_t retransmit_deadline_ns = 0;  // the Local ACK Timeout; 0 = disarmed
   std::uint64_t adaptive_deadline_ns = 0;    // the adaptive retransmission timer; 0 = disarmed
   bool resend_probe = false;  // a NAK-started go-back-N not yet answered (resend_probe_floor_ns)
+  // A tail probe went out (tail_probe_floor_ns) and not all that was in flight then, up to
+  // tail_probe_end, is acknowledged yet: no second probe until it is.
+  bool tail_probe = false;
+  wire::Psn tail_probe_end;
   std::uint64_t rnr_deadline_ns = 0;    // 0 = not waiting for an RNR timer
   std::uint64_t pacer_deadline_ns = 0;  // 0 = congestion control is not holding packets
 

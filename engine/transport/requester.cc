@@ -149,6 +149,7 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   SendWqe& w = ctx_.wqe(ctx_.sq_next);
   if (w.stage == WqeStage::kPosted) start_wqe(w);
   Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_connected(w, payload);
+  end_probe();  // the probe left: back to where the requester stood
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
@@ -223,12 +224,14 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   const bool completes_recv = h.info().operation == wire::Operation::kSend || h.info().with_imm;
   h.bth.solicited = last && completes_recv && (w.wr.send_flags & send_flags::kSolicited);
   // AckReq on every message end, and periodically inside long messages (rxe_req.c
-  // init_req_packet; docs/protocol.md §3.3), and where the QP's window or the device's
-  // InflightBudget stops the QP (the BTH's AckReq may be set on any request packet, IBA 9.2);
+  // init_req_packet; docs/protocol.md §3.3), on a tail probe, and where the QP's window or the
+  // device's InflightBudget stops the QP (the BTH's AckReq may be set on any request packet, IBA
+  // 9.2);
   // never on UC, which nothing acknowledges (rxe: ack_req stays 0 for UC and UD).
   h.bth.ack_req =
-      ctx_.reliable() && (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq ||
-                          force_ackreq_ || window_full_after_this() || budget_full_after_this());
+      ctx_.reliable() &&
+      (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq || force_ackreq_ ||
+       probing_ || window_full_after_this() || budget_full_after_this());
   if (h.bth.ack_req) packets_since_ackreq_ = 0;
   if (!copy_payload(w, offset, payload.subspan(0, chunk))) ctx_.fatal_pending = true;
   t.payload_len = chunk;
@@ -346,6 +349,22 @@ void Requester::retry() {
   ctx_.sq_next = ctx_.sq_head;
   ctx_.req_psn = ctx_.comp_psn;
   packets_since_ackreq_ = 0;
+  probing_ = false;
+}
+
+void Requester::probe() {
+  probe_saved_sq_next_ = ctx_.sq_next;
+  probe_saved_req_psn_ = ctx_.req_psn;
+  ctx_.sq_next = ctx_.sq_head;
+  ctx_.req_psn = ctx_.comp_psn;
+  probing_ = true;
+}
+
+void Requester::end_probe() {
+  if (!probing_) return;
+  probing_ = false;
+  ctx_.sq_next = probe_saved_sq_next_;
+  ctx_.req_psn = probe_saved_req_psn_;
 }
 
 }  // namespace xroce::transport

@@ -38,10 +38,17 @@ class Requester {
   std::optional<Transmit> poll(std::uint64_t now_ns, wire::MutableBytes payload);
   // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE.
   void retry();
+  // The tail probe (QpConfig::tail_probe_floor_ns): the next packet is the one at comp_psn,
+  // asking for an ACK; after it the requester goes on where it was (new PSNs, as the window
+  // allows), so what the probe's answer leaves unacknowledged waits for a timer, not for an
+  // immediate go-back-N. Anything acknowledged first (end_probe) or a retry cancels it.
+  void probe();
+  void end_probe();
   void reset() {
     packets_since_ackreq_ = 0;
     halted_ = false;
     last_sent_ackreq_ = true;
+    probing_ = false;
   }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
 
@@ -69,6 +76,10 @@ class Requester {
   // Whether the newest packet sent asked for an acknowledgement, and whether the next one must.
   bool last_sent_ackreq_ = true;
   bool force_ackreq_ = false;
+  // A tail probe is due: the requester stands at comp_psn; it goes back to these after it.
+  bool probing_ = false;
+  std::uint64_t probe_saved_sq_next_ = 0;
+  wire::Psn probe_saved_req_psn_;
 };
 
 }  // namespace xroce::transport

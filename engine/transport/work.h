@@ -135,6 +135,8 @@ struct QpCounters {
   // answer, was lost too (the responder NAKs a gap once, rxe_resp.c check_psn). The others
   // found the tail of what was sent, its ACK, or the NAK lost.
   std::uint64_t resend_timeouts = 0;
+  // Tail probes sent (QpConfig::tail_probe_floor_ns): one packet each, not counted above.
+  std::uint64_t tail_probes = 0;
   std::uint64_t duplicate_requests = 0;
   std::uint64_t out_of_sequence = 0;
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work

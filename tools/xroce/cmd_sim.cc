@@ -64,6 +64,7 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"timeouts", s.timeouts},
           {"adaptive_retransmits", s.adaptive_retransmits},
           {"resend_timeouts", s.resend_timeouts},
+          {"tail_probes", s.tail_probes},
           {"frames_sent", s.frames_sent},
           {"frames_dropped_bad", s.frames_dropped_bad},
           {"queue_drops", s.queue_drops},
@@ -379,6 +380,9 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--loss-window-min-psns", c.loss_window_min_psns,
                   "Floor of the RC requesters' loss window: losses shrink the PSNs a QP keeps "
                   "unacknowledged from 128 down to this (0 = a fixed window of 128)");
+  cmd->add_option("--tail-probe-floor-us", c.tail_probe_floor_us,
+                  "After silence of min(RTO, max(this, 4 x the least round trip)) with no NAK, "
+                  "resend one packet asking for an ACK before any go-back-N (0 = no probe)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

@@ -83,6 +83,10 @@ struct ScenarioConfig {
   std::uint64_t resend_probe_floor_us = kAdaptiveRtoFloorNs / 1000;
   // Every RC QP's loss window floor (QpConfig::loss_window_min_psns; 0 = a fixed window).
   std::uint32_t loss_window_min_psns = kDaemonLossWindowMinPsns;
+  // Every RC QP's tail probe floor (QpConfig::tail_probe_floor_ns; 0 = no probe). Off by
+  // default: at these defaults the RTO's floor is the probes' floor, so a probe would only put a
+  // round trip before the go-back-N the RTO starts; the daemon's RTO floor is five times it.
+  std::uint64_t tail_probe_floor_us = 0;
   // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
   // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
   // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time
@@ -116,7 +120,8 @@ struct Summary {
   std::uint64_t timeouts = 0;              // Local ACK Timeout expiries (each uses retry_cnt)
   std::uint64_t adaptive_retransmits = 0;  // go-back-N resends the adaptive timer started
   std::uint64_t resend_timeouts =
-      0;  // of both timers' expiries, those after a resend went unanswered
+      0;                          // of both timers' expiries, those after a resend went unanswered
+  std::uint64_t tail_probes = 0;  // single packets resent after silence (tail_probe_floor_us)
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_dropped_bad = 0;  // failed decode or ICRC at the receiving node
   std::uint64_t queue_drops = 0;         // frames the switch's queues dropped (queue_bytes)

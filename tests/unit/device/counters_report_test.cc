@@ -27,6 +27,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.timeouts = 6;
   qp.adaptive_retransmits = 8;
   qp.resend_timeouts = 5;
+  qp.tail_probes = 9;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
   qp.duplicate_requests = 7;
@@ -40,6 +41,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kCompleterRetryErr), 6u);
   EXPECT_EQ(at(v, Counter::kAdaptiveRetransmits), 8u);  // apart from the Local ACK Timeout's
   EXPECT_EQ(at(v, Counter::kResendTimeouts), 5u);
+  EXPECT_EQ(at(v, Counter::kTailProbes), 9u);
 }
 
 TEST(CountersReport, ResetQpCountersAddTheirNewValue) {

@@ -169,6 +169,87 @@ TEST_F(ResendProbeTest, WithoutTheProbeTheSameLossWaitsTheRto) {
   EXPECT_EQ(lose_the_naks_resend(), 110'000 + kRtoFloorNs);
 }
 
+// The tail probe (QpConfig::tail_probe_floor_ns): silence with no NAK sends one packet, the
+// oldest unacknowledged, asking for an ACK, after max(floor, 4 x the least round trip) instead
+// of a go-back-N after the RTO. Its answer tells lost ACKs (everything acknowledged: nothing
+// more is resent) from lost requests (what stays unacknowledged is resent after the resend
+// probe's timer).
+class TailProbeTest : public ResendProbeTest {
+ protected:
+  void make_probing(std::uint32_t loss_window_min_psns = 0) {
+    QpOptions o;
+    o.adaptive_rto_floor_ns = kRtoFloorNs;
+    o.resend_probe_floor_ns = kProbeFloorNs;
+    o.tail_probe_floor_ns = kProbeFloorNs;
+    o.loss_window_min_psns = loss_window_min_psns;
+    make_qp(o);
+  }
+  // One 40 us sample, then a 4-packet WRITE at 100 us that nothing answers. Returns when the
+  // QP will probe.
+  std::uint64_t send_into_silence() {
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 100, {sge(local, 8)})), 0);
+    EXPECT_EQ(drain(0).size(), 1u);
+    receive(ack(kSqPsn), {}, kRttNs);
+    EXPECT_EQ(completions().size(), 1u);
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 4 * kMtu)})), 0);
+    EXPECT_EQ(drain(100'000).size(), 4u);
+    return qp->next_deadline().value_or(0);
+  }
+};
+
+TEST_F(TailProbeTest, LostAcksCostOneProbePacket) {
+  make_probing();
+  const std::uint64_t probe = send_into_silence();
+  EXPECT_EQ(probe, 100'000 + kProbeNs);
+  qp->handle_timeout(probe);
+  const auto out = drain(probe);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 1);
+  EXPECT_TRUE(out[0].t.retransmission);
+  EXPECT_TRUE(out[0].hdr().bth.ack_req);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  // No second probe: the next expiry is the RTO's.
+  EXPECT_EQ(qp->next_deadline(), probe + kRtoFloorNs);
+  // The responder had it all: its answer to the duplicate acknowledges the whole WRITE.
+  receive(ack(kSqPsn + 4), {}, probe + kRttNs);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(drain(probe + kRttNs).empty());
+  EXPECT_EQ(qp->counters().retransmitted_packets, 1u);
+}
+
+TEST_F(TailProbeTest, WhatTheProbesAnswerLeavesIsResentAfterTheResendProbe) {
+  make_probing(2);
+  const std::uint64_t probe = send_into_silence();
+  qp->handle_timeout(probe);
+  ASSERT_EQ(drain(probe).size(), 1u);
+  // The responder had lost everything (its NAK was lost too): it executes the probe alone.
+  const std::uint64_t answered = probe + kRttNs;
+  receive(ack(kSqPsn + 1), {}, answered);
+  EXPECT_TRUE(drain(answered).empty());  // no go-back-N on the spot: ACKs may still be coming
+  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
+  qp->handle_timeout(answered + kProbeNs);
+  const auto out = drain(answered + kProbeNs);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  EXPECT_EQ(qp->loss_window().reductions(), 1u);
+  receive(ack(kSqPsn + 4), {}, answered + kProbeNs + kRttNs);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+}
+
+TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
+  make(kProbeFloorNs);  // the resend probe alone
+  const std::uint64_t fire = send_into_silence();
+  EXPECT_EQ(fire, 100'000 + kRtoFloorNs);
+  qp->handle_timeout(fire);
+  EXPECT_EQ(drain(fire).size(), 4u);
+  EXPECT_EQ(qp->counters().tail_probes, 0u);
+}
+
 TEST_F(AdaptiveRetransmitTest, ALateNakForTheResentPsnStartsNoSecondGoBackN) {
   const std::uint32_t psn = measure_once();
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);
