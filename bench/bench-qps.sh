@@ -3,7 +3,7 @@
 # between two namespaces joined by a veth (MTU 9000), on each port kind; for each, the MB/s, the
 # ratio to -q 1 of the same kind in the same run, and the counters of both devices that tell a
 # clean run from a struggling one: sent_pkts, rx_port_drops, completer_retry_err (Local ACK
-# Timeouts), duplicate_request, rcvd_seq_err. Iterations per QP (-n) are those of the README's
+# Timeouts), adaptive_retransmits, tail_probes, duplicate_request, rcvd_seq_err. Iterations per QP (-n) are those of the README's
 # earlier figures: 2000 for one QP, 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on;
 # ITERS_<QPS> (ITERS_64=...) overrides one.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
@@ -50,7 +50,8 @@ in_ns "$ns_b" ip link set dev "$if_b" mtu 9000 up
 in_ns "$ns_a" ip addr add $ip_a/24 dev "$if_a"
 in_ns "$ns_b" ip addr add $ip_b/24 dev "$if_b"
 
-names=(sent_pkts rx_port_drops completer_retry_err duplicate_request rcvd_seq_err)
+names=(sent_pkts rx_port_drops completer_retry_err adaptive_retransmits tail_probes
+  duplicate_request rcvd_seq_err)
 # Both devices' counters, summed, as "name value ..." in the order of `names`.
 counters() {
   { in_ns "$ns_a" "$xroce" stat xbq0 --json; in_ns "$ns_b" "$xroce" stat xbq1 --json; } |

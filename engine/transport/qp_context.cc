@@ -155,12 +155,22 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   const std::uint64_t cap_ns = ack_timeout_ns(attr.timeout);
   if (config.adaptive_rto_floor_ns == 0 || cap_ns == 0 || !reliable() || !outstanding()) return;
   std::uint64_t rto_ns = rtt.rto_ns(config.adaptive_rto_floor_ns, cap_ns);
-  // A probe's timer (QpConfig::resend_probe_floor_ns, tail_probe_floor_ns) where one is due.
-  const std::uint64_t probe_floor_ns = resend_probe ? config.resend_probe_floor_ns
-                                       : tail_probe ? 0
-                                                    : config.tail_probe_floor_ns;
-  if (probe_floor_ns != 0 && rtt.samples() != 0)
-    rto_ns = std::min(rto_ns, std::max(probe_floor_ns, 4 * rtt.min_ns()));
+  // A probe's timer where one is due: after a NAK's go-back-N the path is empty and its answer
+  // takes a base round trip (QpConfig::resend_probe_floor_ns); a tail probe waits at least two
+  // smoothed round trips too (RFC 8985 7.2's PTO) and the longest recent one, as the ACKs it
+  // waits for may be queued behind other QPs' work (QpConfig::tail_probe_floor_ns): half the
+  // RTO's peak rule, which a needless probe, one packet, can afford. Not while other QPs of the
+  // device wait for its InflightBudget: then the silence is the queue of a device that has more
+  // to send than it lets out, and the RTO (whose expiry still probes first) is the timer.
+  if (rtt.samples() != 0) {
+    if (resend_probe && config.resend_probe_floor_ns != 0) {
+      rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
+    } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
+               !budget_contended()) {
+      rto_ns = std::min(rto_ns, std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
+                                          2 * rtt.smoothed_ns(), rtt.peak_ns()}));
+    }
+  }
   if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;
 }
 

@@ -97,15 +97,16 @@ struct QpConfig {
   // which NAKs a gap only once, stays silent, and only this timer finds it. 0: no probe.
   std::uint64_t resend_probe_floor_ns = 0;
   // The tail probe: when the QP has heard nothing for min(RTO, max(this floor, 4 * the least
-  // round trip)) with PSNs unacknowledged and no NAK to go on, it resends one packet, the oldest
-  // unacknowledged, asking for an ACK, rather than the whole window (in the spirit of TCP's tail
-  // loss probe, RFC 8985 7). Its answer tells a lost ACK (the responder has everything: a
-  // duplicate is re-ACKed up to what it executed, rxe_resp.c duplicate_request) from lost
-  // requests (what is acknowledged stops short of what was in flight: then the resend probe's
-  // timer, resend_probe_floor_ns, runs and a go-back-N follows unless the rest is acknowledged
-  // meanwhile). Silence after the probe waits for the RTO. It costs one packet where the RTO's
-  // go-back-N resends the window, so its timer can be as short as the resend probe's: the RTO
-  // must stay long enough for a stalled host never to resend a window needlessly. 0: no probe.
+  // round trip, 2 * the smoothed one, the recent peak)) with PSNs unacknowledged and no NAK to go
+  // on, it resends one packet, the oldest unacknowledged, asking for an ACK, rather than the
+  // whole window (in the spirit of TCP's tail loss probe, RFC 8985 7). Its answer tells lost
+  // ACKs (the responder has everything: a duplicate is re-ACKed up to what it executed,
+  // rxe_resp.c duplicate_request) from lost requests (what is acknowledged stops short of what
+  // was in flight: then the resend probe's timer, resend_probe_floor_ns, runs and a go-back-N
+  // follows unless the rest is acknowledged meanwhile). Silence after the probe waits for the
+  // RTO. It costs one packet where the RTO's go-back-N resends the window, so its timer can be
+  // half the RTO's (one peak, not two, and the resend probe's floor): the RTO must stay long
+  // enough for a stalled host never to resend a window needlessly. 0: no probe.
   std::uint64_t tail_probe_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
@@ -234,6 +235,10 @@ struct QpContext {
   // Tells the device's InflightBudget what this QP holds now and whether it waits for it (after
   // any input or output).
   void sync_inflight_budget();
+  // Whether QPs of the device wait for its InflightBudget (more demand than it lets out).
+  bool budget_contended() const {
+    return config.inflight_budget != nullptr && config.inflight_budget->waiting_qps() > 0;
+  }
   BudgetHolding budget_told;    // what the budget was last told
   bool budget_waiting = false;  // the requester's last look found it stopped by the budget
 };

@@ -241,6 +241,24 @@ TEST_F(TailProbeTest, WhatTheProbesAnswerLeavesIsResentAfterTheResendProbe) {
   EXPECT_EQ(qp->counters().timeouts, 0u);
 }
 
+TEST_F(TailProbeTest, NoEarlyProbeWhileOtherQpsWaitForTheDevicesBudget) {
+  QpOptions o;
+  o.adaptive_rto_floor_ns = kRtoFloorNs;
+  o.resend_probe_floor_ns = kProbeFloorNs;
+  o.tail_probe_floor_ns = kProbeFloorNs;
+  o.inflight_budget = std::make_shared<InflightBudget>(256);
+  make_qp(o);
+  // Another QP of the device waits for the budget: silence is the device's queue.
+  o.inflight_budget->update(BudgetHolding{}, BudgetHolding{0, true});
+  const std::uint64_t fire = send_into_silence();
+  EXPECT_EQ(fire, 100'000 + kRtoFloorNs);
+  // The RTO's expiry still asks with one packet before going back N.
+  qp->handle_timeout(fire);
+  EXPECT_EQ(drain(fire).size(), 1u);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+  o.inflight_budget->update(BudgetHolding{0, true}, BudgetHolding{});
+}
+
 TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
   make(kProbeFloorNs);  // the resend probe alone
   const std::uint64_t fire = send_into_silence();
