@@ -1,8 +1,12 @@
 // The adaptive retransmission timer (QpConfig::adaptive_rto_floor_ns, transport/rtt.h): a QP
 // that heard nothing for its RTO resends from the oldest unacknowledged PSN long before the
 // Local ACK Timeout, uses no retry_cnt doing so, never fires on a link that answers in time, and
-// resumes a READ from its first missing response. Time is a parameter throughout.
+// resumes a READ from its first missing response; the resend probe after a NAK and the tail
+// probe after silence shorten its wait. Time is a parameter throughout.
 #include <gtest/gtest.h>
+
+#include <memory>
+#include <utility>
 
 #include "protocol_harness.h"
 
@@ -126,13 +130,17 @@ class ResendProbeTest : public ProtocolTest {
     o.resend_probe_floor_ns = probe_floor_ns;
     make_qp(o);
   }
-  // A 3-packet SEND after one 40 us sample; the peer NAKs the second packet at 110 us and the
-  // two resent packets are lost. Returns when the QP will resend them.
-  std::uint64_t lose_the_naks_resend() {
+  // One SEND sent at 0 and acknowledged 40 us later: the QP's one round-trip sample.
+  void sample_once() {
     EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 100, {sge(local, 8)})), 0);
     EXPECT_EQ(drain(0).size(), 1u);
     receive(ack(kSqPsn), {}, kRttNs);
     EXPECT_EQ(completions().size(), 1u);
+  }
+  // A 3-packet SEND after one 40 us sample; the peer NAKs the second packet at 110 us and the
+  // two resent packets are lost. Returns when the QP will resend them.
+  std::uint64_t lose_the_naks_resend() {
+    sample_once();
     EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);
     EXPECT_EQ(drain(100'000).size(), 3u);
     EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoFloorNs);  // no NAK yet: the RTO
@@ -176,21 +184,20 @@ TEST_F(ResendProbeTest, WithoutTheProbeTheSameLossWaitsTheRto) {
 // probe's timer).
 class TailProbeTest : public ResendProbeTest {
  protected:
-  void make_probing(std::uint32_t loss_window_min_psns = 0) {
+  void make_probing(std::uint32_t loss_window_min_psns = 0,
+                    std::shared_ptr<InflightBudget> budget = nullptr) {
     QpOptions o;
     o.adaptive_rto_floor_ns = kRtoFloorNs;
     o.resend_probe_floor_ns = kProbeFloorNs;
     o.tail_probe_floor_ns = kProbeFloorNs;
     o.loss_window_min_psns = loss_window_min_psns;
+    o.inflight_budget = std::move(budget);
     make_qp(o);
   }
   // One 40 us sample, then a 4-packet WRITE at 100 us that nothing answers. Returns when the
   // QP will probe.
   std::uint64_t send_into_silence() {
-    EXPECT_EQ(qp->post_send(wr(WrOpcode::kSend, 100, {sge(local, 8)})), 0);
-    EXPECT_EQ(drain(0).size(), 1u);
-    receive(ack(kSqPsn), {}, kRttNs);
-    EXPECT_EQ(completions().size(), 1u);
+    sample_once();
     EXPECT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 4 * kMtu)})), 0);
     EXPECT_EQ(drain(100'000).size(), 4u);
     return qp->next_deadline().value_or(0);
@@ -242,21 +249,17 @@ TEST_F(TailProbeTest, WhatTheProbesAnswerLeavesIsResentAfterTheResendProbe) {
 }
 
 TEST_F(TailProbeTest, NoEarlyProbeWhileOtherQpsWaitForTheDevicesBudget) {
-  QpOptions o;
-  o.adaptive_rto_floor_ns = kRtoFloorNs;
-  o.resend_probe_floor_ns = kProbeFloorNs;
-  o.tail_probe_floor_ns = kProbeFloorNs;
-  o.inflight_budget = std::make_shared<InflightBudget>(256);
-  make_qp(o);
+  const auto budget = std::make_shared<InflightBudget>(256);
+  make_probing(0, budget);
   // Another QP of the device waits for the budget: silence is the device's queue.
-  o.inflight_budget->update(BudgetHolding{}, BudgetHolding{0, true});
+  budget->update(BudgetHolding{}, BudgetHolding{0, true});
   const std::uint64_t fire = send_into_silence();
   EXPECT_EQ(fire, 100'000 + kRtoFloorNs);
   // The RTO's expiry still asks with one packet before going back N.
   qp->handle_timeout(fire);
   EXPECT_EQ(drain(fire).size(), 1u);
   EXPECT_EQ(qp->counters().tail_probes, 1u);
-  o.inflight_budget->update(BudgetHolding{0, true}, BudgetHolding{});
+  budget->update(BudgetHolding{0, true}, BudgetHolding{});
 }
 
 TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
