@@ -26,13 +26,13 @@ void print_qp(const std::string& name, const nlohmann::ordered_json& qp) {
   fmt::print(
       "link {}/1 lqpn {} type {} state {} sq-psn {} unacked-psn {} rq-psn {} rqpn {} peer {} "
       "worker {} pid {} retransmits {} timeouts {} rate-mbps {:.1f} target-rate-mbps {:.1f} "
-      "alpha {:.4f} cc {}\n",
+      "alpha {:.4f} cc {} rtt-us {:.0f} loss-window {}\n",
       name, qp.value("qpn", 0u), qp.value("type", ""), qp.value("state", ""),
       qp.value("sq_psn", 0u), qp.value("unacked_psn", 0u), qp.value("rq_psn", 0u),
       qp.value("dest_qpn", 0u), qp.value("peer", "-"), qp.value("worker", 0u), qp.value("pid", 0),
       qp.value("retransmits", std::uint64_t{0}), qp.value("timeouts", std::uint64_t{0}),
       qp.value("rate_mbps", 0.0), qp.value("target_rate_mbps", 0.0), qp.value("alpha", 0.0),
-      qp.value("cc_stage", "none"));
+      qp.value("cc_stage", "none"), qp.value("rtt_us", 0.0), qp.value("loss_window_psns", 0u));
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   transport::MemoryRegionTable mrs(memory);
   transport::QpConfig config;
   config.qpn = wire::Qpn(0x11);
+  config.loss_window_min_psns = 32;
   transport::Qp qp(config, mrs);
   transport::QpAttr attr;
   attr.qp_state = transport::QpState::kInit;
@@ -171,10 +172,12 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   EXPECT_EQ(j["retransmits"], 0);
   EXPECT_TRUE(j.contains("sq_psn") && j.contains("rq_psn") && j.contains("dest_qpn"));
   for (const char* key : {"payload_bytes_sent", "payload_bytes_received", "naks_sent",
-                          "rnr_naks_sent", "ecn_ce_received", "cnps_received", "rtt_samples"}) {
+                          "rnr_naks_sent", "ecn_ce_received", "cnps_received", "rtt_samples",
+                          "tail_probes", "loss_window_reductions"}) {
     EXPECT_EQ(j[key], 0) << key;
   }
   EXPECT_EQ(j["rtt_us"], 0.0);
+  EXPECT_EQ(j["loss_window_psns"], config.max_unacked_psns);  // a new QP: the whole window
 }
 
 }  // namespace
