@@ -150,6 +150,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["adaptive_retransmits"] = c.adaptive_retransmits;
   j["resend_timeouts"] = c.resend_timeouts;
   j["tail_probes"] = c.tail_probes;
+  j["replay_gap_retries"] = c.replay_gap_retries;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;

@@ -84,11 +84,33 @@ CompleterState Completer::get_wqe() {
 
 CompleterState Completer::retry_once() {
   // One retry at a time: a NAK for the PSN a retry already restarted from is stale, and while
-  // an RNR timer runs the RNR retry owns the restart.
-  if (ctx_.rnr_deadline_ns == 0 && !(retry_started_ && retry_psn_ == ctx_.comp_psn)) {
+  // an RNR timer runs the RNR retry owns the restart; unless the responses show that the
+  // replay the retry asked for came without that PSN (response_gap).
+  const bool replay_lost = replay_lost_;
+  replay_lost_ = false;
+  if (ctx_.rnr_deadline_ns == 0 &&
+      (!(retry_started_ && retry_psn_ == ctx_.comp_psn) || replay_lost)) {
+    if (replay_lost) ++ctx_.counters.replay_gap_retries;
     start_retry(now_ns_, false);
   }
   return CompleterState::kDone;
+}
+
+// A response after the oldest unacknowledged PSN while a READ or ATOMIC waits there: its
+// response was lost. A responder sends its responses in PSN order, so while one retry from
+// comp_psn runs, a response to that same READ (`in_head`) before the newest gapped response
+// means the responses went back: the replay the retry asked for (rxe_resp.c duplicate_request
+// replays a READ from the retried PSN) has begun, and without comp_psn, which was lost again.
+// That is a new loss, found now rather than by the resend probe's timer, and asks again. Only
+// the head READ's responses count: a later READ's replay also goes back to its own start, with
+// the head's replay still to come; and the same PSN again is not enough (a responder re-ACKs a
+// duplicate request with the PSN it acknowledged before).
+CompleterState Completer::response_gap(const Response& r, bool in_head) {
+  replay_lost_ = in_head && retry_started_ && retry_psn_ == ctx_.comp_psn && gap_seen_ &&
+                 r.psn.before(last_gap_psn_);
+  gap_seen_ = true;
+  last_gap_psn_ = r.psn;
+  return CompleterState::kRetry;
 }
 
 CompleterState Completer::rnr_retry(const Response& r) {
@@ -117,7 +139,7 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.after(w.last_psn)) {
     // A response beyond this WQE acknowledges a SEND/WRITE implicitly (a coalesced ACK) but
     // means a READ/ATOMIC's response was lost: implied NAK (rxe_comp.c check_psn).
-    if (w.is_read_or_atomic()) return CompleterState::kRetry;
+    if (w.is_read_or_atomic()) return response_gap(r, false);
     advance_comp_psn(now_ns_, w.last_psn + 1);
     complete_head(WcStatus::kSuccess);
     return CompleterState::kGetWqe;
@@ -125,7 +147,7 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.after(ctx_.comp_psn) && w.is_read_or_atomic()) {
     // A gap in READ responses is an implied NAK: ask again from the first missing PSN now,
     // once per gap, rather than wait for the ACK timeout (rxe_comp.c check_psn).
-    return CompleterState::kRetry;
+    return response_gap(r, true);
   }
   return CompleterState::kCheckAck;
 }
@@ -233,6 +255,7 @@ void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   ctx_.rnr_retry_left = ctx_.attr.rnr_retry;
   retry_started_ = false;
   resent_unanswered_ = false;
+  gap_seen_ = false;
   ctx_.resend_probe = false;
   if (ctx_.tail_probe) {
     // The probe's answer, or what it overtook, left PSNs sent before it unacknowledged: they

@@ -39,6 +39,8 @@ class Completer {
   void reset() {
     retry_started_ = false;
     resent_unanswered_ = false;
+    gap_seen_ = false;
+    replay_lost_ = false;
   }
 
  private:
@@ -52,6 +54,7 @@ class Completer {
   CompleterState step(CompleterState s, const Response& r);
   CompleterState get_wqe();
   CompleterState retry_once();
+  CompleterState response_gap(const Response& r, bool in_head);
   CompleterState rnr_retry(const Response& r);
   CompleterState check_psn(const Response& r, SendWqe& w);
   CompleterState check_ack(const Response& r, SendWqe& w);
@@ -76,6 +79,11 @@ class Completer {
   // a timer that expires now found the resent packet, or what answered it, lost
   // (QpCounters::resend_timeouts).
   bool resent_unanswered_ = false;
+  // The newest response since the last progress that showed a gap before it (response_gap), and
+  // whether the one being handled went back to or before it during a retry from comp_psn.
+  bool gap_seen_ = false;
+  wire::Psn last_gap_psn_;
+  bool replay_lost_ = false;
 };
 
 }  // namespace xroce::transport

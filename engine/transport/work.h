@@ -137,6 +137,9 @@ struct QpCounters {
   std::uint64_t resend_timeouts = 0;
   // Tail probes sent (QpConfig::tail_probe_floor_ns): one packet each, not counted above.
   std::uint64_t tail_probes = 0;
+  // READ/ATOMIC retries started because the replay an earlier retry asked for came without the
+  // missing PSN (Completer::response_gap), without waiting for a timer.
+  std::uint64_t replay_gap_retries = 0;
   std::uint64_t duplicate_requests = 0;
   std::uint64_t out_of_sequence = 0;
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work

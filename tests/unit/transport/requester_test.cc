@@ -367,6 +367,49 @@ TEST_F(RequesterTest, GapInReadResponsesAsksForTheRestAtOnce) {
   EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
 }
 
+// The replay a READ retry asked for comes without the missing PSN (lost again): the responses
+// going back (a replayed PSN before the newest gapped one) show it, and the READ is asked again
+// at once, not after a timer; the rest of that replay asks nothing more.
+TEST_F(RequesterTest, AReplayThatLostTheMissingPsnAgainIsAskedForAtOnce) {
+  const std::uint64_t remote = local + 8192;
+  fill(remote, 5 * kMtu, 7);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 5 * kMtu)})), 0);
+  ASSERT_EQ(drain(0).size(), 1u);
+  auto src = bytes(remote, 5 * kMtu);
+  const auto response = [&](std::uint32_t i, std::uint64_t now) {
+    const Opcode op = i == 0   ? Opcode::kRcReadResponseFirst
+                      : i == 4 ? Opcode::kRcReadResponseLast
+                               : Opcode::kRcReadResponseMiddle;
+    receive(read_response(op, kSqPsn + i), src.subspan(i * kMtu, kMtu), now);
+  };
+  // The first response is lost; the rest arrive: one retry, from the first.
+  for (std::uint32_t i = 1; i < 5; ++i)
+    response(i, 10 + i);
+  auto out = drain(20);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  // The replay's first response is lost too; its second goes back before the newest gap.
+  response(1, 30);
+  out = drain(30);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  EXPECT_EQ(qp->counters().replay_gap_retries, 1u);
+  // The rest of that replay goes forward again: nothing more is asked.
+  for (std::uint32_t i = 2; i < 5; ++i)
+    response(i, 30 + i);
+  EXPECT_TRUE(drain(40).empty());
+  // The second replay arrives whole.
+  for (std::uint32_t i = 0; i < 5; ++i)
+    response(i, 50 + i);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->counters().replay_gap_retries, 1u);
+  auto dst = bytes(local, 5 * kMtu);
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
+}
+
 TEST_F(RequesterTest, ReadResponseWithTheWrongLengthIsABadResponse) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 100)})), 0);
   ASSERT_EQ(drain().size(), 1u);
