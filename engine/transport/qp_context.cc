@@ -166,7 +166,7 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
     if (resend_probe && config.resend_probe_floor_ns != 0) {
       rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
-               !budget_contended()) {
+               last_sent_ackreq && !budget_contended()) {
       rto_ns = std::min(rto_ns, std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
                                           2 * rtt.smoothed_ns(), rtt.peak_ns()}));
     }

@@ -194,6 +194,10 @@ struct QpContext {
   // tail_probe_end, is acknowledged yet: no second probe until it is.
   bool tail_probe = false;
   wire::Psn tail_probe_end;
+  // Whether the newest request packet sent asked for an acknowledgement (AckReq). A responder
+  // answers nothing else (rxe_resp.c), so silence after a packet that did not ask (the pacer
+  // holding the rest of a message) is no sign of loss, and no tail probe is timed from it.
+  bool last_sent_ackreq = true;
   std::uint64_t rnr_deadline_ns = 0;    // 0 = not waiting for an RNR timer
   std::uint64_t pacer_deadline_ns = 0;  // 0 = congestion control is not holding packets
 

@@ -99,7 +99,7 @@ bool Requester::budget_allows() {
   // Over its share (which shrinks as other QPs start sending) while nothing it sent asked for
   // an ACK: one more packet, asking for one, so that an ACK frees the budget rather than the
   // local ACK timeout. A QP holding nothing waits for nothing but the budget.
-  if (last_sent_ackreq_ || held == 0) return false;
+  if (ctx_.last_sent_ackreq || held == 0) return false;
   force_ackreq_ = true;
   return true;
 }
@@ -153,7 +153,7 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
-  last_sent_ackreq_ = t.hdr.bth.ack_req;
+  ctx_.last_sent_ackreq = t.hdr.bth.ack_req;
   if (ctx_.reliable())
     ctx_.rtt.on_request_sent(now_ns, t.hdr.bth.psn, t.hdr.bth.ack_req, t.retransmission);
   if (ctx_.cc != nullptr) t.ect = ctx_.cc->on_transmit(now_ns, t.payload_len);

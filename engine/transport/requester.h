@@ -47,7 +47,7 @@ class Requester {
   void reset() {
     packets_since_ackreq_ = 0;
     halted_ = false;
-    last_sent_ackreq_ = true;
+    ctx_.last_sent_ackreq = true;
     probing_ = false;
   }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
@@ -73,8 +73,8 @@ class Requester {
   std::uint32_t packets_since_ackreq_ = 0;
   WcStatus pending_local_error_ = WcStatus::kSuccess;
   bool halted_ = false;
-  // Whether the newest packet sent asked for an acknowledgement, and whether the next one must.
-  bool last_sent_ackreq_ = true;
+  // Whether the next packet must ask for an acknowledgement (QpContext::last_sent_ackreq is
+  // whether the newest one did).
   bool force_ackreq_ = false;
   // A tail probe is due: the requester stands at comp_psn; it goes back to these after it.
   bool probing_ = false;

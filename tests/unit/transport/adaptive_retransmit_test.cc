@@ -5,6 +5,8 @@
 // probe after silence shorten its wait. Time is a parameter throughout.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -260,6 +262,21 @@ TEST_F(TailProbeTest, NoEarlyProbeWhileOtherQpsWaitForTheDevicesBudget) {
   EXPECT_EQ(drain(fire).size(), 1u);
   EXPECT_EQ(qp->counters().tail_probes, 1u);
   budget->update(BudgetHolding{0, true}, BudgetHolding{});
+}
+
+// A pacer holding the rest of a message after a packet that did not ask for an ACK: the
+// responder has no reason to answer, so the silence is timed by the RTO, not the probe.
+TEST_F(TailProbeTest, NoProbeAfterAPacketThatAskedForNoAck) {
+  make_probing();
+  sample_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 4 * kMtu)})), 0);
+  std::array<std::uint8_t, 4096> buf{};
+  const auto first = qp->poll_transmit(100'000, buf);  // the rest is held back
+  ASSERT_TRUE(first.has_value());
+  ASSERT_FALSE(first->hdr.bth.ack_req);
+  EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoFloorNs);
+  EXPECT_EQ(drain(150'000).size(), 3u);  // the rest leaves; the last asks
+  EXPECT_EQ(qp->next_deadline(), 150'000 + kProbeNs);
 }
 
 TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
