@@ -226,8 +226,7 @@ void Requester::build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes pay
   // AckReq on every message end, and periodically inside long messages (rxe_req.c
   // init_req_packet; docs/protocol.md §3.3), on a tail probe, and where the QP's window or the
   // device's InflightBudget stops the QP (the BTH's AckReq may be set on any request packet, IBA
-  // 9.2);
-  // never on UC, which nothing acknowledges (rxe: ack_req stays 0 for UC and UD).
+  // 9.2); never on UC, which nothing acknowledges (rxe: ack_req stays 0 for UC and UD).
   h.bth.ack_req =
       ctx_.reliable() &&
       (last || ++packets_since_ackreq_ > ctx_.config.max_packets_per_ackreq || force_ackreq_ ||
