@@ -13,13 +13,19 @@ namespace {
 constexpr std::size_t kMaxUdpLength = 0xFFFF;
 constexpr std::uint8_t kEcnMask = 0x3;
 
-// Verifies a non-zero UDP checksum over the IPv4/IPv6 pseudo-header and the datagram.
+// Verifies a non-zero UDP checksum over the IPv4/IPv6 pseudo-header and the datagram, or
+// accepts one the sender's kernel left for checksum offload: the folded pseudo-header sum alone
+// (CHECKSUM_PARTIAL, `~csum_tcpudp_magic(...)` in udp_set_csum), which a veth hands to its peer
+// unfilled because the peer's kernel trusts it. An XDP reader sees those bytes (a UDP socket
+// sending with segmentation offload, engine/net/udp_port.h, on the other end of a veth); the
+// ICRC, checked next, covers every byte the checksum would (docs/protocol.md §1.7).
 bool udp_checksum_ok(const std::uint8_t* ip, bool v6, const std::uint8_t* udp,
                      std::size_t udp_len) {
   std::uint32_t sum =
       v6 ? ones_complement_sum(Bytes(ip + 8, 32)) : ones_complement_sum(Bytes(ip + 12, 8));
   sum += kIpProtoUdp;
   sum += static_cast<std::uint32_t>(udp_len);
+  if (load_be16(udp + 6) == fold_ones_complement(sum)) return true;  // offload pending
   sum = ones_complement_sum(Bytes(udp, udp_len), sum);
   return fold_ones_complement(sum) == 0xFFFF;
 }
@@ -231,7 +237,7 @@ std::optional<FrameError> decode_transport(Cursor& c, DecodedFrame& f) {
 
 // decode_frame_into on a freshly constructed DecodedFrame. Frames that are not ours are told
 // apart (not IP, not UDP, not 4791) before anything is judged broken.
-std::optional<FrameError> decode_fresh(Bytes frame, DecodedFrame& f) {
+std::optional<FrameError> decode_fresh(Bytes frame, DecodedFrame& f, bool icrc_verified) {
   const FrameLayout l = walk_frame(frame);
   if (l.stop == WalkStop::kTruncatedL2 && frame.size() < kEthHeaderBytes) {
     return FrameError::kTruncated;
@@ -249,7 +255,8 @@ std::optional<FrameError> decode_fresh(Bytes frame, DecodedFrame& f) {
   const std::uint8_t* const icrc = c.p + c.left;
   f.icrc_wire = load_icrc(icrc);
   if (auto e = decode_transport(c, f)) return e;
-  f.icrc_ok = icrc_compute(Bytes(ip, static_cast<std::size_t>(icrc - ip))) == f.icrc_wire;
+  f.icrc_ok =
+      icrc_verified || icrc_compute(Bytes(ip, static_cast<std::size_t>(icrc - ip))) == f.icrc_wire;
   return std::nullopt;
 }
 
@@ -266,15 +273,15 @@ std::array<std::uint8_t, 40> grh_area(Bytes frame, const DecodedFrame& decoded) 
   return grh;
 }
 
-std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& f) {
+std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& f, bool icrc_verified) {
   f = DecodedFrame{};
-  return decode_fresh(frame, f);
+  return decode_fresh(frame, f, icrc_verified);
 }
 
 Result<DecodedFrame, FrameError> decode_frame(Bytes frame) {
   // Decoded in place in the result (one return object, so no copy of the ~270-byte frame).
   Result<DecodedFrame, FrameError> r{DecodedFrame{}};
-  if (auto e = decode_fresh(frame, *r)) r = Err{*e};
+  if (auto e = decode_fresh(frame, *r, false)) r = Err{*e};
   return r;
 }
 

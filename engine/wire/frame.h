@@ -43,7 +43,7 @@ struct DecodedFrame {
   std::uint32_t icrc_wire = 0;  // as read from the wire, little-endian (docs/protocol.md §1.7)
   bool icrc_ok = false;
   std::uint16_t ipv4_checksum = 0;  // as on the wire (verified); 0 for IPv6
-  std::uint16_t udp_checksum = 0;   // as on the wire; 0 = not used, else verified
+  std::uint16_t udp_checksum = 0;   // as on the wire; 0 = not used, else verified or partial
   std::uint16_t udp_length = 0;     // UDP header to ICRC inclusive
   std::uint16_t ip_offset = 0;      // where the IP header starts (after any VLAN tags)
 };
@@ -64,7 +64,10 @@ Result<DecodedFrame, FrameError> decode_frame(Bytes frame);
 
 // decode_frame for tools that report bad frames: fills `out` as far as decoding got (addresses,
 // header_error, ...) and returns the error, or nullopt when the frame decoded completely.
-std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& out);
+// `icrc_verified`: the caller computed the ICRC over exactly these bytes and it matched (a port
+// that had to, net::RxFrame::icrc_verified), so it is not computed again.
+std::optional<FrameError> decode_frame_into(Bytes frame, DecodedFrame& out,
+                                            bool icrc_verified = false);
 
 // The 40-byte GRH area a UD receive gets for a RoCEv2 packet (ibv_grh): the IPv6 header, or
 // the IPv4 header in its last 20 bytes, as rxe fills it (rxe_resp.c execute).

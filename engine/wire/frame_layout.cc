@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace xroce::wire {
 namespace {
@@ -248,6 +249,52 @@ FrameAddress address_of(Bytes frame, const FrameLayout& l) {
   }
   if (l.has_udp()) a.udp_src_port = load_be16(&frame[l.udp_offset]);
   return a;
+}
+
+std::vector<std::vector<std::uint8_t>> split_udp_superframe(std::span<const std::uint8_t> frame,
+                                                            std::uint16_t segment_bytes) {
+  std::vector<std::vector<std::uint8_t>> out;
+  if (segment_bytes == 0) return out;
+  const FrameLayout l = walk_frame(Bytes(frame.data(), frame.size()));
+  if (!l.has_udp() || l.ipv4_fragment) return out;
+  const std::size_t headers = l.udp_payload_offset();
+  if (frame.size() <= headers) return out;
+  const bool v4 = l.ip == IpVersion::kV4;
+  const std::uint16_t first_id = v4 ? load_be16(&frame[l.ip_offset + 4]) : 0;
+  const bool checksummed = load_be16(&frame[l.udp_offset + 6]) != 0;
+  const std::size_t payload = frame.size() - headers;
+  for (std::size_t at = 0, k = 0; at < payload; at += segment_bytes, ++k) {
+    const std::size_t chunk = std::min<std::size_t>(segment_bytes, payload - at);
+    std::vector<std::uint8_t> f(frame.begin(),
+                                frame.begin() + static_cast<std::ptrdiff_t>(headers));
+    f.insert(f.end(), frame.begin() + static_cast<std::ptrdiff_t>(headers + at),
+             frame.begin() + static_cast<std::ptrdiff_t>(headers + at + chunk));
+    std::uint8_t* ip = &f[l.ip_offset];
+    const auto udp_len = static_cast<std::uint16_t>(kUdpHeaderBytes + chunk);
+    if (v4) {
+      store_be16(ip + 2, static_cast<std::uint16_t>(l.ip_header_bytes + udp_len));
+      store_be16(ip + 4, static_cast<std::uint16_t>(first_id + k));
+      store_be16(ip + 10, ipv4_header_checksum(Bytes(ip, l.ip_header_bytes)));
+    } else {
+      // The payload length counts any extension headers before UDP.
+      const std::size_t extensions = l.udp_offset - l.ip_offset - kIpv6HeaderBytes;
+      store_be16(ip + 4, static_cast<std::uint16_t>(extensions + udp_len));
+    }
+    std::uint8_t* udp = &f[l.udp_offset];
+    store_be16(udp + 4, udp_len);
+    store_be16(udp + 6, 0);
+    if (checksummed) {
+      std::uint32_t sum =
+          v4 ? ones_complement_sum(Bytes(ip + 12, 8)) : ones_complement_sum(Bytes(ip + 8, 32));
+      sum += kIpProtoUdp;
+      sum += udp_len;
+      sum = ones_complement_sum(Bytes(udp, udp_len), sum);
+      const auto check = static_cast<std::uint16_t>(~fold_ones_complement(sum));
+      store_be16(udp + 6, check == 0 ? 0xFFFF : check);  // RFC 768: 0 means none
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace xroce::wire

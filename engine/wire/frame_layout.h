@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "wire/byteorder.h"
 
@@ -160,5 +162,15 @@ void write_envelope(const FrameAddress& addr, UdpFields udp, std::size_t udp_pay
 // The address fields of a walked frame (has_ip()): MACs, tags, IP addresses, traffic class,
 // hop limit, flow label, IPv4 ID and DF, and the UDP source port when has_udp().
 FrameAddress address_of(Bytes frame, const FrameLayout& layout);
+
+// Splits a UDP segmentation-offload superframe (what a veth hands over from a socket that sent
+// with UDP_SEGMENT: one Ethernet/IP/UDP header, then segments of `segment_bytes` UDP payload
+// bytes, the last one shorter) into the frames the sender's NIC would have put on the wire, as
+// Linux's software segmentation makes them (__udp_gso_segment, inet_gso_segment): the headers
+// copied, IPv4 total length, identification (the first's + k) and header checksum, IPv6
+// payload length, UDP length, and a complete UDP checksum (or 0 where the superframe had none).
+// Empty when the frame is not an IPv4/IPv6 UDP frame or `segment_bytes` is 0.
+std::vector<std::vector<std::uint8_t>> split_udp_superframe(std::span<const std::uint8_t> frame,
+                                                            std::uint16_t segment_bytes);
 
 }  // namespace xroce::wire

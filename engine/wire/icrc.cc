@@ -129,6 +129,7 @@ constexpr std::size_t kIpv4IdOffset = 4;
 struct IdSolver {
   std::array<std::uint32_t, 32> by_top{};
   std::array<std::uint16_t, 32> ids{};
+  std::array<std::uint32_t, 16> columns{};  // the change each identification bit makes
 
   explicit IdSolver(std::size_t datagram_bytes) {
     std::vector<std::uint8_t> zero(datagram_bytes, 0);
@@ -138,6 +139,7 @@ struct IdSolver {
       const auto id = static_cast<std::uint16_t>(1u << bit);
       store_be16(zero.data() + kIpv4IdOffset, id);
       std::uint32_t v = icrc_compute(Bytes(zero.data(), zero.size())) ^ base;
+      columns[static_cast<std::size_t>(bit)] = v;
       std::uint16_t combo = id;
       reduce(v, combo);
       if (v != 0) {
@@ -181,6 +183,17 @@ std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t
   id_solver_for(ip_datagram.size()).reduce(difference, change);
   if (difference != 0) return std::nullopt;
   return static_cast<std::uint16_t>(current ^ change);
+}
+
+std::uint32_t icrc_ipv4_id_change(std::size_t datagram_bytes, std::uint16_t id_change) {
+  assert(datagram_bytes >= kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes);
+  if (id_change == 0) return 0;
+  const IdSolver& solver = id_solver_for(datagram_bytes);
+  std::uint32_t change = 0;
+  for (unsigned bit = 0; bit < 16; ++bit) {
+    if ((id_change >> bit & 1u) != 0) change ^= solver.columns[bit];
+  }
+  return change;
 }
 
 }  // namespace xroce::wire

@@ -30,6 +30,13 @@ std::uint32_t icrc_compute(Bytes ip_datagram);
 // probability 2^-16: such a port checks 16 bits instead of 32 (the link's FCS still applies).
 std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire);
 
+// What an IPv4 datagram's ICRC changes by (XOR) when its identification changes by `id_change`
+// (XOR), for a datagram of `datagram_bytes` (IP header to the ICRC, exclusive). For a sender
+// that knows which identification the kernel will give a datagram it did not build the IP
+// header of (UDP segmentation offload numbers the segments of one send 0, 1, 2, ...): it fixes
+// the ICRC without computing it again. Uses the solver's cached columns for that length.
+std::uint32_t icrc_ipv4_id_change(std::size_t datagram_bytes, std::uint16_t id_change);
+
 // The ICRC field is the one little-endian value in a RoCEv2 packet.
 inline std::uint32_t load_icrc(const std::uint8_t* p) {
   return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |

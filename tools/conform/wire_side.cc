@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,11 @@ std::uint64_t hex_field(const std::string& line, const std::string& key) {
   return std::stoull(field(line, key), nullptr, 16);
 }
 
+// struct virtio_net_hdr, before every frame of a PACKET_VNET_HDR socket.
+constexpr std::size_t kVnetHeaderBytes = 10;
+constexpr std::uint8_t kVnetGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
+constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN
+
 }  // namespace
 
 PacketLink::PacketLink(const std::string& ifname, const Endpoints& ends) : ends_(ends) {
@@ -78,6 +84,11 @@ PacketLink::PacketLink(const std::string& ifname, const Endpoints& ends) : ends_
   if (bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
     close(fd_);
     fail_errno("bind AF_PACKET to " + ifname);
+  }
+  const int on = 1;
+  if (setsockopt(fd_, SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) != 0) {
+    close(fd_);
+    fail_errno("PACKET_VNET_HDR on " + ifname);
   }
 }
 
@@ -95,8 +106,15 @@ void PacketLink::send(const Frame& frame) {
   to.sll_ifindex = ifindex_;
   to.sll_halen = 6;
   std::memcpy(to.sll_addr, frame.data(), 6);
-  if (sendto(fd_, frame.data(), frame.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
-      static_cast<ssize_t>(frame.size())) {
+  std::array<std::uint8_t, kVnetHeaderBytes> none{};  // no offload asked of the kernel
+  std::array<iovec, 2> iov{iovec{none.data(), none.size()},
+                           iovec{const_cast<std::uint8_t*>(frame.data()), frame.size()}};
+  msghdr msg{};
+  msg.msg_name = &to;
+  msg.msg_namelen = sizeof to;
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = iov.size();
+  if (sendmsg(fd_, &msg, 0) != static_cast<ssize_t>(none.size() + frame.size())) {
     fail_errno("send on the link");
   }
 }
@@ -109,7 +127,12 @@ bool PacketLink::from_target(const Frame& f) const {
 }
 
 std::optional<Frame> PacketLink::read_one(std::uint64_t deadline_ns) {
-  Frame buf(16384);
+  if (!split_.empty()) {
+    Frame f = std::move(split_.front());
+    split_.pop_front();
+    return f;
+  }
+  Frame buf(kVnetHeaderBytes + 65536);
   while (true) {
     pollfd p{fd_, POLLIN, 0};
     const int n = poll(&p, 1, poll_ms_until(deadline_ns));
@@ -124,8 +147,21 @@ std::optional<Frame> PacketLink::read_one(std::uint64_t deadline_ns) {
                                  reinterpret_cast<sockaddr*>(&from), &from_len);
     if (got < 0) fail_errno("receive on the link");
     if (from.sll_pkttype == PACKET_OUTGOING) continue;
-    Frame f(buf.begin(), buf.begin() + std::min<ssize_t>(got, static_cast<ssize_t>(buf.size())));
-    if (from_target(f)) return f;
+    if (got < static_cast<ssize_t>(kVnetHeaderBytes)) continue;
+    const auto end = buf.begin() + std::min<ssize_t>(got, static_cast<ssize_t>(buf.size()));
+    Frame f(buf.begin() + kVnetHeaderBytes, end);
+    if (!from_target(f)) continue;
+    if ((buf[1] & ~kVnetGsoEcn) == kVnetGsoUdpL4) {
+      std::uint16_t segment = 0;  // gso_size, host order
+      std::memcpy(&segment, buf.data() + 4, sizeof segment);
+      auto frames = wire::split_udp_superframe(f, segment);
+      if (!frames.empty()) {
+        for (std::size_t i = 1; i < frames.size(); ++i)
+          split_.push_back(std::move(frames[i]));
+        return std::move(frames[0]);
+      }
+    }
+    return f;
   }
 }
 

@@ -12,7 +12,10 @@
 namespace xroce::conform {
 
 // An AF_PACKET socket on one interface, seeing only RoCEv2 frames from the target to the peer.
-// Needs CAP_NET_RAW. Owns the fd.
+// Needs CAP_NET_RAW. Owns the fd. It reads with a virtio-net header (PACKET_VNET_HDR), so a
+// segmentation-offload superframe (a UDP-port target sends with UDP_SEGMENT; a veth hands the
+// send over whole) is seen as the frames a NIC would have put on the wire
+// (wire::split_udp_superframe), as a capture on a real link would.
 class PacketLink final : public Link {
  public:
   PacketLink(const std::string& ifname, const Endpoints& ends);
@@ -33,7 +36,8 @@ class PacketLink final : public Link {
   int fd_ = -1;
   int ifindex_ = 0;
   Endpoints ends_;
-  std::deque<Frame> held_;  // taken while idling, handed out by receive
+  std::deque<Frame> held_;   // taken while idling, handed out by receive
+  std::deque<Frame> split_;  // the rest of a superframe read_one split
 };
 
 // The agent's requests, one line each way (tools/conform/agent/xroce_conform_agent.c). Owns

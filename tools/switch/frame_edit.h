@@ -18,6 +18,7 @@ inline constexpr std::uint16_t kRoceV2Port = 4791;
 
 using wire::Ecn;
 using wire::is_ect;
+using wire::split_udp_superframe;
 
 struct FrameInfo {
   std::size_t l3_offset = 0;  // after the Ethernet header and any 802.1Q/802.1ad tags

@@ -39,6 +39,8 @@ std::uint64_t mac_at(std::span<const std::uint8_t> frame, std::size_t at) {
 
 constexpr std::uint8_t kVnetNeedsCsum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
 constexpr std::uint8_t kVnetGsoNone = 0;    // VIRTIO_NET_HDR_GSO_NONE
+constexpr std::uint8_t kVnetGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
+constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN
 
 void add_to_u16(std::vector<std::uint8_t>& b, std::size_t at, std::uint16_t delta) {
   std::uint16_t v = 0;  // the header is in host (little-endian) order for packet sockets
@@ -114,15 +116,38 @@ void Switch::enqueue(std::size_t egress, const std::vector<std::uint8_t>& buffer
   }
 }
 
+// A UDP segmentation-offload superframe (a socket's UDP_SEGMENT send handed over whole by a
+// veth) is split into the frames a NIC would have sent, and each is switched on its own:
+// impairment, marking and the counters see the wire's packets, not the sender's sends.
 void Switch::handle_frame(std::size_t ingress, const ReceivedFrame& f) {
   Port& in = ports_[ingress];
-  ++in.counters.rx;
-  in.counters.rx_bytes += f.data.size();
   if (f.truncated) {
+    ++in.counters.rx;
+    in.counters.rx_bytes += f.data.size();
     ++in.counters.rx_truncated;
     return;
   }
   std::vector<std::uint8_t> buffer = rebuild(f);
+  if ((buffer[1] & ~kVnetGsoEcn) == kVnetGsoUdpL4) {
+    std::uint16_t segment = 0;  // gso_size, in host order for packet sockets
+    std::memcpy(&segment, buffer.data() + 4, 2);
+    const auto frames = split_udp_superframe(std::span(buffer).subspan(kVnetHeaderBytes), segment);
+    if (!frames.empty()) {
+      for (const auto& frame : frames) {
+        std::vector<std::uint8_t> one(kVnetHeaderBytes, 0);  // no offload left to do
+        one.insert(one.end(), frame.begin(), frame.end());
+        switch_frame(ingress, std::move(one));
+      }
+      return;
+    }
+  }
+  switch_frame(ingress, std::move(buffer));
+}
+
+void Switch::switch_frame(std::size_t ingress, std::vector<std::uint8_t> buffer) {
+  Port& in = ports_[ingress];
+  ++in.counters.rx;
+  in.counters.rx_bytes += buffer.size() - kVnetHeaderBytes;
   const auto frame = std::span(buffer).subspan(kVnetHeaderBytes);
   auto info = classify(frame);
   if (!info) return;

@@ -62,6 +62,9 @@ class Switch {
   };
   std::size_t receive_batch(std::size_t port);
   void handle_frame(std::size_t ingress, const ReceivedFrame& f);
+  // One wire frame (`buffer`: virtio-net header, then the frame) through impairment, marking,
+  // MAC learning and the egress queues.
+  void switch_frame(std::size_t ingress, std::vector<std::uint8_t> buffer);
   bool impaired(std::size_t ingress, bool roce, std::uint8_t opcode);
   void enqueue(std::size_t egress, const std::vector<std::uint8_t>& buffer, const FrameInfo& info);
   void transmit_ready(std::size_t port, std::uint64_t now_ns);

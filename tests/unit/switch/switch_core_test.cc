@@ -2,11 +2,13 @@
 // queue's marking rule, drop-tail limit, rate limit and depth statistics with scripted time.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "egress_queue.h"
 #include "frame_edit.h"
 #include "wire/frame.h"
+#include "wire/icrc.h"
 
 namespace xroce::sw {
 namespace {
@@ -106,6 +108,54 @@ TEST_P(FrameEditTest, BleachClearsEveryEcnCodepointAndKeepsTheDscp) {
   const auto before = not_ect;
   EXPECT_FALSE(bleach_ecn(not_ect, *classify(not_ect)));
   EXPECT_EQ(not_ect, before);
+}
+
+// A UDP port sending with segmentation offload hands the veth one superframe per send: the
+// first frame's headers, then every frame's UDP payload, each segment's ICRC already computed
+// for the IPv4 identification its segment will carry (the first's + k). Split, each frame is
+// the one a NIC would have sent: it decodes, its ICRC verifies, its UDP checksum is complete.
+TEST_P(FrameEditTest, SplitsAUdpSuperframeIntoTheFramesOnTheWire) {
+  const auto [ipv6, vlan] = GetParam();
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < 3; ++i)
+    frames.push_back(frame(ipv6, 0x02, vlan));
+  const auto first = classify(frames[0]);
+  ASSERT_TRUE(first);
+  const std::size_t headers = first->layout.udp_payload_offset();
+  const std::size_t segment = frames[0].size() - headers;
+  std::vector<std::uint8_t> super = frames[0];
+  for (std::size_t k = 1; k < frames.size(); ++k) {
+    std::vector<std::uint8_t> payload(frames[k].begin() + static_cast<std::ptrdiff_t>(headers),
+                                      frames[k].end());
+    if (!ipv6) {
+      const std::size_t icrc_at = payload.size() - w::kIcrcBytes;
+      const std::size_t datagram = w::kIpv4HeaderBytes + w::kUdpHeaderBytes + icrc_at;
+      w::store_icrc(&payload[icrc_at],
+                    w::load_icrc(&payload[icrc_at]) ^
+                        w::icrc_ipv4_id_change(datagram, static_cast<std::uint16_t>(k)));
+    }
+    super.insert(super.end(), payload.begin(), payload.end());
+  }
+  const std::size_t udp = first->layout.udp_offset;
+  w::store_be16(&super[udp + 4], static_cast<std::uint16_t>(super.size() - udp));
+  w::store_be16(&super[udp + 6], 0x1234);  // a partial checksum: the segments get full ones
+
+  const auto split = split_udp_superframe(super, static_cast<std::uint16_t>(segment));
+  ASSERT_EQ(split.size(), frames.size());
+  for (std::size_t k = 0; k < split.size(); ++k) {
+    SCOPED_TRACE("segment " + std::to_string(k));
+    ASSERT_EQ(split[k].size(), frames[k].size());
+    const auto d = w::decode_frame(split[k]);  // verifies a non-zero UDP checksum
+    ASSERT_TRUE(d.ok()) << w::to_string(d.error());
+    EXPECT_TRUE(d->icrc_ok);
+    EXPECT_NE(d->udp_checksum, 0);
+    EXPECT_EQ(d->payload.size(), 64u);
+    if (!ipv6) {
+      EXPECT_EQ(w::load_be16(&split[k][first->layout.ip_offset + 4]), k);
+    }
+  }
+  EXPECT_TRUE(split_udp_superframe(super, 0).empty());
+  EXPECT_TRUE(split_udp_superframe(std::vector<std::uint8_t>(10, 0), 100).empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FrameEditTest,

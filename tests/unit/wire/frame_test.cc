@@ -398,6 +398,24 @@ TEST(FrameDecodeErrors, UdpChecksumVerifiedWhenNonZero) {
   EXPECT_EQ(decode_error(f), FrameError::kBadUdpChecksum);
 }
 
+// A sender's kernel that leaves the checksum to offload writes the pseudo-header's folded sum
+// (Linux udp_set_csum, CHECKSUM_PARTIAL); a veth hands that to its peer unfilled. An XDP reader
+// accepts it (the ICRC covers the same bytes), and still refuses any other wrong value.
+TEST(FrameDecodeErrors, UdpChecksumLeftForOffloadIsAccepted) {
+  auto f = kGoldenAck;
+  std::uint32_t sum = load_be16(&f[kIp4 + 12]) + load_be16(&f[kIp4 + 14]) +
+                      load_be16(&f[kIp4 + 16]) + load_be16(&f[kIp4 + 18]) + 17 + 28;
+  while (sum >> 16)
+    sum = (sum & 0xFFFF) + (sum >> 16);
+  store_be16(&f[kUdp4 + 6], static_cast<std::uint16_t>(sum));
+  auto d = decode_frame(f);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->icrc_ok);
+  EXPECT_EQ(d->udp_checksum, sum);
+  store_be16(&f[kUdp4 + 6], static_cast<std::uint16_t>(sum + 1));
+  EXPECT_EQ(decode_error(f), FrameError::kBadUdpChecksum);
+}
+
 TEST(FrameDecodeErrors, BadTransportHeadersCarryTheirReason) {
   auto unknown = kGoldenAck;
   unknown[kBth4] = 0x15;

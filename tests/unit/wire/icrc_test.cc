@@ -182,6 +182,30 @@ TEST(IcrcSolveIpv4Id, RecoversRandomIdsAtManyLengths) {
   }
 }
 
+// A sender whose kernel numbers the segments of one UDP GSO send fixes each one's ICRC with
+// the change a new identification makes, without computing the CRC again.
+TEST(IcrcIpv4IdChange, GivesTheIcrcOfTheDatagramWithTheNewId) {
+  const std::uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 200; ++i) {
+    const std::size_t bytes = 40 + rng() % 9000;
+    std::vector<std::uint8_t> d(bytes);
+    for (auto& b : d)
+      b = static_cast<std::uint8_t>(rng());
+    d[0] = 0x45;
+    const auto from = static_cast<std::uint16_t>(rng());
+    const auto to = static_cast<std::uint16_t>(rng());
+    store_be16(&d[4], from);
+    const std::uint32_t before = icrc_compute(Bytes(d.data(), d.size()));
+    store_be16(&d[4], to);
+    const std::uint32_t after = icrc_compute(Bytes(d.data(), d.size()));
+    ASSERT_EQ(before ^ icrc_ipv4_id_change(bytes, static_cast<std::uint16_t>(from ^ to)), after)
+        << "length " << bytes << " id " << from << " -> " << to;
+  }
+  EXPECT_EQ(icrc_ipv4_id_change(100, 0), 0u);
+}
+
 TEST(IcrcSolveIpv4Id, NoIdExplainsACorruptedDatagram) {
   // Every single-bit error outside the masked fields and the identification, in the V1 CNP:
   // none is mistaken for a different identification.
