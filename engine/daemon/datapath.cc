@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include <cstring>
@@ -28,6 +29,10 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
   pc.bind_device = c.ifname;
   pc.local_mac = c.mac;
   pc.max_frame_bytes = c.mtu + kEthBytes;
+  // XROCE_UDP_GSO=0: one send per frame, for a path whose segmentation offload numbers IPv4
+  // identifications otherwise than Linux does (engine/net/udp_port.h).
+  const char* gso = std::getenv("XROCE_UDP_GSO");
+  pc.gso = gso == nullptr || std::strcmp(gso, "0") != 0;
   auto port = net::UdpPort::open(pc);
   if (!port) return wire::Err(port.error().message());
   return std::unique_ptr<net::Port>(std::move(*port));

@@ -43,8 +43,8 @@ QpRoutes::~QpRoutes() {
   munmap(table_, std::size_t{wire::Qpn::kMask} + 1);
 }
 
-FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out) {
-  if (wire::decode_frame_into(frame, out).has_value()) return FrameClass::kMalformed;
+FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out, bool icrc_verified) {
+  if (wire::decode_frame_into(frame, out, icrc_verified).has_value()) return FrameClass::kMalformed;
   return out.icrc_ok ? FrameClass::kPacket : FrameClass::kBadIcrc;
 }
 

@@ -44,8 +44,9 @@ enum class FrameClass : std::uint8_t {
   kBadIcrc,    // decoded, but the ICRC does not verify
 };
 
-// Decodes a received frame into `out` and says what to do with it.
-FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out);
+// Decodes a received frame into `out` and says what to do with it. `icrc_verified` as
+// net::RxFrame's: the port checked the ICRC already.
+FrameClass classify(wire::Bytes frame, wire::DecodedFrame& out, bool icrc_verified = false);
 
 // A frame copied out of a port's buffer, owned by whoever holds the pointer while it travels
 // between workers (a handover ring, a loopback inbox).

@@ -47,7 +47,7 @@ std::size_t Ingress::receive_batch(std::uint64_t now_ns, net::Port& port) {
   const auto got = port.receive(frames);
   if (!got || *got == 0) return 0;
   for (std::size_t i = 0; i < *got; ++i)
-    take(now_ns, frames[i].bytes);
+    take(now_ns, frames[i].bytes, frames[i].icrc_verified);
   port.release(std::span<const net::RxFrame>(frames.data(), *got));
   return *got;
 }
@@ -86,9 +86,9 @@ bool Ingress::frames_waiting() {
 
 // The door: count and drop what is not a good RoCEv2 packet, then route by the destination QP
 // to its owner.
-void Ingress::take(std::uint64_t now_ns, wire::Bytes frame) {
+void Ingress::take(std::uint64_t now_ns, wire::Bytes frame, bool icrc_verified) {
   counters_.frame_in();
-  switch (classify(frame, decoded_)) {
+  switch (classify(frame, decoded_, icrc_verified)) {
     case FrameClass::kMalformed:
       counters_.malformed();
       return;

@@ -85,7 +85,7 @@ class Ingress {
   using HandoverRing =
       boost::lockfree::spsc_queue<FrameCopy*, boost::lockfree::capacity<kHandoverSlots>>;
 
-  void take(std::uint64_t now_ns, wire::Bytes frame);
+  void take(std::uint64_t now_ns, wire::Bytes frame, bool icrc_verified = false);
   std::size_t receive_batch(std::uint64_t now_ns, net::Port& port);  // frames taken
   void hand_over(std::uint32_t owner, wire::Bytes frame);
   void deliver(std::uint64_t now_ns, wire::Bytes frame, const wire::DecodedFrame& f);

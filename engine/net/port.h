@@ -39,6 +39,9 @@ struct PortError {
 struct RxFrame {
   std::span<const std::uint8_t> bytes;
   std::uint64_t handle = 0;  // opaque to the caller; identifies the buffer for release()
+  // The port computed the frame's ICRC over exactly `bytes` and it matched (the UDP port must,
+  // to find the IPv4 identification a socket hides): the decoder need not compute it again.
+  bool icrc_verified = false;
 };
 
 // One frame to transmit: the caller's bytes, read during transmit() only.
@@ -65,6 +68,8 @@ struct PortStats {
   // into a reassembly buffer.
   std::uint64_t rx_joined_in_place = 0;
   std::uint64_t rx_reassembled = 0;
+  // Sends that carried several frames (UDP port: segmentation offload).
+  std::uint64_t tx_gso_sends = 0;
 };
 
 class Port {

@@ -61,18 +61,21 @@ void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_
                        payload_begin - wire::envelope_bytes(a));
 }
 
-bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin) {
-  if (!is_v4_mapped(env.dst_ip) || payload_len < wire::kBthBytes + wire::kIcrcBytes) return false;
+IcrcCheck recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len,
+                          std::uint8_t* payload_begin) {
+  if (!is_v4_mapped(env.dst_ip) || payload_len < wire::kBthBytes + wire::kIcrcBytes) {
+    return IcrcCheck::kNotChecked;
+  }
   std::uint8_t* ip = payload_begin - kUdpHeaderBytes - kIpv4HeaderBytes;
   const std::size_t datagram = kIpv4HeaderBytes + kUdpHeaderBytes + payload_len - wire::kIcrcBytes;
   const std::uint32_t wire_icrc = wire::load_icrc(ip + datagram);
   const wire::Bytes covered(ip, datagram);
-  if (wire::icrc_compute(covered) == wire_icrc) return false;
+  if (wire::icrc_compute(covered) == wire_icrc) return IcrcCheck::kVerified;
   const std::optional<std::uint16_t> id = wire::icrc_solve_ipv4_id(covered, wire_icrc);
-  if (!id) return false;
+  if (!id) return IcrcCheck::kNoIdVerifies;
   wire::store_be16(ip + 4, *id);
   wire::store_be16(ip + 10, ipv4_header_checksum(ip));
-  return true;
+  return IcrcCheck::kVerified;
 }
 
 std::optional<ParsedUdpFrame> parse_udp_frame(std::span<const std::uint8_t> f) {

@@ -61,10 +61,13 @@ void write_envelope(const UdpEnvelope& env, std::size_t payload_len, std::uint8_
 // rxe_icrc_hdr masks it). Our own port sends ID 0 (DF, unconnected socket), but other senders (rxe)
 // set it: when the envelope written for a received RoCE datagram does not verify with ID 0, this
 // finds the ID that makes the ICRC verify (wire::icrc_solve_ipv4_id), writes it and fixes the
-// header checksum. Returns whether the ID was changed. A datagram no ID explains is left as it was,
-// for the decoder to count as an ICRC error. `payload_begin` and `payload_len` as given to
-// write_envelope; the payload ends with the ICRC.
-bool recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len, std::uint8_t* payload_begin);
+// header checksum. A datagram no ID explains is left as it was, for the decoder to count as an
+// ICRC error. `payload_begin` and `payload_len` as given to write_envelope; the payload ends with
+// the ICRC. Says what it found: the ICRC verifies (as written, or with the ID it wrote), no ID
+// makes it verify, or nothing was checked (IPv6, too short to be RoCE).
+enum class IcrcCheck { kNotChecked, kVerified, kNoIdVerifies };
+IcrcCheck recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len,
+                          std::uint8_t* payload_begin);
 
 struct ParsedUdpFrame {
   UdpEnvelope env;

@@ -10,9 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+
+#include "wire/icrc.h"
+#include "wire/opcode.h"
 
 namespace xroce::net {
 namespace {
@@ -20,6 +24,15 @@ namespace {
 constexpr std::size_t kControlBytes = 256;
 constexpr std::uint32_t kTxBatch = 64;
 constexpr int kSocketBufferBytes = 4 << 20;
+// UDP segmentation offload (udp(7) UDP_SEGMENT): at most this many segments per send
+// (UDP_MAX_SEGMENTS is 64 on Linux 6.1, 128 later) and this many bytes of UDP payload, within
+// one IP datagram's 65,535 bytes less the IPv4 and UDP headers.
+constexpr std::size_t kMaxGsoSegments = 64;
+constexpr std::size_t kMaxGsoBytes = 65000;
+
+#ifndef UDP_SEGMENT
+constexpr int UDP_SEGMENT = 103;
+#endif
 
 #ifndef IPV6_AUTOFLOWLABEL
 constexpr int IPV6_AUTOFLOWLABEL = 70;
@@ -47,17 +60,21 @@ void set_int(int fd, int level, int name, int value) {
   (void)setsockopt(fd, level, name, &value, sizeof(value));
 }
 
-// RoCEv2 sends UDP checksum 0 (docs/protocol.md §1.3) and so do we: the ICRC protects the data.
-// It also keeps frames exact on links that leave checksum completion to hardware (veth hands
-// the peer a partial checksum that only its kernel knows to trust).
+// RoCEv2 sends UDP checksum 0 (docs/protocol.md §1.3) and so do we without segmentation
+// offload: the ICRC protects the data. The kernel refuses UDP_SEGMENT on a socket that sends no
+// checksum (udp_send_skb: EINVAL), so with it (`gso`) the socket sends a correct checksum, which
+// RoCEv2 receivers accept as well (the kernel checks it, the ICRC masks it); the kernel or the
+// NIC computes it (on veth it is left partial, which the peer's kernel trusts).
 //
 // IPv4 also sets DF on every datagram: the ICRC covers the IPv4 identification and flags
 // (docs/protocol.md §1.7), and Linux sends ID 0 for a DF datagram from an unconnected socket, which
 // is what the transport's frame carries. Without DF the kernel picks an ID and the receiver's
 // ICRC check fails.
-void send_like_roce(int fd) {
-  set_int(fd, SOL_SOCKET, SO_NO_CHECK, 1);
-  set_int(fd, IPPROTO_UDP, UDP_NO_CHECK6_TX, 1);
+void send_like_roce(int fd, bool gso) {
+  if (!gso) {
+    set_int(fd, SOL_SOCKET, SO_NO_CHECK, 1);
+    set_int(fd, IPPROTO_UDP, UDP_NO_CHECK6_TX, 1);
+  }
   set_int(fd, SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO);
   set_int(fd, IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0);  // flow label 0, as our frames carry
 }
@@ -74,16 +91,39 @@ struct UdpPort::RxSlot {
   alignas(cmsghdr) std::uint8_t control[kControlBytes];
   std::size_t frame_offset = 0;
   std::size_t frame_bytes = 0;
+  bool icrc_verified = false;  // synthesize() checked the ICRC (IPv4)
 };
 
+// Where one frame goes: what prepare_send reads from its headers.
+struct UdpPort::Target {
+  std::uint16_t src_port = 0;
+  sockaddr_in6 dst{};
+  int traffic_class = 0;
+  int hop_limit = 0;
+  bool v4 = false;
+  std::span<const std::uint8_t> payload;  // the UDP payload, ICRC last
+
+  bool same_flow(const Target& o) const {
+    return src_port == o.src_port && traffic_class == o.traffic_class && hop_limit == o.hop_limit &&
+           std::memcmp(&dst, &o.dst, sizeof(dst)) == 0;
+  }
+};
+
+// One sendmsg: a frame, or with segmentation offload a run of frames to one destination.
 struct UdpPort::TxSlot {
   msghdr msg{};
-  iovec iov{};
   sockaddr_in6 dst{};
   alignas(cmsghdr) std::uint8_t control[kControlBytes];
+  // One iovec per frame; two for a segment whose ICRC the port rewrote (its UDP payload
+  // without the ICRC, then icrcs[k]).
+  std::array<iovec, 2 * kMaxGsoSegments> iov{};
+  std::array<std::array<std::uint8_t, wire::kIcrcBytes>, kMaxGsoSegments> icrcs{};
+  std::size_t first = 0;  // the caller's index of its first frame
+  std::uint32_t frames = 0;
+  std::size_t bytes = 0;  // the frames' bytes, as the caller counts them
 };
 
-UdpPort::UdpPort(const UdpPortConfig& config) : config_(config) {}
+UdpPort::UdpPort(const UdpPortConfig& config) : config_(config), gso_(config.gso) {}
 
 UdpPort::~UdpPort() {
   if (tx_ring_ok_) io_uring_queue_exit(&tx_ring_);
@@ -112,7 +152,7 @@ Result<int, PortError> UdpPort::setup() {
   set_int(fd_, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1);
   // RoCEv2 sends UDP checksum 0 (docs/protocol.md §1.3); IPv6 drops that unless told not to.
   set_int(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, 1);
-  send_like_roce(fd_);
+  send_like_roce(fd_, config_.gso);
   set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data
   set_int(fd_, SOL_SOCKET, SO_RCVBUF, kSocketBufferBytes);
   set_int(fd_, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
@@ -144,6 +184,7 @@ Result<int, PortError> UdpPort::setup() {
     rx_free_.push_back(static_cast<std::uint32_t>(rx_.size()) - 1 - i);
   }
   tx_.resize(kTxBatch);
+  tx_one_ = std::make_unique<TxSlot>();
   return 0;
 }
 
@@ -202,7 +243,8 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
   const std::size_t header_bytes = envelope_bytes(env);
   write_envelope(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes);
   // The socket hides the IPv4 identification the ICRC covers; senders other than us set it.
-  recover_ipv4_id(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes);
+  s.icrc_verified = recover_ipv4_id(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes) ==
+                    IcrcCheck::kVerified;
   s.frame_offset = kMaxEnvelopeBytes - header_bytes;
   s.frame_bytes = header_bytes + datagram_bytes;
   return s.frame_bytes;
@@ -237,7 +279,7 @@ Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
       continue;
     }
     const std::size_t bytes = synthesize(s, res);
-    frames[n++] = RxFrame{{s.buffer.data() + s.frame_offset, bytes}, slot};
+    frames[n++] = RxFrame{{s.buffer.data() + s.frame_offset, bytes}, slot, s.icrc_verified};
     ++stats_.rx_packets;
     stats_.rx_bytes += bytes;
   }
@@ -259,7 +301,7 @@ int UdpPort::socket_for_source_port(std::uint16_t port) {
   if (fd < 0) return fd_;
   set_int(fd, IPPROTO_IPV6, IPV6_V6ONLY, 0);
   set_int(fd, SOL_SOCKET, SO_SNDBUF, kSocketBufferBytes);
-  send_like_roce(fd);
+  send_like_roce(fd, config_.gso);
   if (!config_.bind_device.empty()) {
     (void)setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, config_.bind_device.data(),
                      static_cast<socklen_t>(config_.bind_device.size()));
@@ -276,58 +318,147 @@ int UdpPort::socket_for_source_port(std::uint16_t port) {
   return fd;
 }
 
-bool UdpPort::prepare_send(const TxFrame& frame, TxSlot& t, std::uint16_t& src_port) {
+bool UdpPort::target_of(const TxFrame& frame, Target& t) const {
+  if (frame.size() > config_.max_frame_bytes) return false;
   const auto parsed = parse_udp_frame(frame);
   if (!parsed) return false;
   const UdpEnvelope& env = parsed->env;
+  t.v4 = is_v4_mapped(env.dst_ip);
   // The kernel sends IPv4 with ID 0 and DF (send_like_roce); a frame that says otherwise would
   // arrive with an ICRC that no longer verifies.
-  if (is_v4_mapped(env.dst_ip) && (env.ipv4_id != 0 || !env.ipv4_dont_fragment)) return false;
-  src_port = env.src_port;
+  if (t.v4 && (env.ipv4_id != 0 || !env.ipv4_dont_fragment)) return false;
+  t.src_port = env.src_port;
   t.dst = {};
   t.dst.sin6_family = AF_INET6;
   t.dst.sin6_port = htons(env.dst_port);
   std::memcpy(&t.dst.sin6_addr, env.dst_ip.data(), 16);
-  t.iov = {const_cast<std::uint8_t*>(parsed->payload.data()), parsed->payload.size()};
-  t.msg = {};
-  t.msg.msg_name = &t.dst;
-  t.msg.msg_namelen = sizeof(t.dst);
-  t.msg.msg_iov = &t.iov;
-  t.msg.msg_iovlen = 1;
-  t.msg.msg_control = t.control;
-  t.msg.msg_controllen = CMSG_SPACE(sizeof(int)) * 2;
-  std::memset(t.control, 0, sizeof(t.control));
-  const bool v4 = is_v4_mapped(env.dst_ip);
-  cmsghdr* c = CMSG_FIRSTHDR(&t.msg);
-  c->cmsg_level = v4 ? SOL_IP : IPPROTO_IPV6;
-  c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int tclass = env.traffic_class;
-  std::memcpy(CMSG_DATA(c), &tclass, sizeof(tclass));
-  c = CMSG_NXTHDR(&t.msg, c);
-  c->cmsg_level = v4 ? SOL_IP : IPPROTO_IPV6;
-  c->cmsg_type = v4 ? IP_TTL : IPV6_HOPLIMIT;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int hops = env.hop_limit;
-  std::memcpy(CMSG_DATA(c), &hops, sizeof(hops));
+  t.traffic_class = env.traffic_class;
+  t.hop_limit = env.hop_limit;
+  t.payload = parsed->payload;
   return true;
+}
+
+void UdpPort::start_slot(TxSlot& slot, const Target& t, std::size_t index, std::size_t bytes) {
+  slot.dst = t.dst;
+  slot.iov[0] = {const_cast<std::uint8_t*>(t.payload.data()), t.payload.size()};
+  slot.first = index;
+  slot.frames = 1;
+  slot.bytes = bytes;
+  slot.msg = {};
+  slot.msg.msg_name = &slot.dst;
+  slot.msg.msg_namelen = sizeof(slot.dst);
+  slot.msg.msg_iov = slot.iov.data();
+  slot.msg.msg_iovlen = 1;
+}
+
+// Segment k of an IPv4 send leaves with identification k: the kernel gives an unconnected DF
+// datagram ID 0 (ip_select_ident_segs) and numbers the segments from it (inet_gso_segment), in
+// software or in a NIC's segmentation offload. The frame's ICRC was computed for ID 0, and the
+// ICRC covers the ID (docs/protocol.md §1.7): segment k's is rewritten for ID k, in a buffer of
+// the port's (the caller's frame is read-only).
+void UdpPort::add_segment(TxSlot& slot, const Target& t, std::size_t bytes) {
+  const std::uint32_t k = slot.frames;
+  iovec* iov = &slot.iov[slot.msg.msg_iovlen];
+  auto* payload = const_cast<std::uint8_t*>(t.payload.data());
+  if (t.v4) {
+    const std::size_t icrc_at = t.payload.size() - wire::kIcrcBytes;
+    const std::size_t datagram = kIpv4HeaderBytes + kUdpHeaderBytes + icrc_at;
+    const std::uint32_t icrc = wire::load_icrc(payload + icrc_at) ^
+                               wire::icrc_ipv4_id_change(datagram, static_cast<std::uint16_t>(k));
+    wire::store_icrc(slot.icrcs[k].data(), icrc);
+    iov[0] = {payload, icrc_at};
+    iov[1] = {slot.icrcs[k].data(), wire::kIcrcBytes};
+    slot.msg.msg_iovlen += 2;
+  } else {
+    iov[0] = {payload, t.payload.size()};
+    slot.msg.msg_iovlen += 1;
+  }
+  ++slot.frames;
+  slot.bytes += bytes;
+}
+
+void UdpPort::finish_slot(TxSlot& slot, const Target& t, std::size_t segment_bytes) {
+  slot.msg.msg_control = slot.control;
+  std::memset(slot.control, 0, sizeof(slot.control));
+  slot.msg.msg_controllen = CMSG_SPACE(sizeof(int)) * 2;
+  if (slot.frames > 1) slot.msg.msg_controllen += CMSG_SPACE(sizeof(std::uint16_t));
+  cmsghdr* c = CMSG_FIRSTHDR(&slot.msg);
+  c->cmsg_level = t.v4 ? SOL_IP : IPPROTO_IPV6;
+  c->cmsg_type = t.v4 ? IP_TOS : IPV6_TCLASS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &t.traffic_class, sizeof(int));
+  c = CMSG_NXTHDR(&slot.msg, c);
+  c->cmsg_level = t.v4 ? SOL_IP : IPPROTO_IPV6;
+  c->cmsg_type = t.v4 ? IP_TTL : IPV6_HOPLIMIT;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &t.hop_limit, sizeof(int));
+  if (slot.frames > 1) {
+    c = CMSG_NXTHDR(&slot.msg, c);
+    c->cmsg_level = IPPROTO_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+    const auto gso_size = static_cast<std::uint16_t>(segment_bytes);
+    std::memcpy(CMSG_DATA(c), &gso_size, sizeof(gso_size));
+  }
+}
+
+// A segmented send the kernel refused: its frames go one by one (each with the ICRC of ID 0,
+// as encoded). A kernel or path without UDP segmentation (EINVAL, EIO: e.g. IPsec) turns it
+// off for the port.
+void UdpPort::send_one_by_one(const TxSlot& slot, std::span<const TxFrame> frames, int error) {
+  if (error == -EINVAL || error == -EIO || error == -EOPNOTSUPP || error == -ENOPROTOOPT) {
+    gso_ = false;
+  }
+  for (std::size_t i = slot.first; i < slot.first + slot.frames; ++i) {
+    Target t;
+    if (!target_of(frames[i], t)) continue;  // parsed once already
+    TxSlot& one = *tx_one_;
+    start_slot(one, t, i, frames[i].size());
+    finish_slot(one, t, t.payload.size());
+    if (sendmsg(socket_for_source_port(t.src_port), &one.msg, 0) < 0) {
+      ++stats_.tx_drops;
+    } else {
+      ++stats_.tx_packets;
+      stats_.tx_bytes += frames[i].size();
+    }
+  }
 }
 
 Result<std::size_t, PortError> UdpPort::transmit(std::span<const TxFrame> frames) {
   std::size_t done = 0;
   while (done < frames.size()) {
     std::uint32_t queued = 0;
-    for (; done < frames.size() && queued < kTxBatch; ++done) {
-      TxSlot& t = tx_[queued];
-      std::uint16_t src_port = 0;
-      if (frames[done].size() > config_.max_frame_bytes ||
-          !prepare_send(frames[done], t, src_port)) {
+    while (done < frames.size() && queued < kTxBatch) {
+      TxSlot& slot = tx_[queued];
+      Target first;
+      if (!target_of(frames[done], first)) {
         ++stats_.tx_rejected;
+        ++done;
         continue;
       }
+      start_slot(slot, first, done, frames[done].size());
+      ++done;
+      // Segmentation offload: the frames after it to the same destination, each as long as the
+      // first but the last, which may be shorter (udp(7)), go in the same send.
+      const std::size_t segment = first.payload.size();
+      std::size_t total = segment;
+      Target next;
+      // A segment's ICRC is rewritten (add_segment): each must hold a BTH and an ICRC.
+      const bool segmentable = gso_ && segment >= wire::kBthBytes + wire::kIcrcBytes;
+      while (segmentable && done < frames.size() && slot.frames < kMaxGsoSegments &&
+             target_of(frames[done], next) && next.same_flow(first) &&
+             next.payload.size() <= segment &&
+             next.payload.size() >= wire::kBthBytes + wire::kIcrcBytes &&
+             total + next.payload.size() <= kMaxGsoBytes) {
+        add_segment(slot, next, frames[done].size());
+        total += next.payload.size();
+        ++done;
+        if (next.payload.size() < segment) break;
+      }
+      finish_slot(slot, first, segment);
       io_uring_sqe* sqe = io_uring_get_sqe(&tx_ring_);
-      io_uring_prep_sendmsg(sqe, socket_for_source_port(src_port), &t.msg, 0);
-      io_uring_sqe_set_data64(sqe, frames[done].size());
+      io_uring_prep_sendmsg(sqe, socket_for_source_port(first.src_port), &slot.msg, 0);
+      io_uring_sqe_set_data64(sqe, queued);
       ++queued;
     }
     if (queued == 0) continue;
@@ -338,11 +469,15 @@ Result<std::size_t, PortError> UdpPort::transmit(std::span<const TxFrame> frames
       io_uring_cqe* cqe = nullptr;
       const int wrc = io_uring_wait_cqe(&tx_ring_, &cqe);
       if (wrc < 0) return Err{PortError{"udp port: io_uring_wait_cqe (tx)", -wrc}};
-      if (cqe->res < 0) {
-        ++stats_.tx_drops;
+      const TxSlot& slot = tx_[io_uring_cqe_get_data64(cqe)];
+      if (cqe->res >= 0) {
+        stats_.tx_packets += slot.frames;
+        stats_.tx_bytes += slot.bytes;
+        if (slot.frames > 1) ++stats_.tx_gso_sends;
+      } else if (slot.frames > 1) {
+        send_one_by_one(slot, frames, cqe->res);
       } else {
-        ++stats_.tx_packets;
-        stats_.tx_bytes += io_uring_cqe_get_data64(cqe);
+        ++stats_.tx_drops;
       }
       io_uring_cqe_seen(&tx_ring_, cqe);
     }

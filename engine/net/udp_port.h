@@ -12,16 +12,36 @@
 // On send the port strips the headers and sends the UDP payload to the frame's destination
 // address, with the frame's TOS/traffic class and TTL/hop limit as ancillary data, from the
 // frame's UDP source port (a small table of sockets bound to those ports; the 4791 socket
-// when a port cannot be bound), with UDP checksum 0 as RoCEv2 sends it, IPv4 DF with ID 0 and
-// IPv6 flow label 0. The kernel chooses the MACs. The ICRC covers the IPv4 ID and flags, which
-// a socket cannot set freely: IPv4 frames must carry ID 0 and DF (wire::encode_frame's
-// default); others are refused (tx_rejected) rather than sent with an ICRC that fails.
+// when a port cannot be bound), IPv4 DF with ID 0 and IPv6 flow label 0. The kernel chooses
+// the MACs. The ICRC covers the IPv4 ID and flags, which a socket cannot set freely: IPv4
+// frames must carry ID 0 and DF (wire::encode_frame's default); others are refused
+// (tx_rejected) rather than sent with an ICRC that fails.
+//
+// Segmentation offload (UdpPortConfig::gso, on by default; the daemon's XROCE_UDP_GSO=0 turns
+// it off). Consecutive frames of one batch to the same destination, source port, TOS and TTL,
+// each as long as the first but the last (the packets of one message: udp(7) UDP_SEGMENT's
+// rule), up to 64 frames and 65,000 bytes, leave in one sendmsg with UDP_SEGMENT: one system
+// call, one skb and one pass through the stack per message instead of per packet, cut into
+// datagrams by the kernel (on veth, by the receiving socket) or the NIC. The wire is the same
+// packet for packet, with two differences, both within RoCEv2: the kernel numbers the IPv4
+// segments of a send with identifications 0, 1, 2, ... (inet_gso_segment), so the port writes
+// segment k's ICRC for ID k (wire::icrc_ipv4_id_change, in its own buffer, from the ICRC the
+// frame was encoded with); and the kernel refuses UDP_SEGMENT on a socket that sends checksum 0,
+// so the port's sockets send a correct UDP checksum, computed by the kernel or the NIC (over
+// veth the kernel leaves it partial for the peer's kernel to trust; the wire decoder accepts
+// that, wire::decode_frame). Without it: one sendmsg per frame, UDP checksum 0 as rxe sends.
+// A segmented send the kernel refuses goes again frame by frame, and on EINVAL/EIO (no UDP
+// GSO, IPsec) the port stops segmenting. tx_gso_sends counts the segmented sends.
+// Known limit: a veth hands a send whole to its peer, and where the peer runs XDP in generic
+// (SKB) mode, the program sees one frame of up to 64 KiB, which an AF_XDP port drops (native
+// XDP is fine: the sending veth then loses its offloads and the stack cuts the send). A UDP
+// port whose veth peer is an `afxdp` port forced into SKB mode needs XROCE_UDP_GSO=0.
 //
 // Receive is a non-blocking recvmmsg() of up to one batch into free slots, and wait_fd() is the
 // socket itself, not many recvmsg requests armed in io_uring: each datagram would wake all of
 // them, the losers re-arm, and past io_uring's poll retry limit each is punted to an io-wq kernel
 // thread, hundreds per daemon, a thread wakeup per packet (bench/README.md). Transmit is batched
-// on io_uring.
+// on io_uring (one sendmsg per frame, or per run of frames with segmentation offload).
 //
 // Threading: as for every port, one owning thread; a port may be opened on one thread and
 // handed to another.
@@ -56,6 +76,9 @@ struct UdpPortConfig {
   // this long (only where the device receives through NAPI, e.g. veth with GRO or XDP on).
   // 0 (the default): no busy polling.
   std::uint32_t busy_poll_us = 0;
+  // UDP segmentation offload: consecutive frames to one destination leave in one send (see
+  // the top of the file). Off: one send per frame, UDP checksum 0.
+  bool gso = true;
 };
 
 class UdpPort final : public Port {
@@ -78,13 +101,18 @@ class UdpPort final : public Port {
 
  private:
   struct RxSlot;
+  struct Target;
   struct TxSlot;
   explicit UdpPort(const UdpPortConfig& config);
   Result<int, PortError> setup();
   void prepare_receive(std::uint32_t slot, mmsghdr& m);
   std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
   int socket_for_source_port(std::uint16_t port);
-  bool prepare_send(const TxFrame& frame, TxSlot& slot, std::uint16_t& src_port);
+  bool target_of(const TxFrame& frame, Target& t) const;
+  static void start_slot(TxSlot& slot, const Target& t, std::size_t index, std::size_t bytes);
+  static void add_segment(TxSlot& slot, const Target& t, std::size_t bytes);
+  static void finish_slot(TxSlot& slot, const Target& t, std::size_t segment_bytes);
+  void send_one_by_one(const TxSlot& slot, std::span<const TxFrame> frames, int error);
 
   UdpPortConfig config_;
   int fd_ = -1;
@@ -96,6 +124,8 @@ class UdpPort final : public Port {
   std::vector<mmsghdr> rx_batch_;
   std::vector<std::uint32_t> rx_batch_slots_;
   std::vector<TxSlot> tx_;
+  std::unique_ptr<TxSlot> tx_one_;  // send_one_by_one's
+  bool gso_ = true;                 // config_.gso, until the kernel refuses a segmented send
   std::unordered_map<std::uint16_t, int> source_port_fds_;
   PortStats stats_;
   std::uint32_t socket_drops_ = 0;  // datagrams the socket dropped (SO_RXQ_OVFL, cumulative)

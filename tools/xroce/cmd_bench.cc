@@ -52,6 +52,7 @@ struct BenchOptions {
   int start_timeout_ms = 30000;
   std::uint32_t busy_poll_us = 0;
   bool verify = false;
+  bool no_gso = false;
   bool json = false;
 };
 
@@ -69,6 +70,7 @@ struct BenchResult {
   std::uint64_t invalid = 0;          // --verify: frames that did not decode or failed the ICRC
   std::uint64_t joined_in_place = 0;  // rx: multi-buffer frames joined without a copy
   std::uint64_t reassembled = 0;      // rx: multi-buffer frames copied whole
+  std::uint64_t gso_sends = 0;        // tx (udp): sends that carried several frames
   std::string mode;
   std::size_t frame_bytes = 0;
 };
@@ -137,6 +139,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
     cfg.bind_device = o.dev;
     cfg.local_mac = dev.mac;
     cfg.busy_poll_us = o.busy_poll_us;
+    cfg.gso = !o.no_gso;
     auto r = net::UdpPort::open(cfg);
     if (!r) {
       error = r.error().message();
@@ -251,6 +254,7 @@ BenchResult run_tx(net::Port& port, const std::vector<std::vector<std::uint8_t>>
   r.packets = s.tx_packets;
   r.bytes = s.tx_bytes;
   r.drops = s.tx_drops + s.tx_rejected;
+  r.gso_sends = s.tx_gso_sends;
   return r;
 }
 
@@ -318,6 +322,7 @@ void print(const BenchOptions& o, const BenchResult& r) {
                      {"drops", r.drops},
                      {"joined_in_place", r.joined_in_place},
                      {"reassembled", r.reassembled},
+                     {"gso_sends", r.gso_sends},
                      {"frame_bytes", r.frame_bytes}};
     if (o.verify) j["invalid"] = r.invalid;
     fmt::print("{}\n", j.dump());
@@ -330,6 +335,7 @@ void print(const BenchOptions& o, const BenchResult& r) {
     fmt::print(", multi-buffer frames joined in place {} / copied {}", r.joined_in_place,
                r.reassembled);
   }
+  if (r.gso_sends > 0) fmt::print(", segmented sends {}", r.gso_sends);
   if (o.verify) fmt::print(", invalid {}", r.invalid);
   fmt::print("\n");
 }
@@ -388,6 +394,8 @@ void register_bench(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--start-timeout-ms", o->start_timeout_ms, "rx: wait this long for the first");
   cmd->add_option("--busy-poll-us", o->busy_poll_us,
                   "Busy-poll the device's receive work for up to this long per empty receive");
+  cmd->add_flag("--no-gso", o->no_gso,
+                "udp: one send per frame (no UDP segmentation offload), UDP checksum 0");
   cmd->add_flag("--verify", o->verify, "rx: decode every frame and check its ICRC");
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([o, &status] { status.code = run_bench(*o); });

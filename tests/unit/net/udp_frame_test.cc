@@ -135,7 +135,7 @@ TEST(UdpFrame, RecoversTheIpv4IdentificationOfAForeignSender) {
   ASSERT_TRUE(before.ok());
   EXPECT_FALSE(before.value().icrc_ok);
 
-  EXPECT_TRUE(recover_ipv4_id(env, parsed->payload.size(), payload_begin));
+  EXPECT_EQ(recover_ipv4_id(env, parsed->payload.size(), payload_begin), IcrcCheck::kVerified);
   const auto after = wire::decode_frame(got);  // also checks the IPv4 header checksum
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(after.value().icrc_ok);
@@ -145,8 +145,22 @@ TEST(UdpFrame, RecoversTheIpv4IdentificationOfAForeignSender) {
   // A corrupted payload: no identification explains it, nothing is changed.
   got[got.size() - 100] ^= 0x01;
   const std::vector<std::uint8_t> corrupted = got;
-  EXPECT_FALSE(recover_ipv4_id(env, parsed->payload.size(), payload_begin));
+  EXPECT_EQ(recover_ipv4_id(env, parsed->payload.size(), payload_begin), IcrcCheck::kNoIdVerifies);
   EXPECT_EQ(got, corrupted);
+
+  // Our own senders' ID 0 verifies as written (nothing changed); IPv6 hides no identification
+  // and is not checked here.
+  a.ipv4_id = 0;
+  ASSERT_TRUE(wire::encode_frame(a, h, payload, sent).ok());
+  const auto own = parse_udp_frame(sent);
+  ASSERT_TRUE(own);
+  std::copy(own->payload.begin(), own->payload.end(), payload_begin);
+  write_envelope(env, own->payload.size(), payload_begin);
+  EXPECT_EQ(recover_ipv4_id(env, own->payload.size(), payload_begin), IcrcCheck::kVerified);
+  EXPECT_EQ(got, sent);
+  UdpEnvelope v6 = env;
+  v6.dst_ip[0] = 0x20;  // no longer IPv4-mapped
+  EXPECT_EQ(recover_ipv4_id(v6, own->payload.size(), payload_begin), IcrcCheck::kNotChecked);
 }
 
 }  // namespace
