@@ -5,7 +5,9 @@
 #   bench/bench-ports.sh [BUILD_DIR] [SIZES...]     (default: build 64 4096)
 # FRAMES=N sets the frames per run (default 1,000,000, and 200,000 above 1500 bytes);
 # JSON_OUT=FILE appends one JSON object per measurement to FILE (bench-device.sh reads them);
-# KINDS="baseline udp afxdp afxdp-skb" (the default) chooses what is measured;
+# KINDS="baseline udp afxdp afxdp-skb" (the default) chooses what is measured; also
+# baseline-gso (kernel UDP, 16 datagrams per send with UDP segmentation offload, as the UDP
+# port sends a 64 KiB message) and udp-nogso (the UDP port, one send per frame);
 # BUSY_POLL_US=N makes every receiver busy-poll (SO_BUSY_POLL, and SO_PREFER_BUSY_POLL on the
 # AF_XDP socket) for up to N us per empty receive.
 set -euo pipefail
@@ -54,14 +56,16 @@ wait_ready() {  # the receiver prints "ready" on stderr once it listens
 
 run_pair() {  # kind size frames
   local kind=$1 size=$2 frames=$3 rx tx
-  if [[ $kind == baseline ]]; then
+  if [[ $kind == baseline* ]]; then
     rx=("$bin/bench/xroce-udp-baseline" --role rx)
-    tx=("$bin/bench/xroce-udp-baseline" --role tx --dst $ip_b)
+    tx=("$bin/bench/xroce-udp-baseline" --role tx --dst "$ip_b")
+    [[ $kind == baseline-gso ]] && tx+=(--gso-segments 16)
   else
     local port=$kind mode=()
     if [[ $kind == afxdp-skb ]]; then port=afxdp mode=(--xdp-mode skb); fi
+    if [[ $kind == udp-nogso ]]; then port=udp mode=(--no-gso); fi
     rx=("$bin/xroce" bench port --dev "$if_b" --port "$port" "${mode[@]}" --role rx)
-    tx=("$bin/xroce" bench port --dev "$if_a" --port "$port" "${mode[@]}" --role tx --dst $ip_b
+    tx=("$bin/xroce" bench port --dev "$if_a" --port "$port" "${mode[@]}" --role tx --dst "$ip_b"
       --dst-mac "$mac_b")
   fi
   [[ ${BUSY_POLL_US:-0} == 0 ]] || rx+=(--busy-poll-us "$BUSY_POLL_US")
@@ -90,6 +94,6 @@ for size in "${sizes[@]}"; do
   frames=${FRAMES:-1000000}
   [[ -z ${FRAMES:-} && $size -gt 1500 ]] && frames=200000
   for kind in ${KINDS:-baseline udp afxdp afxdp-skb}; do
-    run_pair $kind "$size" $frames
+    run_pair "$kind" "$size" "$frames"
   done
 done

@@ -4,11 +4,13 @@
 #include <arpa/inet.h>
 #include <fmt/core.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -36,6 +38,7 @@ struct Options {
   int busy_poll_us = 0;
   bool v6 = false;
   bool json = false;
+  std::size_t gso_segments = 0;  // tx: datagrams per send with UDP_SEGMENT (0, 1: none)
 };
 
 struct Result {
@@ -77,25 +80,40 @@ Result run_tx(int fd, const Options& o, std::size_t payload) {
     dst_len = sizeof(*a);
   }
   std::vector<std::uint8_t> data(payload, 0xAB);
-  std::vector<iovec> iov(kBatch, iovec{data.data(), data.size()});
+  // With --gso-segments N each message carries N datagrams (UDP_SEGMENT, udp(7)): the same
+  // payload N times, cut by the kernel or the NIC.
+  const std::size_t per_msg = o.gso_segments > 1 ? o.gso_segments : 1;
+  std::vector<iovec> iov(kBatch * per_msg, iovec{data.data(), data.size()});
   std::vector<mmsghdr> msgs(kBatch);
+  std::vector<std::array<std::uint8_t, CMSG_SPACE(sizeof(std::uint16_t))>> control(kBatch);
   for (unsigned i = 0; i < kBatch; ++i) {
     msgs[i].msg_hdr = {};
     msgs[i].msg_hdr.msg_name = &dst;
     msgs[i].msg_hdr.msg_namelen = dst_len;
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_iov = &iov[i * per_msg];
+    msgs[i].msg_hdr.msg_iovlen = per_msg;
+    if (per_msg > 1) {
+      msgs[i].msg_hdr.msg_control = control[i].data();
+      msgs[i].msg_hdr.msg_controllen = control[i].size();
+      cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr);
+      c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+      const auto segment = static_cast<std::uint16_t>(payload);
+      std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    }
   }
   Result r;
   const auto start = Clock::now();
   while (r.packets < o.frames) {
-    const auto n = static_cast<unsigned>(std::min<std::uint64_t>(kBatch, o.frames - r.packets));
+    const std::uint64_t left = (o.frames - r.packets + per_msg - 1) / per_msg;
+    const auto n = static_cast<unsigned>(std::min<std::uint64_t>(kBatch, left));
     const int sent = sendmmsg(fd, msgs.data(), n, 0);
     if (sent < 0) {
       if (errno == EINTR || errno == ENOBUFS || errno == EAGAIN) continue;
       break;
     }
-    r.packets += static_cast<std::uint64_t>(sent);
+    r.packets += static_cast<std::uint64_t>(sent) * per_msg;
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
@@ -183,10 +201,11 @@ int run(const Options& o) {
   close(fd);
   const double pps = r.seconds > 0 ? static_cast<double>(r.packets) / r.seconds : 0;
   const double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) * 8 / r.seconds / 1e9 : 0;
+  const char* mode = o.gso_segments > 1 ? "sendmmsg+gso/recvmmsg" : "sendmmsg/recvmmsg";
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"role", o.role},
                                       {"port", "kernel-udp"},
-                                      {"mode", "sendmmsg/recvmmsg"},
+                                      {"mode", mode},
                                       {"packets", r.packets},
                                       {"bytes", r.bytes},
                                       {"seconds", r.seconds},
@@ -217,6 +236,9 @@ int main(int argc, char** argv) {
   app.add_option("--start-timeout-ms", o.start_timeout_ms, "rx: wait this long for the first");
   app.add_option("--busy-poll-us", o.busy_poll_us,
                  "SO_BUSY_POLL: an empty receive polls the device for up to this long");
+  app.add_option("--gso-segments", o.gso_segments,
+                 "tx: datagrams per send, cut by UDP segmentation offload (UDP_SEGMENT)")
+      ->check(CLI::Range(0, 64));
   app.add_flag("--ipv6", o.v6, "Use IPv6");
   app.add_flag("--json", o.json, "Print as JSON");
   CLI11_PARSE(app, argc, argv);
