@@ -151,12 +151,13 @@ print(f"{best:.2f}")')
 record host "memcpy 64 MiB" "$memcpy_gbs" GB/s "/usr/bin/python3: bytearray slice copy, best of 5"
 # Copies of each payload byte from the sender's buffer to the receiver's, counted on the code
 # path (bench/README.md "Copies per byte"); the bound is memcpy's rate divided by the copies.
-# afxdp (copy mode on veth, 4096-byte MTU frames of 4170 B): the MR to the transport's payload
-# buffer, to the encoded frame, to UMEM (the port's transmit); UMEM to an skb (the sendto kick);
-# the XDP buffer to the peer's UMEM; into the MR (the frame's two UMEM buffers are joined in
-# place, engine/net/afxdp_port.h). udp: payload buffer, frame, into the socket, out of it, into
-# the MR.
-declare -A copies=([tcp]=2 [afxdp]=6 [udp]=5)
+# afxdp (copy mode on veth, 4096-byte MTU frames of 4170 B): the MR into the frame being
+# encoded (the transport writes the payload in place, engine/daemon/worker_egress.h); the frame
+# to UMEM (the port's transmit); UMEM to an skb (the sendto kick); the skb to page-pool pages
+# (veth's XDP receive needs headroom: skb_pp_cow_data); the XDP buffer to the peer's UMEM; into
+# the MR (the frame's two UMEM buffers are joined in place, engine/net/afxdp_port.h). udp: the
+# frame, into the socket, out of it, into the MR (a segmented send is cut without a copy).
+declare -A copies=([tcp]=2 [afxdp]=6 [udp]=4)
 printf 'copy limit: memcpy %.2f GB/s; copies per byte and the rate memcpy alone allows:' "$memcpy_gbs"
 for p in tcp afxdp udp; do
   printf ' %s %s -> %.1f Gb/s;' "$p" "${copies[$p]}" "$(echo "$memcpy_gbs * 8 / ${copies[$p]}" | bc -l)"

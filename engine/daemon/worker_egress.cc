@@ -8,8 +8,7 @@
 namespace xroce::daemon {
 namespace {
 
-constexpr std::size_t kPayloadBufBytes = 4096;  // the largest path MTU
-constexpr std::size_t kFrameBufBytes = 4096 + 256;
+constexpr std::size_t kFrameBufBytes = 4096 + 256;  // the largest path MTU and headers
 
 bool is_zero(const wire::MacAddr& mac) {
   return std::all_of(mac.begin(), mac.end(), [](std::uint8_t b) { return b == 0; });
@@ -22,7 +21,6 @@ Egress::Egress(net::Port& port, WorkerCounters& counters,
     : port_(port),
       counters_(counters),
       neighbours_(std::move(neighbours)),
-      payload_buf_(kPayloadBufBytes),
       batch_bufs_(kTxBatch, std::vector<std::uint8_t>(kFrameBufBytes)) {}
 
 void Egress::send(std::uint64_t now_ns, const transport::Transmit& tx, QpBinding& binding) {
@@ -31,7 +29,15 @@ void Egress::send(std::uint64_t now_ns, const transport::Transmit& tx, QpBinding
     counters_.no_address();
     return;
   }
-  emit(now_ns, tx, *addr, payload_buf_);
+  emit(now_ns, tx, *addr, handed_out_);
+}
+
+// The payload goes where the next batch slot's frame will have it, so a packet for the port is
+// encoded around it (encode_to_port) instead of copied: one copy of each payload byte fewer.
+wire::MutableBytes Egress::payload_buffer() {
+  std::vector<std::uint8_t>& slot = next_slot();
+  handed_out_ = wire::MutableBytes(slot.data() + kPayloadOffset, slot.size() - kPayloadOffset);
+  return handed_out_;
 }
 
 void Egress::emit(std::uint64_t now_ns, const transport::Transmit& tx, const wire::FrameAddress& a,
@@ -86,12 +92,18 @@ void Egress::loop_back(const transport::Transmit& tx, const wire::FrameAddress& 
 void Egress::encode_to_port(const transport::Transmit& tx, const wire::FrameAddress& addr,
                             wire::Bytes payload) {
   std::vector<std::uint8_t>& slot = next_slot();
-  const auto len = encode_transmit(tx, addr, payload, slot);
+  wire::MutableBytes out(slot);
+  // In place: the payload is already in this slot (payload_buffer), the headers go before it.
+  if (tx.payload_len != 0 && payload.data() == slot.data() + kPayloadOffset) {
+    const std::size_t headers = wire::frame_bytes(addr, tx.hdr, 0) - wire::kIcrcBytes;
+    if (headers <= kPayloadOffset) out = out.subspan(kPayloadOffset - headers);
+  }
+  const auto len = encode_transmit(tx, addr, payload, out);
   if (!len) {
     counters_.encode_failed();
     return;
   }
-  batch_[batch_count_++] = net::TxFrame(slot.data(), *len);
+  batch_[batch_count_++] = net::TxFrame(out.data(), *len);
 }
 
 // The next batch slot to encode a frame into (sends the batch first when it is full).

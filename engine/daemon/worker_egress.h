@@ -14,7 +14,9 @@
 //     stops draining QPs while has_room() is false, so packets wait inside their QPs instead.
 //
 // Contract with the transport: poll_transmit writes a packet's payload into payload_buffer()
-// and send() (or emit()) reads it before the next poll_transmit.
+// and send() (or emit()) reads it before the next poll_transmit. That buffer lies inside the
+// next batch slot, where the frame's payload will be: a packet for the port is encoded around
+// it, not copied (nothing may be encoded between payload_buffer() and send()).
 //
 // Threading: owning worker only; pushing a looped-back frame into another worker's inbox is
 // that inbox's contract (Worker::push_loopback).
@@ -41,14 +43,18 @@ class Egress {
  public:
   static constexpr std::size_t kTxBatch = 32;
   static constexpr std::size_t kMaxTxBacklog = 4096;
+  // Room for the largest headers before a payload in a slot: Ethernet with two VLAN tags, IPv6,
+  // UDP (70 bytes) and the longest transport headers (BTH, XRCETH, RETH, ImmDt; atomics).
+  static constexpr std::size_t kPayloadOffset = 128;
 
   // `neighbours`: null where the port's owner (the kernel) writes the Ethernet header.
   Egress(net::Port& port, WorkerCounters& counters, std::unique_ptr<WorkerNeighbours> neighbours);
   Egress(const Egress&) = delete;
   Egress& operator=(const Egress&) = delete;
 
-  // Where poll_transmit writes a packet's payload (the largest path MTU).
-  wire::MutableBytes payload_buffer() { return payload_buf_; }
+  // Where poll_transmit writes a packet's payload (the largest path MTU): in the next batch
+  // slot, kPayloadOffset bytes in (sends the batch first when it is full).
+  wire::MutableBytes payload_buffer();
   // Whether the loop may take more packets from the QPs this turn.
   bool has_room() const { return backlog_.size() < kMaxTxBacklog; }
   // Nothing waits for the port (the loop must not sleep while something does).
@@ -91,7 +97,7 @@ class Egress {
   bool resolver_readable_ = false;
   std::shared_ptr<const LoopbackTable> loopback_;
   std::deque<std::vector<std::uint8_t>> backlog_;
-  std::vector<std::uint8_t> payload_buf_;
+  wire::MutableBytes handed_out_;  // the last payload_buffer()
   std::vector<std::vector<std::uint8_t>> batch_bufs_;
   std::array<net::TxFrame, kTxBatch> batch_{};
   std::size_t batch_count_ = 0;

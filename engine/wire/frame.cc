@@ -120,7 +120,8 @@ Result<std::size_t, FrameError> encode_frame(const FrameAddress& addr, const Tra
   auto n = encode_transport_headers(padded, MutableBytes(p, info->header_bytes()));
   if (!n) return Err{FrameError::kBadHeaders};
   p += *n;
-  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  // A payload already where the frame has it (written in place by the caller) stays.
+  if (!payload.empty() && payload.data() != p) std::memcpy(p, payload.data(), payload.size());
   p += payload.size();
   std::memset(p, 0, pad);
   p += pad;

@@ -54,6 +54,8 @@ std::size_t frame_bytes(const FrameAddress& addr, const TransportHeaders& hdr,
 
 // Encodes a complete frame into `out`: Ethernet, IP, UDP (checksum 0), the headers, payload,
 // pad (hdr.bth.pad_count is set from the payload length), ICRC. Returns the frame length.
+// `payload` may already lie in `out` exactly where the frame has it (after the headers): it
+// is then not copied. Any other overlap is not allowed.
 Result<std::size_t, FrameError> encode_frame(const FrameAddress& addr, const TransportHeaders& hdr,
                                              Bytes payload, MutableBytes out);
 

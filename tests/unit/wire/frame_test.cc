@@ -209,6 +209,40 @@ TEST(Frame, RoundTripsEveryOpcodeOverEveryVariant) {
   }
 }
 
+// A worker has the transport write a payload where the frame will carry it and encodes the
+// headers around it (engine/daemon/worker_egress.h): the frame is the one a copy would give,
+// for every opcode with a payload, both families, with and without a VLAN tag, and the largest
+// headers fit the worker's room for them (Egress::kPayloadOffset, 128 bytes).
+TEST(Frame, APayloadAlreadyInPlaceGivesTheSameFrame) {
+  std::size_t largest_headers = 0;
+  for (Variant v :
+       {Variant{false, false}, Variant{false, true}, Variant{true, false}, Variant{true, true}}) {
+    for (const auto& info : kOpcodeTable) {
+      const FrameAddress a = variant_address(v);
+      const TransportHeaders h = full_headers(info);
+      const std::size_t headers = frame_bytes(a, h, 0) - kIcrcBytes;
+      largest_headers = std::max(largest_headers, headers);
+      if (!info.has_payload) continue;
+      for (std::size_t len : {1, 3, 4096}) {
+        SCOPED_TRACE(std::string(info.name) + (v.v6 ? " v6" : " v4") + (v.vlan ? " vlan" : "") +
+                     " payload " + std::to_string(len));
+        std::vector<std::uint8_t> payload(len);
+        for (std::size_t i = 0; i < len; ++i)
+          payload[i] = static_cast<std::uint8_t>(i * 7 + 1);
+        const auto copied = encode(a, h, payload);
+        std::vector<std::uint8_t> slot(headers + len + 8, 0xEE);
+        std::copy(payload.begin(), payload.end(),
+                  slot.begin() + static_cast<std::ptrdiff_t>(headers));
+        const auto n = encode_frame(a, h, Bytes(slot.data() + headers, len), slot);
+        ASSERT_TRUE(n.ok());
+        slot.resize(*n);
+        EXPECT_EQ(slot, copied);
+      }
+    }
+  }
+  EXPECT_LE(largest_headers, 128u);
+}
+
 TEST(Frame, FrameBytesCountsEveryLayer) {
   TransportHeaders h;
   h.bth.opcode = Opcode::kRcWriteFirst;
