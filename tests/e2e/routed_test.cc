@@ -200,7 +200,9 @@ TEST_P(RoutedTest, PingpongsAndWriteBandwidthThroughTheGateway) {
 }
 
 TEST_P(RoutedTest, AGatewayMacChangeInMidRunIsFollowed) {
-  const std::vector<std::string> rc = {"ibv_rc_pingpong", "-c", "-e", "-n", "5000", "-s", "4096"};
+  // Long enough that the change lands mid-run on a loaded host: 5,000 iterations took well under
+  // a second and once ended before the test's own `ip link set` had run.
+  const std::vector<std::string> rc = {"ibv_rc_pingpong", "-c", "-e", "-n", "40000", "-s", "4096"};
   auto server_argv = net_->app(0, on(0, rc));
   Child server(server_argv);
   ASSERT_TRUE(eventually(
@@ -226,7 +228,7 @@ TEST_P(RoutedTest, AGatewayMacChangeInMidRunIsFollowed) {
     out += line + "\n";
   EXPECT_EQ(client.wait(seconds(10)), 0) << out;
   EXPECT_EQ(server.wait(seconds(30)), 0);
-  EXPECT_NE(out.find("5000 iters in"), std::string::npos) << out;
+  EXPECT_NE(out.find("40000 iters in"), std::string::npos) << out;
   EXPECT_EQ(out.find("invalid data"), std::string::npos) << out;
   // Traffic went on after the change, to the new MAC (the old one no longer exists).
   EXPECT_GT(net_->counter(0, "rcvd_pkts"), at_change + 1000);
