@@ -77,6 +77,47 @@ void expect_frames_cross(NsPort& tx, NsPort& rx, const Host& from, const Host& t
   }
 }
 
+// A UD SEND_ONLY frame from the wire codec (ICRC computed) carrying `payload`, PSN `psn`.
+std::vector<std::uint8_t> ud_send_frame(const wire::FrameAddress& addr, std::uint32_t psn,
+                                        const std::vector<std::uint8_t>& payload) {
+  wire::TransportHeaders hdr;
+  hdr.bth.opcode = wire::Opcode::kUdSendOnly;
+  hdr.bth.dest_qp = wire::Qpn(0x11);
+  hdr.bth.psn = wire::Psn(psn);
+  hdr.deth = wire::Deth{wire::Qkey(0x11111111), wire::Qpn(0x12)};
+  std::vector<std::uint8_t> f(wire::frame_bytes(addr, hdr, payload.size()));
+  const auto n = wire::encode_frame(addr, hdr, payload, f);
+  EXPECT_TRUE(n.ok());
+  f.resize(n.ok() ? *n : 0);
+  return f;
+}
+
+// Frames from a to b's address family `v6` (the hosts' own addresses and MACs).
+wire::FrameAddress address_between(const Host& a, const Host& b, bool v6) {
+  wire::FrameAddress addr;
+  addr.src_mac = a.mac;
+  addr.dst_mac = b.mac;
+  addr.src_ip = wire::IpAddr{v6 ? a.ipv6 : a.ipv4};
+  addr.dst_ip = wire::IpAddr{v6 ? b.ipv6 : b.ipv4};
+  return addr;
+}
+
+// Every received frame decodes (a non-zero UDP checksum verifies or is the one left for
+// offload), its ICRC verifies, and it carries payloads[i] at PSN i, in order.
+void expect_wire_frames(const std::vector<std::vector<std::uint8_t>>& got,
+                        const std::vector<std::vector<std::uint8_t>>& payloads) {
+  ASSERT_EQ(got.size(), payloads.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    auto d = wire::decode_frame(got[i]);
+    ASSERT_TRUE(d.ok()) << "frame " << i << ": " << wire::to_string(d.error());
+    EXPECT_TRUE(d->icrc_ok) << "frame " << i;
+    EXPECT_EQ(d->hdr.bth.psn, wire::Psn(static_cast<std::uint32_t>(i))) << "in order";
+    EXPECT_TRUE(
+        std::equal(d->payload.begin(), d->payload.end(), payloads[i].begin(), payloads[i].end()))
+        << "frame " << i;
+  }
+}
+
 // veth has native XDP but no zero-copy AF_XDP: the default order settles on copy mode.
 net::PortMode expected_mode(PortKind k) {
   switch (k) {
@@ -127,41 +168,20 @@ TEST_P(PortPair, WireCodecFramesArriveWithAValidIcrc) {
   std::vector<std::vector<std::uint8_t>> frames;
   std::vector<std::vector<std::uint8_t>> payloads;
   for (bool v6 : {false, true}) {
-    wire::FrameAddress addr;
-    addr.src_mac = net.a().mac;
-    addr.dst_mac = net.b().mac;
-    addr.src_ip = wire::IpAddr{v6 ? net.a().ipv6 : net.a().ipv4};
-    addr.dst_ip = wire::IpAddr{v6 ? net.b().ipv6 : net.b().ipv4};
+    wire::FrameAddress addr = address_between(net.a(), net.b(), v6);
     addr.traffic_class = 0x02;  // ECT(0)
     addr.udp_src_port = 0xC123;
     for (std::size_t len : {0, 1000, 4096}) {
-      wire::TransportHeaders hdr;
-      hdr.bth.opcode = wire::Opcode::kUdSendOnly;
-      hdr.bth.dest_qp = wire::Qpn(0x11);
-      hdr.bth.psn = wire::Psn(static_cast<std::uint32_t>(frames.size()));
-      hdr.deth = wire::Deth{wire::Qkey(0x11111111), wire::Qpn(0x12)};
       std::vector<std::uint8_t> payload(len);
       for (std::size_t i = 0; i < len; ++i)
         payload[i] = static_cast<std::uint8_t>(i * 7 + len);
-      std::vector<std::uint8_t> f(wire::frame_bytes(addr, hdr, len));
-      auto n = wire::encode_frame(addr, hdr, payload, f);
-      ASSERT_TRUE(n.ok());
-      f.resize(*n);
-      frames.push_back(std::move(f));
+      frames.push_back(ud_send_frame(addr, static_cast<std::uint32_t>(frames.size()), payload));
       payloads.push_back(std::move(payload));
     }
   }
   ASSERT_TRUE(a.run([&](net::Port& p) { return send_all(p, frames, kDeadline); }));
   auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
-  ASSERT_EQ(got.size(), frames.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    auto d = wire::decode_frame(got[i]);
-    ASSERT_TRUE(d.ok()) << "frame " << i << ": " << wire::to_string(d.error());
-    EXPECT_TRUE(d->icrc_ok) << "frame " << i;
-    EXPECT_TRUE(
-        std::equal(d->payload.begin(), d->payload.end(), payloads[i].begin(), payloads[i].end()))
-        << "frame " << i;
-  }
+  expect_wire_frames(got, payloads);
 }
 
 // Two-buffer frames (3841..7680 bytes) are handed out as one view across two adjacent UMEM
@@ -217,43 +237,20 @@ TEST_P(UdpSegmentation, AMessageSentInSegmentedSendsArrivesPacketByPacket) {
   std::vector<std::vector<std::uint8_t>> frames;
   std::vector<std::vector<std::uint8_t>> payloads;
   for (bool v6 : {false, true}) {
-    wire::FrameAddress addr;
-    addr.src_mac = net.a().mac;
-    addr.dst_mac = net.b().mac;
-    addr.src_ip = wire::IpAddr{v6 ? net.a().ipv6 : net.a().ipv4};
-    addr.dst_ip = wire::IpAddr{v6 ? net.b().ipv6 : net.b().ipv4};
+    wire::FrameAddress addr = address_between(net.a(), net.b(), v6);
     addr.udp_src_port = 0xC321;
     for (std::size_t i = 0; i < 20; ++i) {
-      const std::size_t len = i + 1 < 20 ? 4096 : 500;
-      wire::TransportHeaders hdr;
-      hdr.bth.opcode = wire::Opcode::kUdSendOnly;
-      hdr.bth.dest_qp = wire::Qpn(0x11);
-      hdr.bth.psn = wire::Psn(static_cast<std::uint32_t>(frames.size()));
-      hdr.deth = wire::Deth{wire::Qkey(0x11111111), wire::Qpn(0x12)};
-      std::vector<std::uint8_t> payload(len);
-      for (std::size_t j = 0; j < len; ++j)
+      std::vector<std::uint8_t> payload(i + 1 < 20 ? 4096 : 500);
+      for (std::size_t j = 0; j < payload.size(); ++j)
         payload[j] = static_cast<std::uint8_t>(j * 13 + frames.size());
-      std::vector<std::uint8_t> f(wire::frame_bytes(addr, hdr, len));
-      auto n = wire::encode_frame(addr, hdr, payload, f);
-      ASSERT_TRUE(n.ok());
-      f.resize(*n);
-      frames.push_back(std::move(f));
+      frames.push_back(ud_send_frame(addr, static_cast<std::uint32_t>(frames.size()), payload));
       payloads.push_back(std::move(payload));
     }
   }
   ASSERT_TRUE(a.run([&](net::Port& p) { return send_all(p, frames, kDeadline); }));
   auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
   EXPECT_GE(a.port().stats().tx_gso_sends, 2u);  // at least one per address family
-  ASSERT_EQ(got.size(), frames.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    auto d = wire::decode_frame(got[i]);  // accepts a checksum left for offload, no other
-    ASSERT_TRUE(d.ok()) << "frame " << i << ": " << wire::to_string(d.error());
-    EXPECT_TRUE(d->icrc_ok) << "frame " << i;
-    EXPECT_EQ(d->hdr.bth.psn, wire::Psn(static_cast<std::uint32_t>(i))) << "in order";
-    EXPECT_TRUE(
-        std::equal(d->payload.begin(), d->payload.end(), payloads[i].begin(), payloads[i].end()))
-        << "frame " << i;
-  }
+  expect_wire_frames(got, payloads);
   EXPECT_EQ(b.port().stats().rx_drops, 0u);
 }
 
