@@ -94,7 +94,7 @@ struct UdpPort::RxSlot {
   bool icrc_verified = false;  // synthesize() checked the ICRC (IPv4)
 };
 
-// Where one frame goes: what prepare_send reads from its headers.
+// Where one frame goes: what target_of reads from its headers.
 struct UdpPort::Target {
   std::uint16_t src_port = 0;
   sockaddr_in6 dst{};

@@ -251,6 +251,16 @@ FrameAddress address_of(Bytes frame, const FrameLayout& l) {
   return a;
 }
 
+std::uint16_t vnet_udp_segment_bytes(std::span<const std::uint8_t> vnet_header) {
+  constexpr std::uint8_t kGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
+  constexpr std::uint8_t kGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN
+  if (vnet_header.size() < kVnetHeaderBytes) return 0;
+  if ((vnet_header[1] & ~kGsoEcn) != kGsoUdpL4) return 0;
+  std::uint16_t gso_size = 0;  // host order, as packet sockets write it
+  std::memcpy(&gso_size, vnet_header.data() + 4, sizeof gso_size);
+  return gso_size;
+}
+
 std::vector<std::vector<std::uint8_t>> split_udp_superframe(std::span<const std::uint8_t> frame,
                                                             std::uint16_t segment_bytes) {
   std::vector<std::vector<std::uint8_t>> out;

@@ -163,6 +163,14 @@ void write_envelope(const FrameAddress& addr, UdpFields udp, std::size_t udp_pay
 // hop limit, flow label, IPv4 ID and DF, and the UDP source port when has_udp().
 FrameAddress address_of(Bytes frame, const FrameLayout& layout);
 
+// A packet socket with PACKET_VNET_HDR puts a struct virtio_net_hdr (10 bytes, host byte order)
+// before each frame it reads; a veth marks a segmentation-offload superframe there.
+inline constexpr std::size_t kVnetHeaderBytes = 10;
+// The UDP payload bytes per segment of the UDP superframe `vnet_header` marks (gso_type
+// VIRTIO_NET_HDR_GSO_UDP_L4, 5, which Debian 12's <linux/virtio_net.h> lacks; the ECN bit
+// ignored): split_udp_superframe's `segment_bytes`. 0 for any other frame.
+std::uint16_t vnet_udp_segment_bytes(std::span<const std::uint8_t> vnet_header);
+
 // Splits a UDP segmentation-offload superframe (what a veth hands over from a socket that sent
 // with UDP_SEGMENT: one Ethernet/IP/UDP header, then segments of `segment_bytes` UDP payload
 // bytes, the last one shorter) into the frames the sender's NIC would have put on the wire, as

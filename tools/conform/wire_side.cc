@@ -65,10 +65,7 @@ std::uint64_t hex_field(const std::string& line, const std::string& key) {
   return std::stoull(field(line, key), nullptr, 16);
 }
 
-// struct virtio_net_hdr, before every frame of a PACKET_VNET_HDR socket.
-constexpr std::size_t kVnetHeaderBytes = 10;
-constexpr std::uint8_t kVnetGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
-constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN
+using wire::kVnetHeaderBytes;
 
 }  // namespace
 
@@ -151,9 +148,8 @@ std::optional<Frame> PacketLink::read_one(std::uint64_t deadline_ns) {
     const auto end = buf.begin() + std::min<ssize_t>(got, static_cast<ssize_t>(buf.size()));
     Frame f(buf.begin() + kVnetHeaderBytes, end);
     if (!from_target(f)) continue;
-    if ((buf[1] & ~kVnetGsoEcn) == kVnetGsoUdpL4) {
-      std::uint16_t segment = 0;  // gso_size, host order
-      std::memcpy(&segment, buf.data() + 4, sizeof segment);
+    if (const std::uint16_t segment =
+            wire::vnet_udp_segment_bytes(std::span(buf).first(kVnetHeaderBytes))) {
       auto frames = wire::split_udp_superframe(f, segment);
       if (!frames.empty()) {
         for (std::size_t i = 1; i < frames.size(); ++i)

@@ -18,7 +18,7 @@
 
 namespace xroce::sw {
 
-inline constexpr std::size_t kVnetHeaderBytes = 10;  // struct virtio_net_hdr
+using wire::kVnetHeaderBytes;  // struct virtio_net_hdr
 
 struct ReceivedFrame {
   std::span<const std::uint8_t> vnet_header;  // kVnetHeaderBytes, just before data

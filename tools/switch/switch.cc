@@ -39,8 +39,6 @@ std::uint64_t mac_at(std::span<const std::uint8_t> frame, std::size_t at) {
 
 constexpr std::uint8_t kVnetNeedsCsum = 1;  // VIRTIO_NET_HDR_F_NEEDS_CSUM
 constexpr std::uint8_t kVnetGsoNone = 0;    // VIRTIO_NET_HDR_GSO_NONE
-constexpr std::uint8_t kVnetGsoUdpL4 = 5;   // VIRTIO_NET_HDR_GSO_UDP_L4
-constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN
 
 void add_to_u16(std::vector<std::uint8_t>& b, std::size_t at, std::uint16_t delta) {
   std::uint16_t v = 0;  // the header is in host (little-endian) order for packet sockets
@@ -128,9 +126,8 @@ void Switch::handle_frame(std::size_t ingress, const ReceivedFrame& f) {
     return;
   }
   std::vector<std::uint8_t> buffer = rebuild(f);
-  if ((buffer[1] & ~kVnetGsoEcn) == kVnetGsoUdpL4) {
-    std::uint16_t segment = 0;  // gso_size, in host order for packet sockets
-    std::memcpy(&segment, buffer.data() + 4, 2);
+  if (const std::uint16_t segment =
+          wire::vnet_udp_segment_bytes(std::span(buffer).first(kVnetHeaderBytes))) {
     const auto frames = split_udp_superframe(std::span(buffer).subspan(kVnetHeaderBytes), segment);
     if (!frames.empty()) {
       for (const auto& frame : frames) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstring>
 #include <vector>
 
 #include "wire/frame.h"
@@ -289,6 +291,24 @@ TEST(FrameLayout, EnvelopeWriterAndWalkerAgree) {
       EXPECT_TRUE(ipv4_header_checksum_ok(Bytes(&f[l.ip_offset], 20)));
     }
   }
+}
+
+// A packet socket's virtio-net header marks a UDP superframe with gso_type 5 (the ECN bit may
+// be set too) and gives the segment size in host order; anything else is not one.
+TEST(VnetHeader, GivesTheSegmentSizeOfAUdpSuperframeOnly) {
+  std::array<std::uint8_t, kVnetHeaderBytes> h{};
+  const std::uint16_t size = 4112;
+  std::memcpy(h.data() + 4, &size, sizeof size);
+  h[1] = 5;  // VIRTIO_NET_HDR_GSO_UDP_L4
+  EXPECT_EQ(vnet_udp_segment_bytes(h), 4112);
+  h[1] = 5 | 0x80;
+  EXPECT_EQ(vnet_udp_segment_bytes(h), 4112);
+  for (std::uint8_t other : {0, 1, 3, 4, 0x81}) {  // none, TCPv4, UDP (UFO), TCPv6, TCP+ECN
+    h[1] = other;
+    EXPECT_EQ(vnet_udp_segment_bytes(h), 0) << int{other};
+  }
+  h[1] = 5;
+  EXPECT_EQ(vnet_udp_segment_bytes(std::span(h).first(9)), 0);  // too short to be a header
 }
 
 }  // namespace
