@@ -157,7 +157,7 @@ record host "memcpy 64 MiB" "$memcpy_gbs" GB/s "/usr/bin/python3: bytearray slic
 # (veth's XDP receive needs headroom: skb_pp_cow_data); the XDP buffer to the peer's UMEM; into
 # the MR (the frame's two UMEM buffers are joined in place, engine/net/afxdp_port.h). udp: the
 # frame, into the socket, out of it, into the MR (a segmented send is cut without a copy).
-declare -A copies=([tcp]=2 [afxdp]=6 [udp]=4)
+declare -A copies=([tcp]=2 [afxdp]=5 [udp]=4)
 printf 'copy limit: memcpy %.2f GB/s; copies per byte and the rate memcpy alone allows:' "$memcpy_gbs"
 for p in tcp afxdp udp; do
   printf ' %s %s -> %.1f Gb/s;' "$p" "${copies[$p]}" "$(echo "$memcpy_gbs * 8 / ${copies[$p]}" | bc -l)"

@@ -23,6 +23,11 @@ Egress::Egress(net::Port& port, WorkerCounters& counters,
       neighbours_(std::move(neighbours)),
       batch_bufs_(kTxBatch, std::vector<std::uint8_t>(kFrameBufBytes)) {}
 
+Egress::~Egress() {
+  for (std::size_t i = 0; i < kTxBatch; ++i)
+    if (lent_[i]) port_.return_tx(slots_[i]);
+}
+
 void Egress::send(std::uint64_t now_ns, const transport::Transmit& tx, QpBinding& binding) {
   const wire::FrameAddress* addr = binding.address_on_worker(tx.av_id);
   if (addr == nullptr) {
@@ -35,8 +40,7 @@ void Egress::send(std::uint64_t now_ns, const transport::Transmit& tx, QpBinding
 // The payload goes where the next batch slot's frame will have it, so a packet for the port is
 // encoded around it (encode_to_port) instead of copied: one copy of each payload byte fewer.
 wire::MutableBytes Egress::payload_buffer() {
-  std::vector<std::uint8_t>& slot = next_slot();
-  handed_out_ = wire::MutableBytes(slot.data() + kPayloadOffset, slot.size() - kPayloadOffset);
+  handed_out_ = next_slot().subspan(kPayloadOffset);
   return handed_out_;
 }
 
@@ -91,8 +95,8 @@ void Egress::loop_back(const transport::Transmit& tx, const wire::FrameAddress& 
 
 void Egress::encode_to_port(const transport::Transmit& tx, const wire::FrameAddress& addr,
                             wire::Bytes payload) {
-  std::vector<std::uint8_t>& slot = next_slot();
-  wire::MutableBytes out(slot);
+  const wire::MutableBytes slot = next_slot();
+  wire::MutableBytes out = slot;
   // In place: the payload is already in this slot (payload_buffer), the headers go before it.
   if (tx.payload_len != 0 && payload.data() == slot.data() + kPayloadOffset) {
     const std::size_t headers = wire::frame_bytes(addr, tx.hdr, 0) - wire::kIcrcBytes;
@@ -107,9 +111,15 @@ void Egress::encode_to_port(const transport::Transmit& tx, const wire::FrameAddr
 }
 
 // The next batch slot to encode a frame into (sends the batch first when it is full).
-std::vector<std::uint8_t>& Egress::next_slot() {
+wire::MutableBytes Egress::next_slot() {
   if (batch_count_ == kTxBatch) transmit_batch();
-  return batch_bufs_[batch_count_];
+  const std::size_t i = batch_count_;
+  if (slots_[i].empty()) {
+    const std::span<std::uint8_t> lent = port_.lend_tx(kFrameBufBytes);
+    lent_[i] = !lent.empty();
+    slots_[i] = lent_[i] ? lent.first(kFrameBufBytes) : wire::MutableBytes(batch_bufs_[i]);
+  }
+  return slots_[i];
 }
 
 // What the port refuses goes to the backlog, behind anything already there, so frames leave in
@@ -126,9 +136,15 @@ void Egress::transmit_batch() {
   for (std::size_t i = sent; i < batch_count_; ++i) {
     if (backlog_.size() >= kMaxTxBacklog) {
       counters_.backlog_dropped();
-      continue;
+    } else {
+      backlog_.emplace_back(batch_[i].begin(), batch_[i].end());
     }
-    backlog_.emplace_back(batch_[i].begin(), batch_[i].end());
+    if (lent_[i]) port_.return_tx(slots_[i]);
+  }
+  // A lent slot the port took is the port's now; the worker's own slots ask to borrow again.
+  for (std::size_t i = 0; i < batch_count_; ++i) {
+    slots_[i] = {};
+    lent_[i] = false;
   }
   batch_count_ = 0;
 }

@@ -8,7 +8,9 @@
 //     is being resolved, and leaves from service_neighbours() when the answer comes.
 //  3. The port: the packet is encoded in place into the next slot of the transmit batch, and
 //     the batch leaves in one port call (one kernel kick) when full or when the loop asks
-//     (transmit_batch), for up to kTxBatch frames: no allocation or copy per packet. What the
+//     (transmit_batch), for up to kTxBatch frames: no allocation or copy per packet. A slot is
+//     a buffer the port lends (AF_XDP: a UMEM chunk pair, so the frame is never copied by the
+//     worker again) or, where the port lends none, the worker's own buffer. What the
 //     port refuses (back-pressure) waits in the backlog, in order, and leaves first at the
 //     next flush(); past kMaxTxBacklog frames the newest are dropped (send_err). The loop
 //     stops draining QPs while has_room() is false, so packets wait inside their QPs instead.
@@ -49,6 +51,7 @@ class Egress {
 
   // `neighbours`: null where the port's owner (the kernel) writes the Ethernet header.
   Egress(net::Port& port, WorkerCounters& counters, std::unique_ptr<WorkerNeighbours> neighbours);
+  ~Egress();
   Egress(const Egress&) = delete;
   Egress& operator=(const Egress&) = delete;
 
@@ -89,7 +92,7 @@ class Egress {
                  const LoopbackTarget& target);
   void encode_to_port(const transport::Transmit& tx, const wire::FrameAddress& addr,
                       wire::Bytes payload);
-  std::vector<std::uint8_t>& next_slot();
+  wire::MutableBytes next_slot();
 
   net::Port& port_;
   WorkerCounters& counters_;
@@ -99,6 +102,10 @@ class Egress {
   std::deque<std::vector<std::uint8_t>> backlog_;
   wire::MutableBytes handed_out_;  // the last payload_buffer()
   std::vector<std::vector<std::uint8_t>> batch_bufs_;
+  // The buffer of each batch slot: empty until next_slot() asks the port for one to lend or
+  // falls back to batch_bufs_; lent_[i] says which (a lent one goes back to the port).
+  std::array<wire::MutableBytes, kTxBatch> slots_{};
+  std::array<bool, kTxBatch> lent_{};
   std::array<net::TxFrame, kTxBatch> batch_{};
   std::size_t batch_count_ = 0;
 };

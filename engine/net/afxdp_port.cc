@@ -125,10 +125,23 @@ Result<int, PortError> AfXdpPort::create_socket() {
   for (std::uint32_t i = 0; i < rx_frames(); ++i)
     rx_addrs[i] = std::uint64_t{i} * kChunkBytes;
   fill(rx_addrs);
+  // Half the transmit pool is lent in pairs when frames may span two chunks (multi-buffer) and
+  // the pool has room for at least two pairs.
+  const std::uint32_t tx_frames = config_.umem_frames - rx_frames();
+  const bool lend = multi_buffer_ && tx_frames >= 8;
+  copy_frames_ = lend ? tx_frames / 2 : tx_frames;
+  lend_base_ = std::uint64_t{rx_frames() + copy_frames_} * kChunkBytes;
   tx_free_.clear();
-  for (std::uint32_t i = rx_frames(); i < config_.umem_frames; ++i) {
+  for (std::uint32_t i = rx_frames(); i < rx_frames() + copy_frames_; ++i) {
     tx_free_.push_back(std::uint64_t{i} * kChunkBytes);
   }
+  const std::uint32_t pairs = (tx_frames - copy_frames_) / 2;
+  pairs_free_.clear();
+  for (std::uint32_t i = pairs; i > 0; --i)
+    pairs_free_.push_back(i - 1);
+  pair_lent_.assign(pairs, 0);
+  pair_in_kernel_.assign(pairs, 0);
+  pairs_in_kernel_ = 0;
   reassembly_.assign(kReassemblyBuffers, std::vector<std::uint8_t>(max_frame_bytes_));
   reassembly_free_.clear();
   for (std::uint32_t i = 0; i < kReassemblyBuffers; ++i)
@@ -297,9 +310,68 @@ void AfXdpPort::release(std::span<const RxFrame> frames) {
 void AfXdpPort::reclaim_completions() {
   std::uint32_t idx = 0;
   const std::uint32_t done = xsk_ring_cons__peek(&comp_, config_.umem_frames, &idx);
-  for (std::uint32_t i = 0; i < done; ++i)
-    tx_free_.push_back(*xsk_ring_cons__comp_addr(&comp_, idx + i));
+  for (std::uint32_t i = 0; i < done; ++i) {
+    const std::uint64_t addr = *xsk_ring_cons__comp_addr(&comp_, idx + i);
+    if (addr < lend_base_) {
+      tx_free_.push_back(addr);
+      continue;
+    }
+    const auto pair = static_cast<std::uint32_t>((addr - lend_base_) / (2 * kChunkBytes));
+    if (--pair_in_kernel_[pair] == 0) {
+      --pairs_in_kernel_;
+      pairs_free_.push_back(pair);
+    }
+  }
   xsk_ring_cons__release(&comp_, done);
+}
+
+std::int64_t AfXdpPort::pair_of(const std::uint8_t* p) const {
+  if (pair_lent_.empty() || p < umem_area_ + lend_base_ || p >= umem_area_ + umem_bytes_) return -1;
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(p - (umem_area_ + lend_base_)) /
+                                   (2 * kChunkBytes));
+}
+
+std::span<std::uint8_t> AfXdpPort::lend_tx(std::size_t bytes) {
+  if (bytes > 2 * kChunkBytes) return {};
+  if (pairs_free_.empty()) reclaim_completions();
+  if (pairs_free_.empty()) return {};
+  const std::uint32_t pair = pairs_free_.back();
+  pairs_free_.pop_back();
+  pair_lent_[pair] = 1;
+  return {umem_area_ + lend_base_ + std::uint64_t{pair} * 2 * kChunkBytes, 2 * kChunkBytes};
+}
+
+void AfXdpPort::return_tx(std::span<const std::uint8_t> lent) {
+  const std::int64_t pair = pair_of(lent.data());
+  if (pair >= 0 && pair_lent_[static_cast<std::size_t>(pair)] != 0) {
+    free_pair(static_cast<std::uint32_t>(pair));
+  }
+}
+
+void AfXdpPort::free_pair(std::uint32_t pair) {
+  pair_lent_[pair] = 0;
+  pairs_free_.push_back(pair);
+}
+
+std::uint32_t AfXdpPort::post_lent(std::uint32_t pair, TxFrame frame) {
+  const auto start = static_cast<std::uint64_t>(frame.data() - umem_area_);
+  const std::uint64_t end = start + frame.size();
+  const auto descs = static_cast<std::uint32_t>((end - 1) / kChunkBytes - start / kChunkBytes + 1);
+  std::uint32_t idx = 0;
+  if (xsk_ring_prod__reserve(&tx_, descs, &idx) != descs) return 0;
+  std::uint64_t addr = start;
+  for (std::uint32_t i = 0; i < descs; ++i) {
+    const std::uint64_t stop = std::min(end, chunk_base(addr) + kChunkBytes);
+    xdp_desc* d = xsk_ring_prod__tx_desc(&tx_, idx + i);
+    d->addr = addr;
+    d->len = static_cast<std::uint32_t>(stop - addr);
+    d->options = i + 1 < descs ? XDP_PKT_CONTD : 0;
+    addr = stop;
+  }
+  pair_lent_[pair] = 0;
+  pair_in_kernel_[pair] = static_cast<std::uint8_t>(descs);
+  ++pairs_in_kernel_;
+  return descs;
 }
 
 void AfXdpPort::wake_tx() {
@@ -319,6 +391,27 @@ Result<std::size_t, PortError> AfXdpPort::transmit(std::span<const TxFrame> fram
   std::uint32_t submitted = 0;
   for (; taken < frames.size(); ++taken) {
     const TxFrame& frame = frames[taken];
+    const std::int64_t pair = pair_of(frame.data());
+    if (pair >= 0) {
+      // Built in a buffer this port lent: posted where it is. A frame that was not lent, or runs
+      // past its pair, is refused (and a lent pair taken back).
+      const auto p = static_cast<std::uint32_t>(pair);
+      const std::uint8_t* pair_end =
+          umem_area_ + lend_base_ + (std::uint64_t{p} + 1) * 2 * kChunkBytes;
+      const bool lent = pair_lent_[p] != 0;
+      if (!lent || frame.empty() || frame.size() > max_frame_bytes_ ||
+          frame.data() + frame.size() > pair_end) {
+        ++stats_.tx_rejected;
+        if (lent) free_pair(p);
+        continue;
+      }
+      const std::uint32_t descs = post_lent(p, frame);
+      if (descs == 0) break;
+      submitted += descs;
+      ++stats_.tx_packets;
+      stats_.tx_bytes += frame.size();
+      continue;
+    }
     if (frame.empty() || frame.size() > max_frame_bytes_) {
       ++stats_.tx_rejected;
       continue;
@@ -359,7 +452,7 @@ Result<std::size_t, PortError> AfXdpPort::flush() {
 
 PortStats AfXdpPort::stats() const {
   PortStats s = stats_;
-  s.tx_pending = (config_.umem_frames - rx_frames()) - tx_free_.size();
+  s.tx_pending = (copy_frames_ - tx_free_.size()) + pairs_in_kernel_;
   xdp_statistics xs{};
   socklen_t len = sizeof(xs);
   if (getsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_STATISTICS, &xs, &len) == 0) {

@@ -4,7 +4,13 @@
 //
 // UMEM layout: umem_frames chunks of kChunkBytes; the first half is the receive pool (it lives
 // in the fill ring, the rx ring and the caller's hands between receive() and release()), the
-// second half the transmit pool (free list -> tx ring -> completion ring -> free list).
+// second half the transmit pool. Half of that pool is single chunks that transmit() copies
+// frames into (free list -> tx ring -> completion ring -> free list); the other half is pairs
+// of adjacent chunks lent to the caller (lend_tx) to encode a frame of up to 8 KiB in place, so
+// a 4 KiB-payload frame reaches the UMEM with no copy of the worker's: transmit() posts it as
+// one descriptor per chunk it touches, and the pair is free again when the completion ring has
+// returned them all. Lending needs multi-buffer (a frame that starts inside the first chunk
+// ends in the second); without it, or with none free, the caller builds frames elsewhere.
 //
 // Mode: zero-copy is tried first (only where the program runs in driver mode), then copy;
 // generic (SKB) XDP uses copy. Frames longer than a chunk (a 4096-byte RoCE MTU frame on a
@@ -56,6 +62,8 @@ class AfXdpPort final : public Port {
   Result<std::size_t, PortError> receive(std::span<RxFrame> frames) override;
   void release(std::span<const RxFrame> frames) override;
   Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) override;
+  std::span<std::uint8_t> lend_tx(std::size_t bytes) override;
+  void return_tx(std::span<const std::uint8_t> lent) override;
   Result<std::size_t, PortError> flush() override;
   int wait_fd() const override;
   PortStats stats() const override;
@@ -74,7 +82,13 @@ class AfXdpPort final : public Port {
   void wake_tx();
   bool take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out);
   bool join_in_place(std::uint32_t idx, RxFrame& out);
+  // Reserves and fills one tx descriptor per chunk a frame built in lent pair `pair` touches
+  // (the caller submits them) and returns how many; 0 when the ring has no room for them.
+  std::uint32_t post_lent(std::uint32_t pair, TxFrame frame);
+  void free_pair(std::uint32_t pair);
   std::uint32_t rx_frames() const { return config_.umem_frames / 2; }
+  // The lent pair a frame starts in, or -1 when it is not inside the lending region.
+  std::int64_t pair_of(const std::uint8_t* p) const;
 
   AfXdpPortConfig config_;
   std::shared_ptr<XdpSteering> steering_;
@@ -92,6 +106,13 @@ class AfXdpPort final : public Port {
   xsk_ring_prod tx_{};
 
   std::vector<std::uint64_t> tx_free_;  // chunk addresses ready for transmit
+  std::uint32_t copy_frames_ = 0;       // chunks of the copying half (all, without lending)
+  std::uint64_t lend_base_ = 0;         // UMEM offset of the first lent pair
+  // Lending: free pairs; per pair, lent to the caller, or descriptors the kernel still holds.
+  std::vector<std::uint32_t> pairs_free_;
+  std::vector<std::uint8_t> pair_lent_;
+  std::vector<std::uint8_t> pair_in_kernel_;
+  std::uint32_t pairs_in_kernel_ = 0;
   std::vector<std::uint64_t> pending_fill_;
   std::vector<std::vector<std::uint8_t>> reassembly_;
   std::vector<std::uint32_t> reassembly_free_;

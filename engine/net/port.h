@@ -13,7 +13,8 @@
 //    back with release(). A caller that holds frames too long starves the port of buffers;
 //    receive() then returns fewer frames and the NIC or kernel counts drops.
 //  - transmit() reads the caller's bytes during the call only; the caller may reuse them as
-//    soon as it returns.
+//    soon as it returns. The exception is a frame built in a buffer the port lent (lend_tx):
+//    transmit() takes the buffer itself, and the caller must not touch it again.
 #pragma once
 
 #include <cstddef>
@@ -90,6 +91,15 @@ class Port {
   // frames.size() means the transmit ring is full now (back-pressure, not loss): retry the
   // rest later. Malformed frames are counted in tx_rejected and skipped (taken).
   virtual Result<std::size_t, PortError> transmit(std::span<const TxFrame> frames) = 0;
+
+  // Zero-copy transmit, for a port whose transmit memory the caller may write (AF_XDP's UMEM).
+  // lend_tx() returns a buffer of at least `bytes` to build one frame in, or an empty span when
+  // the port lends none (one that always copies, or none free now): build the frame elsewhere.
+  // A frame inside a lent buffer that transmit() takes leaves without a copy, and the buffer
+  // goes back to the port with it; a lent buffer transmit() did not take, or that was never
+  // passed to it, goes back with return_tx(). The defaults lend nothing.
+  virtual std::span<std::uint8_t> lend_tx(std::size_t /*bytes*/) { return {}; }
+  virtual void return_tx(std::span<const std::uint8_t> /*lent*/) {}
 
   // Pushes anything queued by transmit() that still waits for a kernel wakeup, and reclaims
   // finished transmit buffers. Cheap when there is nothing to do.

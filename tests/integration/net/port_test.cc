@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -216,6 +218,115 @@ TEST(AfXdpMultiBuffer, TwoBufferFramesAreJoinedInPlaceBitExact) {
   EXPECT_EQ(s.rx_drops, 0u);
   EXPECT_EQ(s.rx_joined_in_place, 3 * kRounds) << "4170, 4190 and 3841 bytes: two buffers each";
   EXPECT_EQ(s.rx_reassembled, kRounds) << "8000 bytes: three buffers";
+}
+
+// A frame built in a buffer the AF_XDP port lends (a pair of adjacent UMEM chunks) leaves from
+// where it was built, at any offset: within the first chunk, across the two, or in the second
+// only; every one arrives bit-exact. A lent buffer given back unused is lent again; a frame in
+// the lending region that was not lent, or that runs past its pair, is refused, not sent.
+TEST(AfXdpLending, FramesBuiltInLentBuffersArriveBitExact) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("lend");
+  NsPort a(net.a(), net.b(), PortKind::kAfXdp);
+  NsPort b(net.b(), net.a(), PortKind::kAfXdp);
+  if (!a.ok() || !b.ok()) GTEST_SKIP() << "AF_XDP unavailable: " << a.error() << b.error();
+  struct Placement {
+    std::size_t size;
+    std::size_t offset;
+  };
+  const std::vector<Placement> placements = {
+      {4170, 70}, {64, 0}, {4190, 50}, {1000, 4000}, {3000, 4096 + 10}, {4096, 4096}, {8192, 0}};
+  constexpr std::size_t kRounds = 40;
+  std::mt19937 rng(test_seed());
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t r = 0; r < kRounds; ++r) {
+    for (const Placement& at : placements) {
+      frames.push_back(make_frame(net.a(), net.b(), at.size == 4190, at.size,
+                                  static_cast<std::uint16_t>(0xC000 + frames.size()), 0x02, rng));
+    }
+  }
+  const bool sent = a.run([&](net::Port& p) {
+    const auto until = std::chrono::steady_clock::now() + kDeadline;
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      const Placement& at = placements[i % placements.size()];
+      std::span<std::uint8_t> lent;
+      while ((lent = p.lend_tx(4096 + 256)).empty()) {
+        if (!p.flush() || std::chrono::steady_clock::now() > until) return false;
+      }
+      if (lent.size() < at.offset + at.size) return false;
+      std::memcpy(lent.data() + at.offset, frames[i].data(), at.size);
+      const net::TxFrame frame(lent.data() + at.offset, at.size);
+      for (;;) {
+        const auto taken = p.transmit(std::span<const net::TxFrame>(&frame, 1));
+        if (!taken) return false;
+        if (*taken == 1) break;
+        if (!p.flush() || std::chrono::steady_clock::now() > until) return false;
+      }
+    }
+    return send_all(p, {}, kDeadline);
+  });
+  ASSERT_TRUE(sent) << "seed " << test_seed();
+  auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
+  ASSERT_EQ(got.size(), frames.size()) << "seed " << test_seed();
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_EQ(got[i], frames[i]) << "frame " << i << " (" << frames[i].size() << " bytes), seed "
+                                 << test_seed();
+  }
+  EXPECT_EQ(a.port().stats().tx_rejected, 0u);
+
+  // Every buffer lent, all given back, all lent again; then the refusals.
+  a.run([&](net::Port& p) {
+    std::vector<std::span<std::uint8_t>> all;
+    for (std::span<std::uint8_t> l; !(l = p.lend_tx(4096)).empty();)
+      all.push_back(l);
+    ASSERT_GE(all.size(), 2u);
+    EXPECT_TRUE(p.lend_tx(4096).empty()) << "nothing left to lend";
+    const std::size_t lent = all.size();
+    for (auto l : all)
+      p.return_tx(l);
+    all.clear();
+    for (std::span<std::uint8_t> l; !(l = p.lend_tx(4096)).empty();)
+      all.push_back(l);
+    EXPECT_EQ(all.size(), lent) << "every buffer given back is lent again";
+    EXPECT_TRUE(p.lend_tx(2 * 8192).empty()) << "larger than a pair";
+
+    const std::uint64_t packets = p.stats().tx_packets;
+    // Given back, then sent anyway: not lent, so refused.
+    const std::span<std::uint8_t> returned = all.back();
+    all.pop_back();
+    p.return_tx(returned);
+    std::memcpy(returned.data(), frames[0].data(), frames[0].size());
+    const net::TxFrame stale(returned.data(), frames[0].size());
+    // Runs past the end of its pair.
+    const std::span<std::uint8_t> last = all.back();
+    all.pop_back();
+    const net::TxFrame overrun(last.data() + 8192 - 100, 200);
+    const std::array<net::TxFrame, 2> bad = {stale, overrun};
+    const auto taken = p.transmit(bad);
+    ASSERT_TRUE(taken);
+    EXPECT_EQ(*taken, 2u) << "refused frames are taken, not retried";
+    EXPECT_EQ(p.stats().tx_rejected, 2u);
+    EXPECT_EQ(p.stats().tx_packets, packets);
+    for (auto l : all)
+      p.return_tx(l);
+    std::size_t again = 0;
+    for (std::span<std::uint8_t> l; !(l = p.lend_tx(4096)).empty(); ++again)
+      all.push_back(l);
+    EXPECT_EQ(again, lent) << "the overrun frame's pair came back with its refusal";
+    for (auto l : all)
+      p.return_tx(l);
+  });
+  // Nothing of the refused frames reached the peer.
+  EXPECT_TRUE(b.run([&](net::Port& p) { return receive_n(p, 1, 200ms); }).empty());
+}
+
+// A UDP port writes every frame into the socket itself: it lends nothing.
+TEST(AfXdpLending, AUdpPortLendsNothing) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("lendudp");
+  NsPort a(net.a(), net.b(), PortKind::kUdp);
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_TRUE(a.run([](net::Port& p) { return p.lend_tx(64).empty(); }));
 }
 
 // The UDP port sends the packets of one message (one destination, equal lengths, the last
