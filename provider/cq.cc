@@ -12,6 +12,7 @@
 #include <new>
 
 #include "provider/queues.h"
+#include "xroce/sched_attr.h"
 
 namespace xroce::provider {
 
@@ -33,15 +34,47 @@ constexpr uint64_t kSupportedWcFlags =
 constexpr uint32_t kEmptyPollsBeforeYield = 32;
 thread_local uint32_t empty_polls = 0;
 
+// A whole-number environment setting, or `fallback` when unset or not a number.
+uint32_t env_count(const char* name, uint32_t fallback) {
+  const char* v = getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long n = strtoul(v, &end, 10);
+  return (*end == '\0' && n <= UINT32_MAX) ? static_cast<uint32_t>(n) : fallback;
+}
+
 uint32_t empty_polls_before_yield() {
-  static const uint32_t count = [] {
-    const char* v = getenv("XROCE_POLL_YIELD");
-    if (v == nullptr || *v == '\0') return kEmptyPollsBeforeYield;
-    char* end = nullptr;
-    const unsigned long n = strtoul(v, &end, 10);
-    return (*end == '\0' && n <= UINT32_MAX) ? static_cast<uint32_t>(n) : kEmptyPollsBeforeYield;
-  }();
+  static const uint32_t count = env_count("XROCE_POLL_YIELD", kEmptyPollsBeforeYield);
   return count;
+}
+
+// The EEVDF slice (sched_setattr's sched_runtime, Linux 6.12+) a thread that polls until it
+// yields asks for, once. sched_yield moves the thread's virtual deadline one slice on; with the
+// default slice (0.75-3 ms) a poller yielding every microsecond soon has a later deadline than
+// anything else runnable on its core, a nice-19 background job included, which is then picked
+// and runs a whole slice of its own (1.5-4 ms at HZ 250) before the poller runs again: the
+// ~2 ms p99 of ib_send_lat beside busy loops (bench/README.md). With 100 us, as the daemon's
+// workers use, each yield moves the deadline 100 us. The thread's share of the core does not
+// change (that is its nice, kept), only how long it may run before the scheduler looks again.
+// Only a SCHED_OTHER thread whose slice is longer is changed; XROCE_POLL_SLICE_US=N sets the
+// slice, 0 leaves every thread as it is. A kernel that refuses (before 6.12) changes nothing.
+constexpr uint32_t kPollSliceUs = 100;
+thread_local bool slice_checked = false;
+
+void shorten_slice_once() {
+  if (slice_checked) return;
+  slice_checked = true;
+  static const uint64_t slice_ns = uint64_t{env_count("XROCE_POLL_SLICE_US", kPollSliceUs)} * 1000;
+  if (slice_ns == 0) return;
+  const int saved_errno = errno;
+  SchedAttr attr;
+  if (get_sched_attr(attr) && attr.sched_policy == SCHED_OTHER && attr.sched_runtime > slice_ns) {
+    attr.size = sizeof(attr);
+    attr.sched_flags &= kSchedFlagResetOnFork;  // kept; the rest are not settings to carry
+    attr.sched_runtime = slice_ns;
+    (void)set_sched_attr(attr);
+  }
+  errno = saved_errno;  // the application's errno is not ours to change
 }
 
 void note_poll(bool found) {
@@ -52,6 +85,7 @@ void note_poll(bool found) {
   const uint32_t limit = empty_polls_before_yield();
   if (limit != 0 && ++empty_polls >= limit) {
     empty_polls = 0;
+    shorten_slice_once();
     sched_yield();
   }
 }

@@ -8,6 +8,8 @@
 
 #include <cstdio>
 
+#include "xroce/sched_attr.h"
+
 namespace xroce::daemon {
 namespace {
 
@@ -18,30 +20,15 @@ constexpr std::uint64_t kTagDoorbell = 3ull << 32;  // | fd: a multishot poll on
 constexpr std::uint64_t kTagMask = ~0ull << 32;
 constexpr unsigned kRingEntries = 8;
 
-// struct sched_attr of <linux/sched/types.h> (its sched_param clashes with glibc's),
-// SCHED_ATTR_SIZE_VER0.
-struct SchedAttr {
-  std::uint32_t size;
-  std::uint32_t sched_policy;
-  std::uint64_t sched_flags;
-  std::int32_t sched_nice;
-  std::uint32_t sched_priority;
-  std::uint64_t sched_runtime;
-  std::uint64_t sched_deadline;
-  std::uint64_t sched_period;
-};
-static_assert(sizeof(SchedAttr) == 48);
-
 // Sets the calling thread's nice value and EEVDF slice (0: the default) in one call; false
 // when the kernel refuses (a negative nice needs CAP_SYS_NICE; before 6.12 SCHED_OTHER ignores
 // or rejects sched_runtime).
 bool set_thread_scheduling(int nice, std::uint64_t slice_ns) {
-  SchedAttr attr{};
-  attr.size = sizeof(attr);
+  SchedAttr attr;
   attr.sched_policy = SCHED_OTHER;
   attr.sched_nice = nice;
   attr.sched_runtime = slice_ns;
-  return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+  return set_sched_attr(attr);
 }
 
 }  // namespace

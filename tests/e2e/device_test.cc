@@ -305,6 +305,35 @@ TEST_F(DeviceTest, TransportVerbsMoveDataAndEnforceAccess) {
   }
 }
 
+// A thread polling an empty CQ asks for a 100 us scheduler slice when it first yields its core
+// (provider/cq.cc: with the default slice each yield hands a nice-19 busy loop a whole slice);
+// XROCE_POLL_SLICE_US sets it, 0 leaves the thread alone, and a SCHED_BATCH thread is never
+// changed. errno is what the application left there.
+TEST_F(DeviceTest, APollingThreadAsksForAShortSchedulerSlice) {
+  Host host("xre2e-slice", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  for (const std::string setting : {"", "0", "250"}) {
+    std::vector<std::string> argv = {probe_bin(), "xre0", "poll_slice"};
+    if (!setting.empty()) argv.insert(argv.begin(), {"env", "XROCE_POLL_SLICE_US=" + setting});
+    const auto r = app(host, argv);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
+    unsigned long long before = 0, after = 0, batch_before = 0, batch_after = 0;
+    const auto at = r.output.find("poll_slice other");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    ASSERT_EQ(std::sscanf(r.output.c_str() + at, "poll_slice other %llu %llu batch %llu %llu",
+                          &before, &after, &batch_before, &batch_after),
+              4)
+        << r.output;
+    if (before == 0) GTEST_SKIP() << "the kernel reports no EEVDF slice (before Linux 6.12)";
+    const unsigned long long wanted_us = setting.empty() ? 100 : std::stoull(setting);
+    const unsigned long long expected =
+        wanted_us == 0 ? before : std::min(before, wanted_us * 1000);
+    EXPECT_EQ(after, expected) << "XROCE_POLL_SLICE_US=" << setting << "\n" << r.output;
+    EXPECT_EQ(batch_after, batch_before) << "a SCHED_BATCH thread keeps its slice\n" << r.output;
+  }
+}
+
 TEST_F(DeviceTest, CompletionChannelsComeFromThePreloadLibrary) {
   Host host("xre2e-channel", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);

@@ -18,11 +18,14 @@
 //                            (verbs_probe_transport.cc)
 //   verbs_probe DEV refusals|recv_depth|loopback_semantics|channel_cq_ex  what rdma-core's pyverbs
 //                            suite checks of a provider (verbs_probe_semantics.cc)
+//   verbs_probe DEV poll_slice  the scheduler slice of a thread polling an empty CQ, before and
+//                            after, for a SCHED_OTHER and a SCHED_BATCH thread
 //
 // Exit status 0 when every check it makes itself passed.
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
@@ -32,10 +35,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "open_device.h"
 #include "verbs_probe.h"
+#include "xroce/sched_attr.h"
 
 namespace xroce::probe {
 
@@ -229,6 +234,49 @@ int hold(ibv_context* ctx) {
   return after == nullptr ? 0 : 1;
 }
 
+// The polling thread's EEVDF slice (provider/cq.cc shorten_slice_once): sched_getattr's
+// sched_runtime before and after a thread polls an empty CQ past the yield point, for this
+// thread (SCHED_OTHER) and for a SCHED_BATCH thread, which must be left as it was. Prints the
+// figures; the test compares them with XROCE_POLL_SLICE_US. errno survives the polls.
+uint64_t slice_ns() {
+  SchedAttr a;
+  return get_sched_attr(a) ? a.sched_runtime : 0;
+}
+
+void poll_empty(ibv_cq* cq) {
+  ibv_wc wc{};
+  for (int i = 0; i < 256; ++i)
+    (void)ibv_poll_cq(cq, 1, &wc);
+}
+
+int poll_slice(ibv_context* ctx) {
+  ibv_cq* cq = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
+  check(cq != nullptr, "create_cq");
+  if (cq == nullptr) return 1;
+  // The SCHED_BATCH thread first: a thread starts with its creator's slice.
+  uint64_t batch_before = 0;
+  uint64_t batch_after = 0;
+  std::thread batch([&] {
+    sched_param none{};
+    if (sched_setscheduler(0, SCHED_BATCH, &none) != 0) return;
+    batch_before = slice_ns();
+    poll_empty(cq);
+    batch_after = slice_ns();
+  });
+  batch.join();
+  const uint64_t before = slice_ns();
+  errno = 4321;
+  poll_empty(cq);
+  check(errno == 4321, "errno_kept");
+  const uint64_t after = slice_ns();
+  std::printf("poll_slice other %llu %llu batch %llu %llu\n",
+              static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
+              static_cast<unsigned long long>(batch_before),
+              static_cast<unsigned long long>(batch_after));
+  ibv_destroy_cq(cq);
+  return 0;
+}
+
 }  // namespace
 
 int main_probe(int argc, char** argv) {
@@ -236,7 +284,7 @@ int main_probe(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N|"
                  "dma_regions|dma_hold|dma_loopback N|refusals|recv_depth|loopback_semantics|"
-                 "channel_cq_ex|transport|many_qps ARGS\n");
+                 "channel_cq_ex|transport|many_qps ARGS|poll_slice\n");
     return 2;
   }
   ibv_context* ctx = e2e::open_device_named(argv[1]);
@@ -263,6 +311,7 @@ int main_probe(int argc, char** argv) {
   if (mode == "loopback_semantics") rc = loopback_semantics(ctx);
   if (mode == "channel_cq_ex") rc = channel_cq_ex(ctx);
   if (mode == "many_qps") rc = many_qps(ctx, argc - 3, argv + 3);
+  if (mode == "poll_slice") rc = poll_slice(ctx);
   ibv_close_device(ctx);
   std::fflush(stdout);
   return rc != 0 || failures != 0 ? 1 : 0;

@@ -1,0 +1,37 @@
+// struct sched_attr and the two system calls that read and write it, for the daemon's workers and
+// the provider's polling threads (an EEVDF slice is sched_attr's sched_runtime for SCHED_OTHER,
+// Linux 6.12+). <linux/sched/types.h> defines the struct, but its sched_param clashes with
+// glibc's, and glibc 2.36 wraps neither call.
+#pragma once
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace xroce {
+
+// SCHED_ATTR_SIZE_VER0.
+struct SchedAttr {
+  std::uint32_t size = sizeof(SchedAttr);
+  std::uint32_t sched_policy = 0;
+  std::uint64_t sched_flags = 0;
+  std::int32_t sched_nice = 0;
+  std::uint32_t sched_priority = 0;
+  std::uint64_t sched_runtime = 0;  // SCHED_OTHER: the EEVDF slice in ns (0: the default)
+  std::uint64_t sched_deadline = 0;
+  std::uint64_t sched_period = 0;
+};
+static_assert(sizeof(SchedAttr) == 48);
+
+inline constexpr std::uint64_t kSchedFlagResetOnFork = 0x01;  // SCHED_FLAG_RESET_ON_FORK
+
+// The calling thread's attributes; false (errno set) when the kernel refuses.
+inline bool get_sched_attr(SchedAttr& attr) {
+  return syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) == 0;
+}
+inline bool set_sched_attr(const SchedAttr& attr) {
+  return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+}
+
+}  // namespace xroce
