@@ -19,6 +19,7 @@
 //
 // Run: <build>/bin/bench/bench_datapath [Google Benchmark flags]
 //      <build>/bin/bench/bench_datapath --list-cases
+//      ... --no-lend: the port lends no transmit buffers (the worker's frames are copied into it)
 //      bench/bench-datapath.sh [BUILD_DIR] [PACKETS]   (both figures for every case)
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -58,15 +59,29 @@ constexpr std::size_t kBufferBytes = 1 << 22;  // each side's registered buffer
 constexpr std::uint32_t kInFlight = 32;        // messages posted and not yet completed
 constexpr std::uint64_t kLineRateMbps = 100'000;
 
-// A port whose transmit copies each frame into its peer's receive ring (one copy per frame,
-// as AF_XDP copy mode makes), with back-pressure when the ring is full. Single-threaded: the
-// benchmark runs both workers on its own thread.
+// --no-lend: the port lends no transmit buffers (the worker's own batch buffers, copied).
+bool g_lend = true;
+
+// A port modelled on AF_XDP copy mode: it lends the worker transmit buffers (its UMEM) to encode
+// frames in, copies a frame built anywhere else into one first (as AfXdpPort::transmit does),
+// and "the kernel" copies each frame into its peer's receive ring (one copy per frame), with
+// back-pressure when the ring is full. Single-threaded: the benchmark runs both workers on its
+// own thread.
 class MemoryPort final : public net::Port {
  public:
   static constexpr std::size_t kSlots = 1024;
   static constexpr std::size_t kSlotBytes = 4096 + 256;
+  static constexpr std::size_t kTxBuffers = 64;
+  static constexpr std::size_t kTxBufferBytes = 8192;
 
-  MemoryPort() : slots_(kSlots, std::vector<std::uint8_t>(kSlotBytes)), lengths_(kSlots) {}
+  MemoryPort()
+      : slots_(kSlots, std::vector<std::uint8_t>(kSlotBytes)),
+        lengths_(kSlots),
+        tx_pool_(kTxBuffers * kTxBufferBytes),
+        tx_copy_(kTxBufferBytes) {
+    for (std::size_t i = 0; i < kTxBuffers; ++i)
+      tx_free_.push_back(i);
+  }
   MemoryPort* peer = nullptr;
 
   net::Result<std::size_t, net::PortError> receive(std::span<net::RxFrame> frames) override {
@@ -86,32 +101,51 @@ class MemoryPort final : public net::Port {
   net::Result<std::size_t, net::PortError> transmit(std::span<const net::TxFrame> frames) override {
     std::size_t n = 0;
     for (const net::TxFrame& f : frames) {
-      if (!peer->accept(f)) break;
+      if (!peer->has_room() || f.size() > kSlotBytes) break;
+      const std::uint8_t* pool = tx_pool_.data();
+      if (f.data() >= pool && f.data() < pool + tx_pool_.size()) {
+        peer->accept(f);  // built in a lent buffer; "completed" at once
+        tx_free_.push_back(static_cast<std::size_t>(f.data() - pool) / kTxBufferBytes);
+      } else {
+        std::memcpy(tx_copy_.data(), f.data(), f.size());  // into UMEM
+        peer->accept(net::TxFrame(tx_copy_.data(), f.size()));
+      }
       ++stats_.tx_packets;
       stats_.tx_bytes += f.size();
       ++n;
     }
     return n;
   }
+  std::span<std::uint8_t> lend_tx(std::size_t bytes) override {
+    if (!g_lend || bytes > kTxBufferBytes || tx_free_.empty()) return {};
+    const std::size_t i = tx_free_.back();
+    tx_free_.pop_back();
+    return {tx_pool_.data() + i * kTxBufferBytes, kTxBufferBytes};
+  }
+  void return_tx(std::span<const std::uint8_t> lent) override {
+    tx_free_.push_back(static_cast<std::size_t>(lent.data() - tx_pool_.data()) / kTxBufferBytes);
+  }
   net::Result<std::size_t, net::PortError> flush() override { return std::size_t{0}; }
   int wait_fd() const override { return -1; }
   net::PortStats stats() const override { return stats_; }
-  net::PortMode mode() const override { return net::PortMode::kUdpSocket; }
+  net::PortMode mode() const override { return net::PortMode::kAfXdpCopy; }
   std::size_t max_frame_bytes() const override { return kSlotBytes; }
 
  private:
-  bool accept(net::TxFrame f) {
-    if (tail_ - head_ == kSlots || f.size() > kSlotBytes) return false;
+  bool has_room() const { return tail_ - head_ < kSlots; }
+  void accept(net::TxFrame f) {
     const std::size_t i = tail_ % kSlots;
     std::memcpy(slots_[i].data(), f.data(), f.size());
     lengths_[i] = f.size();
     ++tail_;
-    return true;
   }
 
   std::vector<std::vector<std::uint8_t>> slots_;
   std::vector<std::size_t> lengths_;
   std::uint64_t head_ = 0, tail_ = 0, out_ = 0;
+  std::vector<std::uint8_t> tx_pool_;
+  std::vector<std::size_t> tx_free_;
+  std::vector<std::uint8_t> tx_copy_;
   net::PortStats stats_;
 };
 
@@ -395,6 +429,7 @@ int main(int argc, char** argv) {
     }
     if (arg.starts_with("--packets=")) counted_packets = std::strtoull(argv[i] + 10, nullptr, 10);
     if (arg.starts_with("--case=")) counted_case = arg.substr(7);
+    if (arg == "--no-lend") g_lend = false;
   }
   if (counted_packets > 0) return run_counted(counted_case, counted_packets);
   for (const Case& c : kCases)
