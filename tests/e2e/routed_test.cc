@@ -226,7 +226,19 @@ TEST_P(RoutedTest, AGatewayMacChangeInMidRunIsFollowed) {
   for (std::string line = client.read_line(seconds(120)); !line.empty();
        line = client.read_line(seconds(120)))
     out += line + "\n";
-  EXPECT_EQ(client.wait(seconds(10)), 0) << out;
+  const int client_status = client.wait(seconds(10));
+  std::string state;  // what each namespace's neighbour table and device said, for a failure
+  if (client_status != 0) {
+    for (int ns : {0, 1, 2}) {
+      state += fmt::format("namespace {}: {}", ns, net_->exec(ns, {"ip", "neigh", "show"}).output);
+      state += net_->exec(ns, {"ip", "-6", "neigh", "show"}).output;
+    }
+    for (int side = 0; side < 2; ++side) {
+      for (const char* c : {"neighbour_changes", "neighbour_failures", "rcvd_pkts", "sent_pkts"})
+        state += fmt::format("{} {} {}\n", net_->dev(side), c, net_->counter(side, c));
+    }
+  }
+  EXPECT_EQ(client_status, 0) << out << state;
   EXPECT_EQ(server.wait(seconds(30)), 0);
   EXPECT_NE(out.find("40000 iters in"), std::string::npos) << out;
   EXPECT_EQ(out.find("invalid data"), std::string::npos) << out;
