@@ -126,18 +126,26 @@ void expect_packets_in_order(const std::vector<std::vector<std::uint8_t>>& sent,
   }
 }
 
+// Packets 0..n-1 of `bytes` through an Egress over `port`, the backlog drained as the worker's
+// loop drains it; then, as the loop does at every poll, the next packet's slot is prepared and
+// left unused, so the Egress ends holding it. Returns how many buffers were lent to the Egress
+// when it ended (what its destructor must give back).
+std::size_t send_through(LendingPort& port, std::uint32_t n, std::size_t bytes) {
+  WorkerCounters counters;
+  Egress egress(port, counters, nullptr);
+  for (std::uint32_t i = 0; i < n; ++i)
+    emit_packet(egress, i, bytes);
+  egress.transmit_batch();
+  for (int turn = 0; turn < 100 && !egress.backlog_empty(); ++turn)
+    egress.flush();
+  EXPECT_TRUE(egress.backlog_empty());
+  (void)egress.payload_buffer();
+  return port.lent_out();
+}
+
 TEST(EgressLending, PacketsAreEncodedInLentBuffersAndEveryBufferGoesBack) {
   LendingPort port(64, 1000);
-  {
-    WorkerCounters counters;
-    Egress egress(port, counters, nullptr);
-    for (std::uint32_t i = 0; i < 100; ++i)
-      emit_packet(egress, i, 4096);
-    egress.transmit_batch();
-    EXPECT_TRUE(egress.flush() || egress.backlog_empty());
-    // One slot prepared for the next packet stays lent until the egress ends.
-    EXPECT_LE(port.lent_out(), 1u);
-  }
+  EXPECT_EQ(send_through(port, 100, 4096), 1u) << "the prepared slot is a lent buffer";
   expect_packets_in_order(port.sent, 100, 4096);
   EXPECT_EQ(port.zero_copy, 100u);
   EXPECT_EQ(port.copied, 0u);
@@ -149,16 +157,7 @@ TEST(EgressLending, PacketsAreEncodedInLentBuffersAndEveryBufferGoesBack) {
 // of the lent buffers, which go back at once) and leaves first, in order.
 TEST(EgressLending, BackPressureKeepsOrderAndReturnsWhatThePortDidNotTake) {
   LendingPort port(64, 3);
-  {
-    WorkerCounters counters;
-    Egress egress(port, counters, nullptr);
-    for (std::uint32_t i = 0; i < 100; ++i)
-      emit_packet(egress, i, 1000);
-    egress.transmit_batch();
-    for (int turn = 0; turn < 100 && !egress.backlog_empty(); ++turn)
-      egress.flush();
-    EXPECT_TRUE(egress.backlog_empty());
-  }
+  EXPECT_EQ(send_through(port, 100, 1000), 1u);
   expect_packets_in_order(port.sent, 100, 1000);
   EXPECT_GT(port.zero_copy, 0u);
   EXPECT_GT(port.copied, 0u) << "backlogged frames are the worker's copies";
@@ -170,16 +169,10 @@ TEST(EgressLending, BackPressureKeepsOrderAndReturnsWhatThePortDidNotTake) {
 TEST(EgressLending, APortThatLendsNothingGetsTheWorkersBuffers) {
   LendingPort port(64, 1000);
   port.lend_budget = 10;
-  {
-    WorkerCounters counters;
-    Egress egress(port, counters, nullptr);
-    for (std::uint32_t i = 0; i < 50; ++i)
-      emit_packet(egress, i, 64);
-    egress.transmit_batch();
-  }
+  EXPECT_EQ(send_through(port, 50, 64), 0u) << "nothing left to lend for the prepared slot";
   expect_packets_in_order(port.sent, 50, 64);
   EXPECT_EQ(port.zero_copy + port.copied, 50u);
-  EXPECT_LE(port.zero_copy, 10u);
+  EXPECT_EQ(port.zero_copy, 10u) << "every buffer the port would lend was used";
   EXPECT_EQ(port.misuse, 0u);
   EXPECT_EQ(port.lent_out(), 0u);
 }
