@@ -148,10 +148,17 @@ class CmSuite:
         return self.port
 
     def pair(self, server, client, server_cmd: str, client_cmd: str, port: int,
-             timeout_s: float = 120):
+             timeout_s: float = 120, refusals=None):
+        """Runs server and client to their ends; returns both outputs. With `refusals` (a count
+        of the client's connects refused for want of a listener): a client that failed while
+        that count rose stops the server, and None is returned, for the caller to try again."""
+        before = refusals() if refusals else 0
         srv = server.start_command(server_cmd)
         wait_cm_listener(server, port)
         cli = client.run(client_cmd, timeout_s)
+        if refusals and cli.rc != 0 and refusals() > before:
+            stop_command(server, srv, server_cmd)
+            return None
         s = srv.wait(timeout_s)
         for side, peer, r, cmd in (("server", server, s, server_cmd),
                                    ("client", client, cli, client_cmd)):
@@ -194,23 +201,15 @@ class CmSuite:
         for attempt in range(1, 4):
             port = self.next_port()
             flags = f"-R -n 50 -s 65536 -p {port}"
-            server_cmd = f"ib_send_bw -d {server.device} {flags}"
-            client_cmd = f"ib_send_bw -d {client.device} {flags} {server.ip4}"
-            before = rej_invalid_service_id(client)
-            srv = server.start_command(server_cmd)
-            wait_cm_listener(server, port)
-            cli = client.run(client_cmd, 120)
-            if cli.rc != 0 and attempt < 3 and rej_invalid_service_id(client) > before:
+            got = self.pair(server, client, f"ib_send_bw -d {server.device} {flags}",
+                            f"ib_send_bw -d {client.device} {flags} {server.ip4}", port,
+                            refusals=(lambda: rej_invalid_service_id(client)) if attempt < 3
+                            else None)
+            if got is None:
                 log(f"ib_send_bw -R attempt {attempt}: the client's connect was refused with "
                     f"REJ invalid service ID (the server was not listening again yet); again")
-                stop_command(server, srv, server_cmd)
                 continue
-            s = srv.wait(120)
-            for side, peer, r in (("server", server, s), ("client", client, cli)):
-                if not finished(server_cmd if side == "server" else client_cmd, r):
-                    raise AssertionError(f"{side} on {peer.name} exited {r.rc} (`{server_cmd}` / "
-                                         f"`{client_cmd}`):\n{r.output}")
-            out = cli.output
+            out = got[1]
             if not re.search(r"^\s*65536\s+50\s+[\d.]+\s+[\d.]+", out, re.MULTILINE):
                 raise AssertionError(f"ib_send_bw -R: no result line:\n{out}")
             log(f"ib_send_bw -R: server {server.name}, client {client.name}: ok")
