@@ -303,7 +303,8 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   const bool started =
       ctx_.sq_head != ctx_.sq_tail && ctx_.wqe(ctx_.sq_head).stage == WqeStage::kStarted;
   if (!ctx_.outstanding() || !started || ctx_.rnr_deadline_ns != 0) return;
-  if (!ctx_.resend_probe && !ctx_.tail_probe && ctx_.config.tail_probe_floor_ns != 0) {
+  if (!ctx_.resend_probe && !ctx_.tail_probe && ctx_.config.tail_probe_floor_ns != 0 &&
+      ctx_.tail_probe_is_cheap()) {
     // Silence with no NAK to go on: one packet asks what the responder has (tail_probe_floor_ns).
     ++ctx_.counters.tail_probes;
     ctx_.tail_probe = true;

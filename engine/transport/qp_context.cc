@@ -166,12 +166,21 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
     if (resend_probe && config.resend_probe_floor_ns != 0) {
       rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
-               last_sent_ackreq && !budget_contended()) {
+               last_sent_ackreq && !budget_contended() && tail_probe_is_cheap()) {
       rto_ns = std::min(rto_ns, std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
                                           2 * rtt.smoothed_ns(), rtt.peak_ns()}));
     }
   }
   if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;
+}
+
+bool QpContext::tail_probe_is_cheap() const {
+  if (sq_head == sq_tail) return true;
+  const SendWqe& w = wqe(sq_head);
+  // Signed: the timer restarts as a READ's last response arrives, before the READ leaves the
+  // head, so comp_psn may already be past it.
+  return !w.is_read() ||
+         w.last_psn.distance_from(comp_psn) < static_cast<std::int32_t>(config.max_unacked_psns);
 }
 
 std::uint32_t QpContext::unacked_psns() const {

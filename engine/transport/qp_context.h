@@ -177,6 +177,7 @@ struct QpContext {
   std::uint64_t sq_next = 0;  // next WQE the requester transmits from
   std::uint64_t sq_tail = 0;  // next free slot (post_send)
   SendWqe& wqe(std::uint64_t index) { return sq[index % sq.size()]; }
+  const SendWqe& wqe(std::uint64_t index) const { return sq[index % sq.size()]; }
 
   std::deque<RecvRequest> rq;
 
@@ -229,6 +230,14 @@ struct QpContext {
   // XRC go to ERR.
   void send_queue_error();
   void restart_retransmit_timer(std::uint64_t now_ns);
+  // Whether a tail probe (QpConfig::tail_probe_floor_ns) costs no more than the go-back-N it
+  // saves. It resends the oldest unacknowledged request packet, one packet each way for a SEND
+  // or WRITE; when that is a READ's, the responder replays the READ from there (rxe_resp.c
+  // duplicate_request), so the probe asks for every response still due. Where those are more
+  // than a window (max_unacked_psns), a host that stalled the responses a few milliseconds
+  // would get them all twice (an 8 MiB READ was asked for again about once per READ, and its
+  // responses filled the receive queue twice over): such a READ waits for the RTO.
+  bool tail_probe_is_cheap() const;
   // (Re)arms the adaptive retransmission timer for RTO from now_ns while PSNs are unacknowledged
   // (disarms it otherwise, or when the RTO would not come before the Local ACK Timeout).
   void restart_adaptive_timer(std::uint64_t now_ns);

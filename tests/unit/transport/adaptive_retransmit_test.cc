@@ -288,6 +288,81 @@ TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
   EXPECT_EQ(qp->counters().tail_probes, 0u);
 }
 
+// A probe of a READ is its request again, which the responder answers with every response from
+// there on (rxe_resp.c duplicate_request): with more than a window (max_unacked_psns, 128) still
+// due, responses a busy host delayed would all come twice. Such a READ waits the RTO; once fewer
+// are due it is probed as anything else.
+TEST_F(TailProbeTest, AReadWithMoreThanAWindowStillDueWaitsTheRtoNotAProbe) {
+  make_probing();
+  sample_once();
+  constexpr std::uint32_t kResponses = 131;
+  const std::uint32_t psn = kSqPsn + 1;
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local + 4096, kResponses * kMtu)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);
+  EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoFloorNs);
+  std::vector<std::uint8_t> data(kMtu, 0x5a);
+  auto first = packet(Opcode::kRcReadResponseFirst, psn);
+  first.aeth = Aeth::ack(0);
+  receive(first, data, 140'000);
+  EXPECT_EQ(qp->next_deadline(), 140'000 + kRtoFloorNs);
+  receive(packet(Opcode::kRcReadResponseMiddle, psn + 1), data, 141'000);
+  const std::uint64_t fire = *qp->next_deadline();
+  EXPECT_EQ(fire, 141'000 + kRtoFloorNs);
+  qp->handle_timeout(fire);
+  const auto out = drain(fire);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), psn + 2);
+  EXPECT_EQ(qp->counters().tail_probes, 0u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  // Two more responses of the resumed READ: 127 are left, and their silence is probed.
+  std::uint64_t now = fire + kRttNs;
+  receive(packet(Opcode::kRcReadResponseMiddle, psn + 2), data, now);
+  receive(packet(Opcode::kRcReadResponseMiddle, psn + 3), data, now);
+  const std::uint64_t probe = *qp->next_deadline();
+  EXPECT_LT(probe, now + kRtoFloorNs);
+  qp->handle_timeout(probe);
+  const auto again = drain(probe);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].psn(), psn + 4);
+  ASSERT_TRUE(again[0].hdr().reth.has_value());
+  EXPECT_EQ(again[0].hdr().reth->dma_length, (kResponses - 4) * kMtu);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+  now = probe + kRttNs;
+  for (std::uint32_t i = 4; i + 1 < kResponses; ++i)
+    receive(packet(Opcode::kRcReadResponseMiddle, psn + i), data, now);
+  auto last = packet(Opcode::kRcReadResponseLast, psn + kResponses - 1);
+  last.aeth = Aeth::ack(0);
+  receive(last, data, now);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  for (std::uint8_t b : bytes(local + 4096, kResponses * kMtu))
+    ASSERT_EQ(b, 0x5a);
+}
+
+// The READ that just completed is still at the head while its last response restarts the
+// timers: what follows it is probed as usual.
+TEST_F(TailProbeTest, AWriteBehindACompletedReadIsProbed) {
+  make_probing();
+  sample_once();
+  const std::uint32_t psn = kSqPsn + 1;
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local + 4096, kMtu)})), 0);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 2u);  // the WRITE is lost
+  auto only = packet(Opcode::kRcReadResponseOnly, psn);
+  only.aeth = Aeth::ack(0);
+  receive(only, std::vector<std::uint8_t>(kMtu, 0x5a), 140'000);
+  ASSERT_EQ(completions().size(), 1u);
+  const std::uint64_t probe = *qp->next_deadline();
+  EXPECT_LT(probe, 140'000 + kRtoFloorNs);
+  qp->handle_timeout(probe);
+  const auto out = drain(probe);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), psn + 1);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+}
+
 TEST_F(AdaptiveRetransmitTest, ALateNakForTheResentPsnStartsNoSecondGoBackN) {
   const std::uint32_t psn = measure_once();
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 600)})), 0);
