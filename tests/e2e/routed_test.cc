@@ -92,6 +92,13 @@ class Routed {
             const RunResult r = exec(host, {xroce_bin(), "link", "show"});
             if (r.output.find("state ACTIVE") == std::string::npos) return false;
           }
+          // No address still in duplicate address detection: a router whose link-local
+          // address is tentative cannot send a neighbour solicitation (ndisc_send_ns needs a
+          // non-tentative source), so after a MAC change flushed its table it could not resolve
+          // a host again until DAD ended, 1-2 s after link up, longer than a QP's retries.
+          for (int ns : {0, 1, 2}) {
+            if (!exec(ns, {"ip", "-6", "addr", "show", "tentative"}).output.empty()) return false;
+          }
           return exec(0, {"ping", "-c", "1", "-W", "1", v4(1)}).status == 0 &&
                  exec(0, {"ping", "-6", "-c", "1", "-W", "1", v6(1)}).status == 0;
         },

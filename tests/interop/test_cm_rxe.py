@@ -61,11 +61,13 @@ def rej_invalid_service_id(peer) -> int:
 
 def stop_command(peer, handle, command: str) -> None:
     """Stops a command started with peer.start_command and waits for it: by its handle on the
-    host, by its exact command line in the guest (where only the test's commands run)."""
+    host, by its program's name in the guest, where only the test's commands run, one at a time
+    (the guest's busybox has pidof and kill, no pkill)."""
     if isinstance(peer, XroceHost):
         handle.kill()
     else:
-        peer.run(f"pkill -x -f -- '{command}' || true", 30)
+        program = command.split()[0]
+        peer.run(f"kill $(pidof {program}) 2>/dev/null || true", 30)
     handle.wait(30)
 
 
