@@ -13,11 +13,23 @@
 #include "net/afxdp_port.h"
 #include "net/neighbour.h"
 #include "net/udp_port.h"
+#include "wire/frame_layout.h"
+#include "wire/opcode.h"
 
 namespace xroce::daemon {
 namespace {
 
-constexpr std::size_t kEthBytes = 14;
+// The largest frame the device makes or takes, whatever the netdev's MTU: an IB MTU of 4096
+// with the most headers a RoCEv2 packet with a payload carries (a VLAN tag, IPv6, and XRC's
+// XRCETH, RETH and ImmDt). The ports are sized by this and not by the netdev's MTU when they open:
+// the device's active MTU follows the netdev as it changes (ibv_query_port; rxe does the same on
+// NETDEV_CHANGEMTU, rxe_set_mtu), so after `ip link set DEV mtu 9000` the QPs send 4 KB packets,
+// and a port sized for the MTU it opened with (1500) refused them all. What the link cannot carry
+// the kernel refuses (EMSGSIZE, counted as a port drop).
+constexpr std::size_t kLargestFrameBytes = wire::kEthHeaderBytes + wire::kVlanTagBytes +
+                                           wire::kIpv6HeaderBytes + wire::kUdpHeaderBytes +
+                                           wire::kBthBytes + wire::kXrcEthBytes + wire::kRethBytes +
+                                           wire::kImmDtBytes + 4096 + wire::kIcrcBytes;
 
 std::uint32_t default_queues() {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -28,7 +40,7 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
   net::UdpPortConfig pc;
   pc.bind_device = c.ifname;
   pc.local_mac = c.mac;
-  pc.max_frame_bytes = c.mtu + kEthBytes;
+  pc.max_frame_bytes = kLargestFrameBytes;
   // XROCE_UDP_GSO=0: one send per frame, for a path whose segmentation offload numbers IPv4
   // identifications otherwise than Linux does (engine/net/udp_port.h).
   const char* gso = std::getenv("XROCE_UDP_GSO");
@@ -73,7 +85,7 @@ wire::Result<std::unique_ptr<Datapath>, std::string> Datapath::open(const Datapa
       net::AfXdpPortConfig pc;
       pc.ifname = config.ifname;
       pc.queue_id = q;
-      pc.max_frame_bytes = config.mtu + kEthBytes;
+      pc.max_frame_bytes = kLargestFrameBytes;
       auto port = net::AfXdpPort::open(pc, dp->steering_);
       if (!port) return wire::Err(port.error().message());
       ports.push_back(std::move(*port));

@@ -36,7 +36,6 @@ struct DatapathConfig {
   DatapathPort port = DatapathPort::kAfXdp;
   std::uint32_t queues = 0;  // 0: one per online CPU (AF_XDP; UDP has one)
   std::vector<wire::IpAddr> local_ips;
-  std::uint32_t mtu = 1500;
   // The daemon's loopback registry: frames to the GIDs of any device registered there never
   // reach a port. Null: every frame goes to the port.
   LoopbackRegistry* loopback = nullptr;

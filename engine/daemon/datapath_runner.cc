@@ -341,7 +341,6 @@ wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
   config.ifindex = netdev.ifindex;
   config.mac = netdev.mac;
   config.port = port;
-  config.mtu = netdev.mtu;
   if (queues == 0 && port == DatapathPort::kAfXdp) {
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     queues =

@@ -171,6 +171,46 @@ TEST_P(LatencyAllSizesTest, PerftestLatencyAllSizes) {
 
 INSTANTIATE_TEST_SUITE_P(Ports, LatencyAllSizesTest, ::testing::Values("udp", "afxdp"));
 
+// The netdev's MTU raised after the devices were added: the active MTU follows it (as rxe's does)
+// and the QPs send 4 KB packets, which the ports must carry. They were sized for the MTU they
+// opened with (1500) and refused every larger frame: nothing arrived and the QPs ran out of
+// retries.
+TEST_P(PingpongTest, AnMtuRaisedAfterTheDevicesWereAddedCarriesFourKilobytePackets) {
+  if (!have("ib_write_bw") || !have("ibv_devinfo")) GTEST_SKIP() << "needs perftest";
+  Pair pair("xrpp-mtu", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(pair.exec(i, {"ip", "link", "set", pair.netdev(i), "mtu", "9000"}).status, 0);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(eventually(
+        [&] {
+          const auto r = pair.verbs(i, {"ibv_devinfo", "-d", pair.dev(i)}, seconds(10));
+          return r.output.find("active_mtu:\t\t4096") != std::string::npos;
+        },
+        seconds(10)))
+        << pair.verbs(i, {"ibv_devinfo", "-d", pair.dev(i)}).output;
+  }
+  expect_pass(pair.server_client({"ibv_rc_pingpong", "-d", "xpa", "-g", "0", "-m", "4096", "-c",
+                                  "-e", "-n", "10", "-s", "65536"},
+                                 {"ibv_rc_pingpong", "-d", "xpb", "-g", "0", "-m", "4096", "-c",
+                                  "-e", "-n", "10", "-s", "65536"},
+                                 "18515"),
+              "rc_pingpong -m 4096");
+  const auto received = [&] {
+    return stat_counter(pair.exec(0, {xroce_bin(), "stat", pair.dev(0)}).output, "rcvd_pkts");
+  };
+  const long long before = received();
+  auto r = pair.server_client(
+      {"ib_write_bw", "-d", "xpa", "-x", "0", "-F", "-s", "65536", "-n", "200"},
+      {"ib_write_bw", "-d", "xpb", "-x", "0", "-F", "-s", "65536", "-n", "200"}, "18515");
+  expect_perftest(pair, r, "ib_write_bw at the active MTU", "65536      200");
+  // 200 WRITEs of 64 KiB are 3,200 packets at 4096 bytes, 12,800 at the old MTU's 1024.
+  const long long packets = received() - before;
+  EXPECT_GE(packets, 3200);
+  EXPECT_LT(packets, 6400) << "the WRITEs did not use 4 KB packets\n" << pair.state();
+}
+
 // Two applications on each device at once, each with its own QPs and TCP rendezvous port.
 TEST_P(PingpongTest, TwoProcessesShareEachDevice) {
   Pair pair("xrpp-two", next_subnet(), port());
