@@ -15,7 +15,9 @@
 // alpha period 5.5 ms; byte counter 1 MB) with ConnectX's AI/HAI steps (5/50 Mbit/s) and a line
 // rate of 1000 Mbit/s; the receiver spaces CNPs by 500 µs. The transport timeout is long (-u 20, 4
 // s) because a CPU-starved switch can hold tens of ms of queue: the test is about congestion
-// control, and a timeout would show up as a retransmission, which it asserts never happens.
+// control, and a timeout would show up as a retransmission, which it asserts never happens. A
+// tail probe (one packet again after 2 ms without an acknowledgement) is allowed, a few at most:
+// a starved host stalls that long, and the probe is the transport doing its job.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -241,6 +243,7 @@ TEST(CcWire, TwoSendersThroughAMarkingSwitchGetCnpsSlowDownAndRecover) {
   std::map<std::string, std::vector<RateSample>> rates;
   std::map<std::string, std::set<std::uint32_t>> qpns;
   std::map<std::string, std::uint64_t> retransmits;
+  std::map<std::string, std::uint64_t> tail_probes;
   while (Clock::now() - start < 16s) {
     bool any = false;
     for (const char* s : {"s1", "s2"}) {
@@ -251,6 +254,7 @@ TEST(CcWire, TwoSendersThroughAMarkingSwitchGetCnpsSlowDownAndRecover) {
                             q.value("rp_cnp_handled", std::uint64_t{0})});
         qpns[s].insert(q.value("qpn", 0u));
         retransmits[s] = std::max(retransmits[s], q.value("retransmits", std::uint64_t{0}));
+        tail_probes[s] = std::max(tail_probes[s], q.value("tail_probes", std::uint64_t{0}));
       }
     }
     if (!any && Clock::now() - start > 12s) break;
@@ -272,7 +276,10 @@ TEST(CcWire, TwoSendersThroughAMarkingSwitchGetCnpsSlowDownAndRecover) {
       return a.rate_mbps < b.rate_mbps;
     });
     EXPECT_LT(lowest->rate_mbps, kLineRateMbit * 0.5) << s;
-    EXPECT_EQ(retransmits[s], 0u) << s;
+    // Nothing is lost, so nothing is sent again but a tail probe: one packet after 2 ms in which
+    // nothing was acknowledged, which a CPU-starved switch or receiver can cause by design.
+    EXPECT_LE(retransmits[s], tail_probes[s]) << s << ": a retransmission that was no probe";
+    EXPECT_LE(tail_probes[s], 3u) << s;
   }
   // Recovery: once sender 2 has stopped, sender 1's rate climbs above half the line rate, more
   // than the 400 Mbit/s bottleneck it shared (most runs reach the line rate; on this 2-core host
@@ -331,7 +338,9 @@ TEST(CcWire, TwoSendersThroughAMarkingSwitchGetCnpsSlowDownAndRecover) {
   for (const json* c : {&c_s1, &c_s2}) {
     EXPECT_EQ((*c)["completer_retry_err"], 0) << c->dump();
   }
-  EXPECT_EQ(r["duplicate_request"], 0) << r.dump();
+  // A probe of a packet that had arrived is the only duplicate there can be.
+  EXPECT_LE(r["duplicate_request"].get<std::uint64_t>(), tail_probes["s1"] + tail_probes["s2"])
+      << r.dump();
   EXPECT_EQ(r["out_of_seq_request"], 0) << r.dump();
 
   const json stats = fabric.stop_switch(stats_path);
