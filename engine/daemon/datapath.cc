@@ -45,6 +45,9 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
   // identifications otherwise than Linux does (engine/net/udp_port.h).
   const char* gso = std::getenv("XROCE_UDP_GSO");
   pc.gso = gso == nullptr || std::strcmp(gso, "0") != 0;
+  // XROCE_UDP_GRO=0: one datagram per frame on receive (engine/net/udp_port.h), to compare.
+  const char* gro = std::getenv("XROCE_UDP_GRO");
+  pc.gro = gro == nullptr || std::strcmp(gro, "0") != 0;
   auto port = net::UdpPort::open(pc);
   if (!port) return wire::Err(port.error().message());
   return std::unique_ptr<net::Port>(std::move(*port));

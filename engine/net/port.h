@@ -71,6 +71,10 @@ struct PortStats {
   std::uint64_t rx_reassembled = 0;
   // Sends that carried several frames (UDP port: segmentation offload).
   std::uint64_t tx_gso_sends = 0;
+  // Received datagrams that carried several frames (UDP port: receive offload), and frames the
+  // port copied into place because they did not land in a buffer of their own.
+  std::uint64_t rx_gro_datagrams = 0;
+  std::uint64_t rx_gro_copied = 0;
 };
 
 class Port {

@@ -40,6 +40,18 @@ constexpr std::size_t kMaxGsoBytes = 65000;
 #ifndef UDP_SEGMENT
 constexpr int UDP_SEGMENT = 103;
 #endif
+#ifndef UDP_GRO
+constexpr int UDP_GRO = 104;
+#endif
+// Receive offload (udp(7) UDP_GRO): a datagram may carry up to UDP_GRO_CNT_MAX (64) segments
+// and no more than an IP datagram's payload; the spill buffer of a receive takes what does not
+// land in its slots, so it holds a whole datagram.
+constexpr std::size_t kMaxGroSegments = 64;
+constexpr std::size_t kSpillBytes = 65536;
+// Datagrams one recvmmsg reads at most (each may bring many frames).
+constexpr std::size_t kMaxRxEntries = 32;
+// Reads that brought no segmented datagram before a read expects single datagrams again.
+constexpr std::uint32_t kReadsBeforeOneSlot = 64;
 
 #ifndef IPV6_AUTOFLOWLABEL
 constexpr int IPV6_AUTOFLOWLABEL = 70;
@@ -60,6 +72,8 @@ ino_t current_netns() {
 Err<PortError> os_error(std::string what) {
   return Err{PortError{std::move(what), errno}};
 }
+
+constexpr int kOne = 1;
 
 void set_int(int fd, int level, int name, int value) {
   // Options that only improve fidelity (ancillary data, buffer sizes): a kernel without one
@@ -97,17 +111,37 @@ void send_like_roce(int fd, bool gso) {
 
 }  // namespace
 
-// One outstanding recvmsg: the datagram lands after kMaxEnvelopeBytes of headroom, where the
+// A receive buffer: one frame, its datagram after kMaxEnvelopeBytes of headroom, where the
 // synthesized headers go.
 struct UdpPort::RxSlot {
   std::vector<std::uint8_t> buffer;
-  msghdr msg{};
-  iovec iov{};
-  sockaddr_in6 peer{};
-  alignas(cmsghdr) std::uint8_t control[kControlBytes];
   std::size_t frame_offset = 0;
   std::size_t frame_bytes = 0;
-  bool icrc_verified = false;  // synthesize() checked the ICRC (IPv4)
+  bool icrc_verified = false;  // place() checked the ICRC (IPv4)
+};
+
+// One datagram of a recvmmsg: its address and ancillary data, and where its bytes land. The
+// kernel fills the iovecs in order: the first `slots` take `segment` bytes each (the whole
+// datagram when there is one slot), then the spill buffer, so that a datagram of segments of the
+// expected length lands one segment per slot, headroom before each, without a copy.
+struct UdpPort::RxEntry {
+  msghdr msg{};
+  sockaddr_in6 peer{};
+  alignas(cmsghdr) std::uint8_t control[kControlBytes];
+  std::array<iovec, kMaxGroSegments + 1> iov{};
+  std::array<std::uint32_t, kMaxGroSegments> slot{};
+  std::uint32_t slots = 0;
+  std::size_t segment = 0;  // bytes of each slot's iovec
+  std::vector<std::uint8_t> spill;
+  // What was read, and how far take_datagram got.
+  std::size_t bytes = 0;
+  bool parsed = false;
+  UdpEnvelope env;
+  std::size_t length = 0;  // of each segment but the last
+  std::size_t count = 0;   // segments (frames)
+  std::size_t used = 0;    // the first `used` slots hold frames
+  std::size_t next = 0;    // the next segment to take
+  bool copied = false;     // the segments were packed at another length: copied via the bounce
 };
 
 // Where one frame goes: what target_of reads from its headers.
@@ -171,6 +205,9 @@ Result<int, PortError> UdpPort::setup() {
   send_like_roce(fd_, config_.gso);
   set_int(fd_, SOL_SOCKET, SO_RXQ_OVFL, 1);  // the socket's drop counter, as ancillary data
   size_buffer(fd_, SO_RCVBUFFORCE, SO_RCVBUF, kSocketBufferBytes);
+  // Receive offload: the segments of a segmented send (or of a flow the NIC's or veth's GRO
+  // joined) come as one datagram (udp(7) UDP_GRO), read in one go (read_datagrams).
+  gro_ = config_.gro && setsockopt(fd_, IPPROTO_UDP, UDP_GRO, &kOne, sizeof(kOne)) == 0;
   size_buffer(fd_, SO_SNDBUFFORCE, SO_SNDBUF, kSocketBufferBytes);
   if (config_.busy_poll_us > 0 && setsockopt(fd_, SOL_SOCKET, SO_BUSY_POLL, &config_.busy_poll_us,
                                              sizeof(config_.busy_poll_us)) < 0) {
@@ -194,42 +231,62 @@ Result<int, PortError> UdpPort::setup() {
 
   // One spare byte tells an oversized datagram from one that fits exactly.
   const std::size_t max_datagram = config_.max_frame_bytes + 1;
-  rx_.resize(config_.rx_slots);
+  rx_.resize(std::max<std::uint32_t>(config_.rx_slots, 1));
   for (std::uint32_t i = 0; i < rx_.size(); ++i) {
     rx_[i].buffer.resize(kMaxEnvelopeBytes + max_datagram);
     rx_free_.push_back(static_cast<std::uint32_t>(rx_.size()) - 1 - i);
   }
+  rx_entries_.resize(kMaxRxEntries);
+  rx_mmsg_.resize(kMaxRxEntries);
+  if (gro_) {
+    for (RxEntry& en : rx_entries_)
+      en.spill.resize(kSpillBytes);
+    rx_bounce_.resize(kSpillBytes);
+  }
+  rx_ready_.reserve(rx_.size());
   tx_.resize(kTxBatch);
   tx_one_ = std::make_unique<TxSlot>();
   return 0;
 }
 
-void UdpPort::prepare_receive(std::uint32_t slot, mmsghdr& m) {
-  RxSlot& s = rx_[slot];
-  s.iov = {s.buffer.data() + kMaxEnvelopeBytes, s.buffer.size() - kMaxEnvelopeBytes};
-  s.peer = {};
-  // Zeroed so that the cmsg walk stops at the end of what the kernel wrote.
-  std::memset(s.control, 0, sizeof(s.control));
-  s.msg = {};
-  s.msg.msg_name = &s.peer;
-  s.msg.msg_namelen = sizeof(s.peer);
-  s.msg.msg_iov = &s.iov;
-  s.msg.msg_iovlen = 1;
-  s.msg.msg_control = s.control;
-  s.msg.msg_controllen = sizeof(s.control);
-  m.msg_hdr = s.msg;
-  m.msg_len = 0;
+std::size_t UdpPort::slot_payload_bytes() const {
+  return rx_.front().buffer.size() - kMaxEnvelopeBytes;
 }
 
-std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
+void UdpPort::prepare_entry(RxEntry& en, std::uint32_t slots) {
+  en.slots = slots;
+  // One slot takes any datagram that fits a frame; several take the expected segment each.
+  en.segment = slots == 1 ? slot_payload_bytes() : rx_expect_segment_;
+  for (std::uint32_t j = 0; j < slots; ++j) {
+    en.slot[j] = rx_free_.back();
+    rx_free_.pop_back();
+    en.iov[j] = {rx_[en.slot[j]].buffer.data() + kMaxEnvelopeBytes, en.segment};
+  }
+  std::size_t iovs = slots;
+  if (gro_) en.iov[iovs++] = {en.spill.data(), en.spill.size()};
+  en.peer = {};
+  // Zeroed so that the cmsg walk stops at the end of what the kernel wrote.
+  std::memset(en.control, 0, sizeof(en.control));
+  en.msg = {};
+  en.msg.msg_name = &en.peer;
+  en.msg.msg_namelen = sizeof(en.peer);
+  en.msg.msg_iov = en.iov.data();
+  en.msg.msg_iovlen = iovs;
+  en.msg.msg_control = en.control;
+  en.msg.msg_controllen = sizeof(en.control);
+}
+
+UdpEnvelope UdpPort::envelope_of(const RxEntry& en, std::size_t& gro_segment) {
   UdpEnvelope env;
   env.dst_mac = config_.local_mac;
   env.src_mac = config_.peer_mac;
-  std::memcpy(env.src_ip.data(), &s.peer.sin6_addr, 16);
-  env.src_port = ntohs(s.peer.sin6_port);
+  std::memcpy(env.src_ip.data(), &en.peer.sin6_addr, 16);
+  env.src_port = ntohs(en.peer.sin6_port);
   env.dst_port = config_.udp_port;
-  msghdr walk = s.msg;
-  walk.msg_controllen = sizeof(s.control);
+  gro_segment = 0;
+  msghdr walk = en.msg;
+  walk.msg_control = const_cast<std::uint8_t*>(en.control);
+  walk.msg_controllen = sizeof(en.control);
   for (cmsghdr* c = CMSG_FIRSTHDR(&walk); c && c->cmsg_len != 0; c = CMSG_NXTHDR(&walk, c)) {
     const void* d = CMSG_DATA(c);
     int v = 0;
@@ -252,53 +309,190 @@ std::size_t UdpPort::synthesize(RxSlot& s, std::size_t datagram_bytes) {
     } else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_HOPLIMIT) {
       std::memcpy(&v, d, sizeof(v));
       env.hop_limit = static_cast<std::uint8_t>(v);
+    } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+      std::memcpy(&v, d, sizeof(v));
+      gro_segment = v > 0 ? static_cast<std::size_t>(v) : 0;
     } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
       std::memcpy(&socket_drops_, d, sizeof(socket_drops_));
     }
   }
+  return env;
+}
+
+// Bytes [offset, offset + len) of what the kernel wrote into the entry's iovecs, in order.
+void UdpPort::copy_out(const RxEntry& en, std::size_t offset, std::size_t len, std::uint8_t* to) {
+  for (std::size_t i = 0; i < en.msg.msg_iovlen && len > 0; ++i) {
+    const iovec& v = en.iov[i];
+    if (offset >= v.iov_len) {
+      offset -= v.iov_len;
+      continue;
+    }
+    const std::size_t n = std::min(len, v.iov_len - offset);
+    std::memcpy(to, static_cast<const std::uint8_t*>(v.iov_base) + offset, n);
+    to += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
+void UdpPort::place(std::uint32_t slot, const UdpEnvelope& env, std::size_t datagram_bytes) {
+  RxSlot& s = rx_[slot];
+  std::uint8_t* payload = s.buffer.data() + kMaxEnvelopeBytes;
   const std::size_t header_bytes = envelope_bytes(env);
-  write_envelope(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes);
-  // The socket hides the IPv4 identification the ICRC covers; senders other than us set it.
-  s.icrc_verified = recover_ipv4_id(env, datagram_bytes, s.buffer.data() + kMaxEnvelopeBytes) ==
-                    IcrcCheck::kVerified;
+  write_envelope(env, datagram_bytes, payload);
+  // The socket hides the IPv4 identification the ICRC covers; senders other than us set it,
+  // and the segments of one of our segmented sends each carry their own (0, 1, 2, ...).
+  s.icrc_verified = recover_ipv4_id(env, datagram_bytes, payload) == IcrcCheck::kVerified;
   s.frame_offset = kMaxEnvelopeBytes - header_bytes;
   s.frame_bytes = header_bytes + datagram_bytes;
-  return s.frame_bytes;
+  rx_ready_.push_back(
+      RxFrame{{s.buffer.data() + s.frame_offset, s.frame_bytes}, slot, s.icrc_verified});
+  ++stats_.rx_packets;
+  stats_.rx_bytes += s.frame_bytes;
+}
+
+// The frames of one datagram, in order, onto rx_ready_, and its slots not used back. False
+// when a frame needs a slot and none is free (the caller holds them): the entry resumes at
+// `next` on a later call, once frames are released.
+bool UdpPort::take_datagram(RxEntry& en) {
+  if (!en.parsed) {
+    en.parsed = true;
+    en.next = 0;
+    en.copied = false;
+    std::size_t gro_segment = 0;
+    en.env = envelope_of(en, gro_segment);
+    en.length = gro_segment > 0 ? gro_segment : en.bytes;
+    en.count = en.length == 0 ? 1 : (en.bytes + en.length - 1) / en.length;
+    en.used = std::min<std::size_t>(en.count, en.slots);
+    if ((en.msg.msg_flags & MSG_TRUNC) != 0 || en.length > slot_payload_bytes() - 1) {
+      // Larger than any frame we carry (the spare byte tells one that fits exactly).
+      stats_.rx_drops += (en.msg.msg_flags & MSG_TRUNC) != 0 ? 1 : en.count;
+      en.count = 0;
+      en.used = 0;
+    } else if (en.count == 1) {
+      // The first slot's iovec took the first en.segment bytes; the rest went on.
+      if (en.bytes > en.segment) {
+        copy_out(en, en.segment, en.bytes - en.segment,
+                 rx_[en.slot[0]].buffer.data() + kMaxEnvelopeBytes + en.segment);
+        ++stats_.rx_gro_copied;
+      }
+    } else {
+      ++stats_.rx_gro_datagrams;
+      // Segments of the expected length landed one per slot; the others are copied into place,
+      // through one linear copy when the length was not the expected one (the kernel packed
+      // them where other lengths were expected).
+      en.copied = en.length != en.segment;
+      if (en.copied && en.bytes > rx_bounce_.size()) {
+        stats_.rx_drops += en.count;
+        en.count = 0;
+        en.used = 0;
+      } else if (en.copied) {
+        copy_out(en, 0, en.bytes, rx_bounce_.data());
+      }
+      if (en.count > rx_seen_segments_) {
+        rx_seen_segments_ = en.count;
+        rx_seen_segment_ = en.length;
+      }
+    }
+  }
+  for (; en.next < en.count; ++en.next) {
+    const std::size_t i = en.next;
+    const std::size_t len = std::min(en.length, en.bytes - i * en.length);
+    if (!en.copied && i < en.slots) {
+      place(en.slot[i], en.env, len);  // where the kernel put it
+      continue;
+    }
+    std::uint32_t slot = 0;
+    if (i < en.slots) {
+      slot = en.slot[i];
+    } else if (!rx_free_.empty()) {
+      slot = rx_free_.back();
+      rx_free_.pop_back();
+    } else {
+      return false;
+    }
+    std::uint8_t* to = rx_[slot].buffer.data() + kMaxEnvelopeBytes;
+    if (en.copied) {
+      std::memcpy(to, rx_bounce_.data() + i * en.length, len);
+    } else {
+      copy_out(en, i * en.length, len, to);
+    }
+    ++stats_.rx_gro_copied;
+    place(slot, en.env, len);
+  }
+  for (std::size_t j = en.used; j < en.slots; ++j)
+    rx_free_.push_back(en.slot[j]);
+  return true;
+}
+
+void UdpPort::take_datagrams() {
+  while (rx_taken_ < rx_filled_) {
+    if (!take_datagram(rx_entries_[rx_taken_])) return;
+    ++rx_taken_;
+  }
+  if (rx_filled_ == 0) return;
+  // The next reads expect what the largest datagram of this one brought; after a while without
+  // segmented datagrams, one slot each again (more datagrams per read).
+  if (rx_seen_segments_ > 1) {
+    rx_expect_slots_ = static_cast<std::uint32_t>(std::min(rx_seen_segments_, kMaxGroSegments));
+    rx_expect_segment_ = rx_seen_segment_;
+    rx_reads_without_gro_ = 0;
+  } else if (++rx_reads_without_gro_ >= kReadsBeforeOneSlot) {
+    rx_expect_slots_ = 1;
+  }
+  rx_filled_ = 0;
+  rx_taken_ = 0;
+}
+
+void UdpPort::read_datagrams(std::size_t want) {
+  // Slots per datagram: as many segments as recent datagrams brought, one without offload.
+  const std::uint32_t per = gro_ ? rx_expect_slots_ : 1;
+  std::size_t entries = std::min({want, kMaxRxEntries, rx_free_.size() / per});
+  std::uint32_t last_slots = per;
+  if (entries == 0 && want > 0 && !rx_free_.empty()) {  // fewer free slots than one's share
+    entries = 1;
+    last_slots = static_cast<std::uint32_t>(rx_free_.size());
+  }
+  if (entries == 0) return;
+  for (std::size_t e = 0; e < entries; ++e) {
+    prepare_entry(rx_entries_[e], e + 1 == entries ? last_slots : per);
+    rx_mmsg_[e].msg_hdr = rx_entries_[e].msg;
+    rx_mmsg_[e].msg_len = 0;
+  }
+  const int got =
+      recvmmsg(fd_, rx_mmsg_.data(), static_cast<unsigned>(entries), MSG_DONTWAIT, nullptr);
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++stats_.rx_drops;
+  const std::size_t read = got > 0 ? static_cast<std::size_t>(got) : 0;
+  for (std::size_t e = 0; e < read; ++e) {
+    RxEntry& en = rx_entries_[e];
+    en.msg.msg_flags = rx_mmsg_[e].msg_hdr.msg_flags;
+    en.msg.msg_controllen = rx_mmsg_[e].msg_hdr.msg_controllen;
+    en.bytes = rx_mmsg_[e].msg_len;
+    en.parsed = false;
+  }
+  // Entries the kernel did not fill give their slots back, last taken first, so that the free
+  // list comes back in the order it was in.
+  for (std::size_t e = entries; e-- > read;) {
+    const RxEntry& en = rx_entries_[e];
+    for (std::uint32_t j = en.slots; j-- > 0;)
+      rx_free_.push_back(en.slot[j]);
+  }
+  rx_filled_ = read;
+  rx_taken_ = 0;
+  rx_seen_segments_ = 0;
 }
 
 Result<std::size_t, PortError> UdpPort::receive(std::span<RxFrame> frames) {
-  const std::size_t want = std::min(frames.size(), rx_free_.size());
-  if (want == 0) return std::size_t{0};
-  rx_batch_.resize(want);
-  rx_batch_slots_.resize(want);
-  for (std::size_t i = 0; i < want; ++i) {
-    rx_batch_slots_[i] = rx_free_[rx_free_.size() - 1 - i];
-    prepare_receive(rx_batch_slots_[i], rx_batch_[i]);
+  if (rx_ready_at_ == rx_ready_.size()) {
+    rx_ready_.clear();
+    rx_ready_at_ = 0;
+    // Datagrams of the last read still to take come first; a new read only when all are taken.
+    if (rx_taken_ == rx_filled_) read_datagrams(frames.size());
+    take_datagrams();
   }
-  const int got =
-      recvmmsg(fd_, rx_batch_.data(), static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
-  if (got <= 0) {
-    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++stats_.rx_drops;
-    return std::size_t{0};
-  }
-  // The first `got` slots of the batch are the last `got` entries of the free list.
-  rx_free_.resize(rx_free_.size() - static_cast<std::size_t>(got));
-  std::size_t n = 0;
-  for (int i = 0; i < got; ++i) {
-    const std::uint32_t slot = rx_batch_slots_[static_cast<std::size_t>(i)];
-    RxSlot& s = rx_[slot];
-    s.msg = rx_batch_[static_cast<std::size_t>(i)].msg_hdr;
-    const std::size_t res = rx_batch_[static_cast<std::size_t>(i)].msg_len;
-    if (res > s.buffer.size() - kMaxEnvelopeBytes - 1 || (s.msg.msg_flags & MSG_TRUNC) != 0) {
-      ++stats_.rx_drops;  // a datagram larger than any frame we carry
-      rx_free_.push_back(slot);
-      continue;
-    }
-    const std::size_t bytes = synthesize(s, res);
-    frames[n++] = RxFrame{{s.buffer.data() + s.frame_offset, bytes}, slot, s.icrc_verified};
-    ++stats_.rx_packets;
-    stats_.rx_bytes += bytes;
-  }
+  const std::size_t n = std::min(frames.size(), rx_ready_.size() - rx_ready_at_);
+  std::copy_n(rx_ready_.begin() + static_cast<std::ptrdiff_t>(rx_ready_at_), n, frames.begin());
+  rx_ready_at_ += n;
   return n;
 }
 
@@ -455,7 +649,12 @@ Result<std::size_t, PortError> UdpPort::transmit(std::span<const TxFrame> frames
       start_slot(slot, first, done, frames[done].size());
       ++done;
       // Segmentation offload: the frames after it to the same destination, each as long as the
-      // first but the last, which may be shorter (udp(7)), go in the same send.
+      // first but the last, which may be shorter (udp(7)), go in the same send. A shorter frame
+      // does not follow the first alone: a message's first packet is longer than its middle
+      // ones (RETH, AETH), and a send of [FIRST, MIDDLE] then [MIDDLE ...] would reach a
+      // receiver with offload as datagrams of two segment lengths in turn, each packed where
+      // the other's segments were expected (read_datagrams); [FIRST], [MIDDLE ... LAST] costs
+      // the same two sends.
       const std::size_t segment = first.payload.size();
       std::size_t total = segment;
       Target next;
@@ -466,6 +665,7 @@ Result<std::size_t, PortError> UdpPort::transmit(std::span<const TxFrame> frames
              next.payload.size() <= segment &&
              next.payload.size() >= wire::kBthBytes + wire::kIcrcBytes &&
              total + next.payload.size() <= kMaxGsoBytes) {
+        if (next.payload.size() < segment && slot.frames == 1) break;
         add_segment(slot, next, frames[done].size());
         total += next.payload.size();
         ++done;

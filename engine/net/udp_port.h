@@ -37,6 +37,24 @@
 // XDP is fine: the sending veth then loses its offloads and the stack cuts the send). A UDP
 // port whose veth peer is an `afxdp` port forced into SKB mode needs XROCE_UDP_GSO=0.
 //
+// Receive offload (UdpPortConfig::gro, on by default; the daemon's XROCE_UDP_GRO=0 turns it off).
+// With UDP_GRO on the socket, a segmented send (ours over a veth, whose peer socket takes it
+// whole; or datagrams a NIC's or the stack's GRO joined) is read as one datagram with its segment
+// length in a cmsg: one skb queued, one recvmmsg entry and one set of cmsgs for up to 64 frames,
+// where without it the kernel cuts the send into an skb per segment on the sender's CPU. The
+// transport still sees one frame per packet, each with headers in front, so the port lays out each
+// read's iovecs to land the segments where they can stay: one slot per expected segment, each
+// iovec as long as the expected segment, then a 64 KiB spill buffer for the rest. What a read
+// expects is what the largest datagram of the last read brought (slots and length), or one whole
+// slot after 64 reads without a segmented datagram. Segments of the expected length stay where
+// they landed; those in the spill buffer are copied into free slots; a datagram of another length
+// is copied out through a bounce buffer, and a single datagram longer than the expected length
+// has its tail moved behind its head. rx_gro_datagrams counts the datagrams with several frames,
+// rx_gro_copied the frames moved. This is why a send does not pair a message's longer first
+// packet with one shorter middle packet (transmit). A read's frames beyond the caller's batch
+// wait in the port and come first on the next receive(), before the socket is read again; a
+// datagram whose frames find no free slot waits for the caller to release frames.
+//
 // Receive is a non-blocking recvmmsg() of up to one batch into free slots, and wait_fd() is the
 // socket itself, not many recvmsg requests armed in io_uring: each datagram would wake all of
 // them, the losers re-arm, and past io_uring's poll retry limit each is punted to an io-wq kernel
@@ -79,6 +97,9 @@ struct UdpPortConfig {
   // UDP segmentation offload: consecutive frames to one destination leave in one send (see
   // the top of the file). Off: one send per frame, UDP checksum 0.
   bool gso = true;
+  // UDP receive offload: the segments of one send (or of what GRO joined) are read as one
+  // datagram into consecutive slots (see the top of the file). Off: one datagram per frame.
+  bool gro = true;
 };
 
 class UdpPort final : public Port {
@@ -101,12 +122,19 @@ class UdpPort final : public Port {
 
  private:
   struct RxSlot;
+  struct RxEntry;
   struct Target;
   struct TxSlot;
   explicit UdpPort(const UdpPortConfig& config);
   Result<int, PortError> setup();
-  void prepare_receive(std::uint32_t slot, mmsghdr& m);
-  std::size_t synthesize(RxSlot& s, std::size_t datagram_bytes);
+  std::size_t slot_payload_bytes() const;
+  void read_datagrams(std::size_t want);
+  void prepare_entry(RxEntry& en, std::uint32_t slots);
+  UdpEnvelope envelope_of(const RxEntry& en, std::size_t& gro_segment);
+  static void copy_out(const RxEntry& en, std::size_t offset, std::size_t len, std::uint8_t* to);
+  bool take_datagram(RxEntry& en);
+  void take_datagrams();
+  void place(std::uint32_t slot, const UdpEnvelope& env, std::size_t datagram_bytes);
   int socket_for_source_port(std::uint16_t port);
   bool target_of(const TxFrame& frame, Target& t) const;
   static void start_slot(TxSlot& slot, const Target& t, std::size_t index, std::size_t bytes);
@@ -120,9 +148,21 @@ class UdpPort final : public Port {
   io_uring tx_ring_{};
   bool tx_ring_ok_ = false;
   std::vector<RxSlot> rx_;
-  std::vector<std::uint32_t> rx_free_;  // slots not held by the caller
-  std::vector<mmsghdr> rx_batch_;
-  std::vector<std::uint32_t> rx_batch_slots_;
+  std::vector<std::uint32_t> rx_free_;  // slots neither read into nor held by the caller
+  std::vector<RxEntry> rx_entries_;     // one per datagram of a recvmmsg
+  std::vector<mmsghdr> rx_mmsg_;
+  std::size_t rx_filled_ = 0;      // entries the last read filled
+  std::size_t rx_taken_ = 0;       // of which all frames were taken
+  std::vector<RxFrame> rx_ready_;  // frames read, handed out from rx_ready_at_ on
+  std::size_t rx_ready_at_ = 0;
+  std::vector<std::uint8_t> rx_bounce_;  // a datagram whose segments are not where expected
+  bool gro_ = false;                     // UDP_GRO is on
+  // What the next read expects of a datagram: slots and bytes per segment (read_datagrams).
+  std::uint32_t rx_expect_slots_ = 1;
+  std::size_t rx_expect_segment_ = 0;
+  std::size_t rx_seen_segments_ = 0;  // the most segments of a datagram in this read
+  std::size_t rx_seen_segment_ = 0;   // and their length
+  std::uint32_t rx_reads_without_gro_ = 0;
   std::vector<TxSlot> tx_;
   std::unique_ptr<TxSlot> tx_one_;  // send_one_by_one's
   bool gso_ = true;                 // config_.gso, until the kernel refuses a segmented send

@@ -71,6 +71,8 @@ struct BenchResult {
   std::uint64_t joined_in_place = 0;  // rx: multi-buffer frames joined without a copy
   std::uint64_t reassembled = 0;      // rx: multi-buffer frames copied whole
   std::uint64_t gso_sends = 0;        // tx (udp): sends that carried several frames
+  std::uint64_t gro_datagrams = 0;    // rx (udp): datagrams that carried several frames
+  std::uint64_t gro_copied = 0;       // rx (udp): frames moved into a buffer of their own
   std::string mode;
   std::size_t frame_bytes = 0;
 };
@@ -303,6 +305,8 @@ BenchResult run_rx(net::Port& port, const BenchOptions& o) {
   r.drops = s.rx_drops;
   r.joined_in_place = s.rx_joined_in_place;
   r.reassembled = s.rx_reassembled;
+  r.gro_datagrams = s.rx_gro_datagrams;
+  r.gro_copied = s.rx_gro_copied;
   return r;
 }
 
@@ -323,6 +327,8 @@ void print(const BenchOptions& o, const BenchResult& r) {
                      {"joined_in_place", r.joined_in_place},
                      {"reassembled", r.reassembled},
                      {"gso_sends", r.gso_sends},
+                     {"gro_datagrams", r.gro_datagrams},
+                     {"gro_copied", r.gro_copied},
                      {"frame_bytes", r.frame_bytes}};
     if (o.verify) j["invalid"] = r.invalid;
     fmt::print("{}\n", j.dump());
@@ -336,6 +342,9 @@ void print(const BenchOptions& o, const BenchResult& r) {
                r.reassembled);
   }
   if (r.gso_sends > 0) fmt::print(", segmented sends {}", r.gso_sends);
+  if (r.gro_datagrams > 0) {
+    fmt::print(", offloaded datagrams {} (frames moved {})", r.gro_datagrams, r.gro_copied);
+  }
   if (o.verify) fmt::print(", invalid {}", r.invalid);
   fmt::print("\n");
 }

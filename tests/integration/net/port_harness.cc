@@ -18,6 +18,8 @@ const char* to_string(PortKind k) {
       return "afxdpskb";
     case PortKind::kUdp:
       return "udp";
+    case PortKind::kUdpNoGro:
+      return "udpnogro";
   }
   return "?";
 }
@@ -72,10 +74,11 @@ void NsThread::call(const std::function<void()>& fn) {
 NsPort::NsPort(const Host& host, const Host& peer, PortKind kind, net::XdpAttachMode mode)
     : worker_(host.ns) {
   worker_.call([&] {
-    if (kind == PortKind::kUdp) {
+    if (kind == PortKind::kUdp || kind == PortKind::kUdpNoGro) {
       net::UdpPortConfig cfg;
       cfg.local_mac = host.mac;
       cfg.peer_mac = peer.mac;
+      cfg.gro = kind == PortKind::kUdp;
       auto p = net::UdpPort::open(cfg);
       if (!p) {
         error_ = p.error().message();

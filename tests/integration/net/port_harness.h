@@ -42,7 +42,8 @@ class NsThread {
 };
 
 // kAfXdp: the default mode order (native XDP first); kAfXdpSkb: generic (SKB) XDP only.
-enum class PortKind { kAfXdp, kUdp, kAfXdpSkb };
+// kUdpNoGro: a UDP port without receive offload (one datagram per frame).
+enum class PortKind { kAfXdp, kUdp, kAfXdpSkb, kUdpNoGro };
 const char* to_string(PortKind k);
 
 // A port living in one namespace and owned by one thread that stays there (the ports'

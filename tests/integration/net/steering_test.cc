@@ -481,6 +481,36 @@ TEST(UdpPort, OpenedOnAThreadThatExits) {
   EXPECT_EQ(port->stats().rx_drops, 0u);
 }
 
+// A datagram longer than any frame is dropped and counted, with receive offload and without,
+// and the port goes on.
+TEST(UdpPort, AnOversizedDatagramIsCountedAndDropped) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("grobig");
+  for (bool gro : {true, false}) {
+    std::unique_ptr<net::UdpPort> port;
+    run_in_netns(net.b().ns, [&] {
+      net::UdpPortConfig cfg;
+      cfg.local_mac = net.b().mac;
+      cfg.peer_mac = net.a().mac;
+      cfg.max_frame_bytes = 4202;
+      cfg.gro = gro;
+      auto p = net::UdpPort::open(cfg);
+      if (p) port = std::move(*p);
+    });
+    ASSERT_TRUE(port);
+    Fd sender(udp_socket_in(net.a().ns, 0));
+    ASSERT_TRUE(send_udp(sender.fd, net.b().ipv4_text, net::kRoceUdpPort, std::string(8000, 'x')));
+    ASSERT_TRUE(send_udp(sender.fd, net.b().ipv4_text, net::kRoceUdpPort, "after"));
+    auto got = receive_n(*port, 1, kDeadline);
+    ASSERT_EQ(got.size(), 1u) << "gro " << gro;
+    const auto parsed = net::parse_udp_frame(got[0]);
+    ASSERT_TRUE(parsed.has_value());
+    EXPECT_EQ(std::string(parsed->payload.begin(), parsed->payload.end()), "after");
+    EXPECT_EQ(port->stats().rx_drops, 1u) << "gro " << gro;
+    EXPECT_EQ(port->stats().rx_packets, 1u) << "gro " << gro;
+  }
+}
+
 // Exit codes of the unprivileged child, for the failure message.
 enum ChildExit : int {
   kChildOk = 0,
