@@ -53,6 +53,7 @@ struct BenchOptions {
   std::uint32_t busy_poll_us = 0;
   bool verify = false;
   bool no_gso = false;
+  bool no_gro = false;
   bool json = false;
 };
 
@@ -142,6 +143,7 @@ std::optional<OpenPort> open_port(const BenchOptions& o, const Device& dev, std:
     cfg.local_mac = dev.mac;
     cfg.busy_poll_us = o.busy_poll_us;
     cfg.gso = !o.no_gso;
+    cfg.gro = !o.no_gro;
     auto r = net::UdpPort::open(cfg);
     if (!r) {
       error = r.error().message();
@@ -405,6 +407,8 @@ void register_bench(CLI::App& app, ExitStatus& status) {
                   "Busy-poll the device's receive work for up to this long per empty receive");
   cmd->add_flag("--no-gso", o->no_gso,
                 "udp: one send per frame (no UDP segmentation offload), UDP checksum 0");
+  cmd->add_flag("--no-gro", o->no_gro,
+                "udp: one datagram per frame on receive (no UDP receive offload)");
   cmd->add_flag("--verify", o->verify, "rx: decode every frame and check its ICRC");
   cmd->add_flag("--json", o->json, "Print as JSON");
   cmd->callback([o, &status] { status.code = run_bench(*o); });
