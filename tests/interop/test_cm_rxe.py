@@ -35,7 +35,7 @@ from pathlib import Path
 
 from check_capture import check_capture
 from peers import RxeGuest, XroceHost, wait_cm_listener
-from vm import Lab, log, main_wrapper, sh
+from vm import GuestTimeout, Lab, log, main_wrapper, sh
 
 FIRST_PORT = 7300
 # CM attribute IDs (IBA 16.7.2 table 204 / 16.7.5 for SIDR), as tshark's infiniband dissector
@@ -229,7 +229,8 @@ class CmSuite:
     def killed_client(self, server, client) -> None:
         """The client dies with its connection up: its CM sends DREQ, the server disconnects."""
         port = self.next_port()
-        srv = server.start_command(f"rping -s -v -C 0 -a {server.ip4} -p {port}")
+        command = f"rping -s -v -C 0 -a {server.ip4} -p {port}"
+        srv = server.start_command(command)
         wait_cm_listener(server, port)
         if client is self.xr:
             cli = client.start_command(f"rping -c -C 0 -a {server.ip4} -p {port}")
@@ -240,9 +241,22 @@ class CmSuite:
                             f"echo $! > /tmp/rping.pid")
             self.wait_established_xroce()
             client.vm.check("kill -9 $(cat /tmp/rping.pid)")
-        s = srv.wait(60)  # rping's server returns after the disconnect
-        if "DISCONNECT" not in s.output and "cq completion failed" not in s.output:
-            raise AssertionError(f"server {server.name} did not see the client go:\n{s.output}")
+        # rping's server returns after the disconnect, as a rule; rxe's once printed its
+        # DISCONNECT EVENT and "wait for RDMA_READ_ADV state 10" (its test loop ending) and then
+        # did not exit within 60 s, somewhere in its own cleanup. What is tested is that the
+        # server saw the client go: a server that said so and stays is stopped (a host command's
+        # wait has already killed it; in the guest, only the test's commands run).
+        try:
+            output = srv.wait(60).output
+        except GuestTimeout as e:
+            if "DISCONNECT" not in str(e):
+                raise
+            if not isinstance(server, XroceHost):
+                server.run("kill $(pidof rping) 2>/dev/null || true", 30)
+            output = str(e)
+            log(f"rping's server on {server.name} saw the disconnect and did not exit: stopped")
+        if "DISCONNECT" not in output and "cq completion failed" not in output:
+            raise AssertionError(f"server {server.name} did not see the client go:\n{output}")
         log(f"client {client.name} killed: server {server.name} saw it go")
 
     def cm_stat(self) -> dict:
