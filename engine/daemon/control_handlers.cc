@@ -199,7 +199,7 @@ Reply query_port(OpContext& ctx, const control::PortRequest& request) {
   control::PortAttr attr{};
   attr.state = device::port_state(netdev);
   attr.max_mtu = device::kIbMtu4096;
-  attr.active_mtu = device::active_ib_mtu(netdev.mtu);
+  attr.active_mtu = dev.active_mtu();
   attr.gid_tbl_len = static_cast<uint32_t>(dev.gids().size());
   attr.port_cap_flags = IBV_PORT_CM_SUP;
   attr.max_msg_sz = dev.limits().max_msg_bytes;
@@ -372,7 +372,7 @@ Reply link_show(OpContext& ctx) {
                    {"netdev_up", netdev.up},
                    {"netdev_carrier", netdev.carrier},
                    {"uverbs", served.uverbs},
-                   {"mtu", device::ib_mtu_bytes(device::active_ib_mtu(netdev.mtu))},
+                   {"mtu", device::ib_mtu_bytes(dev.active_mtu())},
                    {"port_kind", port_kind_name(served.port)},
                    {"queues", served.queues},
                    {"datapath", served.runner ? served.runner->datapath().status().port_mode

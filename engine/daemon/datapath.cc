@@ -212,6 +212,15 @@ void Datapath::set_local_ips(const std::vector<wire::IpAddr>& ips) {
     steer_ip(ip);
 }
 
+std::size_t Datapath::max_frame_bytes() const {
+  std::size_t bytes = 0;
+  for (const auto& w : workers_) {
+    const std::size_t b = w->port_max_frame_bytes();
+    bytes = bytes == 0 ? b : std::min(bytes, b);
+  }
+  return bytes;
+}
+
 DatapathStatus Datapath::status() {
   DatapathStatus s;
   s.workers = worker_count();

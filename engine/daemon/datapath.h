@@ -89,6 +89,8 @@ class Datapath {
   // Control thread: every worker takes `table` (LoopbackRegistry::publish calls this).
   void set_loopback(std::shared_ptr<const LoopbackTable> table);
   DatapathStatus status();
+  // The largest frame every queue's port carries (net::Port::max_frame_bytes).
+  std::size_t max_frame_bytes() const;
 
  private:
   Datapath() = default;

@@ -23,6 +23,7 @@ Worker::Worker(WorkerConfig config)
       routes_(config.routes),
       port_(std::move(config.port)),
       port_mode_(port_->mode()),
+      port_max_frame_bytes_(port_->max_frame_bytes()),
       clock_(clock_or_monotonic(std::move(config.clock))),
       pacing_(config.cc),
       egress_(*port_, counters_, make_neighbours(config)),

@@ -127,6 +127,8 @@ class Worker {
 
   std::uint32_t index() const { return index_; }
   net::PortMode port_mode() const { return port_mode_; }
+  // The port's, fixed when it opened: readable from any thread.
+  std::size_t port_max_frame_bytes() const { return port_max_frame_bytes_; }
 
   // Control thread only. Queues `command` to run on the worker; false if the ring is full.
   bool post_command(Command command);
@@ -228,6 +230,7 @@ class Worker {
   const QpRoutes* routes_;
   std::unique_ptr<net::Port> port_;
   net::PortMode port_mode_;
+  std::size_t port_max_frame_bytes_;
   std::unique_ptr<Clock> clock_;
 
   boost::lockfree::spsc_queue<Command*, boost::lockfree::capacity<kCommandSlots>> commands_;

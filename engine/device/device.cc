@@ -1,5 +1,6 @@
 #include "device/device.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <span>
 #include <utility>
@@ -23,6 +24,18 @@ class UnreachableMemory final : public transport::MemoryAccess {
 };
 
 }  // namespace
+
+uint32_t Device::active_mtu() const {
+  // A frame's Ethernet header and a VLAN tag are outside the netdev's MTU.
+  constexpr std::size_t kLinkHeaderBytes = 14 + 4;
+  uint32_t mtu = netdev_.mtu;
+  if (port_frame_limit_ != 0) {
+    const std::size_t room =
+        port_frame_limit_ > kLinkHeaderBytes ? port_frame_limit_ - kLinkHeaderBytes : 0;
+    mtu = static_cast<uint32_t>(std::min<std::size_t>(mtu, room));
+  }
+  return active_ib_mtu(mtu);
+}
 
 Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory,
                transport::KeyBits key_bits)

@@ -252,6 +252,12 @@ class Device {
 
   const std::string& name() const { return name_; }
   const NetdevState& netdev() const { return netdev_; }
+  // The port's active IB MTU (ibv_query_port, and the bound of every QP's packets): the largest
+  // whose packets fit the netdev's MTU and the largest frame the data path carries.
+  uint32_t active_mtu() const;
+  // The largest Ethernet frame the data path's ports carry, 0 for no limit of their own (an
+  // AF_XDP port without multi-buffer carries one UMEM chunk: 3,840 bytes).
+  void set_port_frame_limit(std::size_t bytes) { port_frame_limit_ = bytes; }
   const GidTable& gids() const { return gids_; }
   const DeviceLimits& limits() const { return limits_; }
   const ClientQuota& client_quota() const { return quota_; }
@@ -340,6 +346,7 @@ class Device {
 
   std::string name_;
   NetdevState netdev_;
+  std::size_t port_frame_limit_ = 0;
   GidTable gids_;
   DeviceLimits limits_;
   ClientQuota quota_;

@@ -450,7 +450,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.max_msg_bytes = limits_.max_msg_bytes;
   // The port's active MTU when the QP is made: it bounds UD datagrams and every RC packet
   // (ibv_query_port reports the same value).
-  config.port_mtu = static_cast<transport::PathMtu>(active_ib_mtu(netdev_.mtu));
+  config.port_mtu = static_cast<transport::PathMtu>(active_mtu());
   config.sq_sig_all = r.sq_sig_all;
   config.limits.max_qp_rd_atom =
       static_cast<uint8_t>(std::min<uint32_t>(limits_.max_qp_rd_atom, 255));

@@ -384,5 +384,49 @@ TEST(DevicePortMtu, QpsAreBoundByThePortsActiveMtu) {
   EXPECT_EQ(datagram->payload_len, 1024u);
 }
 
+// The active MTU is what both the netdev and the data path's ports carry: a 9000-byte netdev
+// gives 4096, but not over an AF_XDP port without multi-buffer (one 4 KB UMEM chunk less the
+// kernel's headroom: 3,840-byte frames), which carries 2048; a QP made then sends 2 KB packets.
+TEST(DevicePortMtu, TheActiveMtuIsBoundByWhatThePortsCarry) {
+  transport::LocalMemory* memory = nullptr;
+  Device dev("xmtu1", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, 9000, true, true, 0}, 7,
+             [&memory](int) {
+               auto m = std::make_unique<transport::LocalMemory>();
+               memory = m.get();
+               return m;
+             });
+  EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
+  dev.set_port_frame_limit(4202);  // every RoCE frame of a 4096 MTU
+  EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
+  dev.set_port_frame_limit(3840);
+  EXPECT_EQ(ib_mtu_bytes(dev.active_mtu()), 2048u);
+  dev.set_port_frame_limit(0);  // no limit of the ports' own
+  EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
+
+  dev.set_port_frame_limit(3840);
+  const uint8_t v4[4] = {198, 18, 0, 1};
+  dev.update_addresses({IpAddress::v4_from(v4)});
+  auto p = dev.alloc_pd(kAlice, 1234);
+  auto c = dev.create_cq(kAlice, CqRequest{16, 0, 0, 0});
+  ASSERT_TRUE(p.ok() && c.ok() && memory != nullptr);
+  const uint64_t buf = memory->allocate(8192);
+  auto mr = dev.reg_mr(kAlice, MrRequest{*p, buf, 8192, buf, kAccessLocalWrite, 1234});
+  ASSERT_TRUE(mr.ok());
+  QpRequest r{*p, *c, *c, 0, kIbvQptRc, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
+  auto rc = dev.create_qp(kAlice, r);
+  ASSERT_TRUE(rc.ok());
+  bring_to_rts(dev, *rc, false, 5);  // IBV_MTU_4096 asked for
+  transport::Qp& core = *dev.qp(kAlice, *rc)->qp;
+  transport::WorkRequest send;
+  send.wr_id = 1;
+  send.send_flags = transport::send_flags::kSignaled;
+  send.sg_list = {transport::Sge{buf, 5000, wire::Lkey(mr->lkey)}};
+  ASSERT_EQ(core.post_send(send), 0);
+  std::array<uint8_t, 4096> out{};
+  auto first = core.poll_transmit(0, out);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->payload_len, 2048u);
+}
+
 }  // namespace
 }  // namespace xroce::device
