@@ -7,7 +7,8 @@
 # JSON_OUT=FILE appends one JSON object per measurement to FILE (bench-device.sh reads them);
 # KINDS="baseline udp afxdp afxdp-skb" (the default) chooses what is measured; also
 # baseline-gso (kernel UDP, 16 datagrams per send with UDP segmentation offload, as the UDP
-# port sends a 64 KiB message) and udp-nogso (the UDP port, one send per frame);
+# port sends a 64 KiB message, read with UDP receive offload, as the UDP port reads), udp-nogso
+# (the UDP port, one send per frame) and udp-nogro (the UDP port, one datagram per receive);
 # BUSY_POLL_US=N makes every receiver busy-poll (SO_BUSY_POLL, and SO_PREFER_BUSY_POLL on the
 # AF_XDP socket) for up to N us per empty receive.
 set -euo pipefail
@@ -59,11 +60,15 @@ run_pair() {  # kind size frames
   if [[ $kind == baseline* ]]; then
     rx=("$bin/bench/xroce-udp-baseline" --role rx)
     tx=("$bin/bench/xroce-udp-baseline" --role tx --dst "$ip_b")
-    [[ $kind == baseline-gso ]] && tx+=(--gso-segments 16)
+    if [[ $kind == baseline-gso ]]; then
+      tx+=(--gso-segments 16)
+      rx+=(--gro)
+    fi
   else
     local port=$kind mode=()
     if [[ $kind == afxdp-skb ]]; then port=afxdp mode=(--xdp-mode skb); fi
     if [[ $kind == udp-nogso ]]; then port=udp mode=(--no-gso); fi
+    if [[ $kind == udp-nogro ]]; then port=udp mode=(--no-gro); fi
     rx=("$bin/xroce" bench port --dev "$if_b" --port "$port" "${mode[@]}" --role rx)
     tx=("$bin/xroce" bench port --dev "$if_a" --port "$port" "${mode[@]}" --role tx --dst "$ip_b"
       --dst-mac "$mac_b")

@@ -39,7 +39,12 @@ struct Options {
   bool v6 = false;
   bool json = false;
   std::size_t gso_segments = 0;  // tx: datagrams per send with UDP_SEGMENT (0, 1: none)
+  bool gro = false;              // rx: UDP_GRO, a segmented send read as one datagram
 };
+
+#ifndef UDP_GRO
+constexpr int UDP_GRO = 104;
+#endif
 
 struct Result {
   std::uint64_t packets = 0;
@@ -55,6 +60,10 @@ int open_socket(const Options& o) {
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
   const int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+  if (o.gro && setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) < 0) {
+    close(fd);
+    return -1;
+  }
   if (o.busy_poll_us > 0 &&
       setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &o.busy_poll_us, sizeof(o.busy_poll_us)) < 0) {
     close(fd);
@@ -120,7 +129,8 @@ Result run_tx(int fd, const Options& o, std::size_t payload) {
 }
 
 Result run_rx(int fd, const Options& o, std::size_t frame_overhead) {
-  constexpr std::size_t kMaxDatagram = 9000;
+  // With UDP_GRO a datagram carries up to 64 segments and 64 KiB.
+  const std::size_t kMaxDatagram = o.gro ? 65536 : 9000;
   std::vector<std::uint8_t> buffers(std::size_t{kBatch} * kMaxDatagram);
   std::vector<iovec> iov(kBatch);
   std::vector<mmsghdr> msgs(kBatch);
@@ -150,14 +160,20 @@ Result run_rx(int fd, const Options& o, std::size_t frame_overhead) {
     if (!first) first = now;
     last = now;
     for (int i = 0; i < got; ++i) {
-      r.bytes += msgs[i].msg_len + frame_overhead;
+      int segment = 0;  // UDP_GRO: the length of each segment but the last
       for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
           std::memcpy(&kernel_drops, CMSG_DATA(c), sizeof(kernel_drops));
+        } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+          std::memcpy(&segment, CMSG_DATA(c), sizeof(segment));
         }
       }
+      const std::size_t len = msgs[i].msg_len;
+      const std::size_t datagrams =
+          segment > 0 && len > 0 ? (len + static_cast<std::size_t>(segment) - 1) / segment : 1;
+      r.packets += datagrams;
+      r.bytes += len + datagrams * frame_overhead;
     }
-    r.packets += static_cast<std::uint64_t>(got);
   }
   if (first && last) r.seconds = std::chrono::duration<double>(*last - *first).count();
   r.drops = kernel_drops;
@@ -201,7 +217,9 @@ int run(const Options& o) {
   close(fd);
   const double pps = r.seconds > 0 ? static_cast<double>(r.packets) / r.seconds : 0;
   const double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) * 8 / r.seconds / 1e9 : 0;
-  const char* mode = o.gso_segments > 1 ? "sendmmsg+gso/recvmmsg" : "sendmmsg/recvmmsg";
+  const char* mode = o.gso_segments > 1 ? "sendmmsg+gso/recvmmsg"
+                     : o.gro            ? "sendmmsg/recvmmsg+gro"
+                                        : "sendmmsg/recvmmsg";
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"role", o.role},
                                       {"port", "kernel-udp"},
@@ -239,6 +257,8 @@ int main(int argc, char** argv) {
   app.add_option("--gso-segments", o.gso_segments,
                  "tx: datagrams per send, cut by UDP segmentation offload (UDP_SEGMENT)")
       ->check(CLI::Range(0, 64));
+  app.add_flag("--gro", o.gro,
+               "rx: UDP receive offload (UDP_GRO): a segmented send is read as one datagram");
   app.add_flag("--ipv6", o.v6, "Use IPv6");
   app.add_flag("--json", o.json, "Print as JSON");
   CLI11_PARSE(app, argc, argv);
