@@ -327,58 +327,82 @@ void bring_to_rts(Device& dev, uint32_t qp, bool ud, uint32_t path_mtu) {
             0);
 }
 
+// A device on a netdev of the given MTU, with a PD, a CQ and an 8 KiB region of Alice's to send
+// from.
+class DevicePortMtu : public ::testing::Test {
+ protected:
+  void open(uint32_t netdev_mtu) {
+    dev_ = std::make_unique<Device>(
+        "xmtu0", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, netdev_mtu, true, true, 0}, 7,
+        [this](int) {
+          auto m = std::make_unique<transport::LocalMemory>();
+          memory_ = m.get();
+          return m;
+        });
+    const uint8_t v4[4] = {198, 18, 0, 1};
+    dev_->update_addresses({IpAddress::v4_from(v4)});
+    auto p = dev_->alloc_pd(kAlice, 1234);
+    auto c = dev_->create_cq(kAlice, CqRequest{16, 0, 0, 0});
+    ASSERT_TRUE(p.ok() && c.ok() && memory_ != nullptr);
+    pd_ = *p;
+    cq_ = *c;
+    buf_ = memory_->allocate(8192);
+    auto mr = dev_->reg_mr(kAlice, MrRequest{pd_, buf_, 8192, buf_, kAccessLocalWrite, 1234});
+    ASSERT_TRUE(mr.ok());
+    lkey_ = wire::Lkey(mr->lkey);
+  }
+  // A signaled send of `bytes` from the region.
+  transport::WorkRequest send(uint64_t wr_id, uint32_t bytes) const {
+    transport::WorkRequest w;
+    w.wr_id = wr_id;
+    w.send_flags = transport::send_flags::kSignaled;
+    w.sg_list = {transport::Sge{buf_, bytes, lkey_}};
+    return w;
+  }
+  QpRequest qp_request(uint32_t type) const {
+    return QpRequest{pd_, cq_, cq_, 0, type, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
+  }
+
+  transport::LocalMemory* memory_ = nullptr;
+  std::unique_ptr<Device> dev_;
+  uint32_t pd_ = 0;
+  uint32_t cq_ = 0;
+  uint64_t buf_ = 0;
+  wire::Lkey lkey_{0};
+};
+
 // The port's active MTU (1024 on a 1500-byte netdev, what ibv_query_port reports) reaches every
 // QP: a UD datagram longer than it is not sent (C10-93.1.1), and an RC path MTU above it is
 // accepted but segments at it.
-TEST(DevicePortMtu, QpsAreBoundByThePortsActiveMtu) {
-  transport::LocalMemory* memory = nullptr;
-  Device dev("xmtu0", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, 1500, true, true, 0}, 7,
-             [&memory](int) {
-               auto m = std::make_unique<transport::LocalMemory>();
-               memory = m.get();
-               return m;
-             });
-  const uint8_t v4[4] = {198, 18, 0, 1};
-  dev.update_addresses({IpAddress::v4_from(v4)});
-  auto p = dev.alloc_pd(kAlice, 1234);
-  auto c = dev.create_cq(kAlice, CqRequest{16, 0, 0, 0});
-  ASSERT_TRUE(p.ok() && c.ok() && memory != nullptr);
-  const uint64_t buf = memory->allocate(8192);
-  auto mr = dev.reg_mr(kAlice, MrRequest{*p, buf, 8192, buf, kAccessLocalWrite, 1234});
-  ASSERT_TRUE(mr.ok());
+TEST_F(DevicePortMtu, QpsAreBoundByThePortsActiveMtu) {
+  open(1500);
+  Device& dev = *dev_;
   std::array<uint8_t, 4096> out{};
-
-  QpRequest r{*p, *c, *c, 0, kIbvQptRc, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
-  auto rc = dev.create_qp(kAlice, r);
+  auto rc = dev.create_qp(kAlice, qp_request(kIbvQptRc));
   ASSERT_TRUE(rc.ok());
   bring_to_rts(dev, *rc, false, 5);  // IBV_MTU_4096
   EXPECT_EQ(dev.query_qp(kAlice, *rc)->attr.path_mtu, 5u);
   transport::Qp& rc_core = *dev.qp(kAlice, *rc)->qp;
-  transport::WorkRequest send;
-  send.wr_id = 1;
-  send.send_flags = transport::send_flags::kSignaled;
-  send.sg_list = {transport::Sge{buf, 3000, wire::Lkey(mr->lkey)}};
-  ASSERT_EQ(rc_core.post_send(send), 0);
+  ASSERT_EQ(rc_core.post_send(send(1, 3000)), 0);
   auto first = rc_core.poll_transmit(0, out);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->hdr.bth.opcode, wire::Opcode::kRcSendFirst);
   EXPECT_EQ(first->payload_len, 1024u);
 
-  r.qp_type = kIbvQptUd;
-  auto ud = dev.create_qp(kAlice, r);
+  auto ud = dev.create_qp(kAlice, qp_request(kIbvQptUd));
   ASSERT_TRUE(ud.ok());
   bring_to_rts(dev, *ud, true, 0);
   transport::Qp& ud_core = *dev.qp(kAlice, *ud)->qp;
-  send.ud = transport::UdDestination{1, wire::Qpn(0x99), wire::Qkey(0x11)};
-  send.sg_list = {transport::Sge{buf, 1025, wire::Lkey(mr->lkey)}};
-  ASSERT_EQ(ud_core.post_send(send), 0);
+  auto too_long = send(1, 1025);
+  too_long.ud = transport::UdDestination{1, wire::Qpn(0x99), wire::Qkey(0x11)};
+  ASSERT_EQ(ud_core.post_send(too_long), 0);
   EXPECT_FALSE(ud_core.poll_transmit(0, out).has_value());
   auto done = ud_core.poll_completion();
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->status, transport::WcStatus::kSuccess);
-  send.wr_id = 2;
-  send.sg_list = {transport::Sge{buf, 1024, wire::Lkey(mr->lkey)}};
-  ASSERT_EQ(ud_core.post_send(send), 0);
+  auto fits = send(2, 1024);
+  fits.ud = too_long.ud;
+  ASSERT_EQ(ud_core.post_send(fits), 0);
   auto datagram = ud_core.poll_transmit(0, out);
   ASSERT_TRUE(datagram.has_value());
   EXPECT_EQ(datagram->payload_len, 1024u);
@@ -387,14 +411,9 @@ TEST(DevicePortMtu, QpsAreBoundByThePortsActiveMtu) {
 // The active MTU is what both the netdev and the data path's ports carry: a 9000-byte netdev
 // gives 4096, but not over an AF_XDP port without multi-buffer (one 4 KB UMEM chunk less the
 // kernel's headroom: 3,840-byte frames), which carries 2048; a QP made then sends 2 KB packets.
-TEST(DevicePortMtu, TheActiveMtuIsBoundByWhatThePortsCarry) {
-  transport::LocalMemory* memory = nullptr;
-  Device dev("xmtu1", NetdevState{"veth0", 3, {2, 0, 0, 0, 0, 1}, 9000, true, true, 0}, 7,
-             [&memory](int) {
-               auto m = std::make_unique<transport::LocalMemory>();
-               memory = m.get();
-               return m;
-             });
+TEST_F(DevicePortMtu, TheActiveMtuIsBoundByWhatThePortsCarry) {
+  open(9000);
+  Device& dev = *dev_;
   EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
   dev.set_port_frame_limit(4202);  // every RoCE frame of a 4096 MTU
   EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
@@ -404,24 +423,11 @@ TEST(DevicePortMtu, TheActiveMtuIsBoundByWhatThePortsCarry) {
   EXPECT_EQ(dev.active_mtu(), kIbMtu4096);
 
   dev.set_port_frame_limit(3840);
-  const uint8_t v4[4] = {198, 18, 0, 1};
-  dev.update_addresses({IpAddress::v4_from(v4)});
-  auto p = dev.alloc_pd(kAlice, 1234);
-  auto c = dev.create_cq(kAlice, CqRequest{16, 0, 0, 0});
-  ASSERT_TRUE(p.ok() && c.ok() && memory != nullptr);
-  const uint64_t buf = memory->allocate(8192);
-  auto mr = dev.reg_mr(kAlice, MrRequest{*p, buf, 8192, buf, kAccessLocalWrite, 1234});
-  ASSERT_TRUE(mr.ok());
-  QpRequest r{*p, *c, *c, 0, kIbvQptRc, false, control::QpCap{10, 10, 2, 2, 0}, 0xa0};
-  auto rc = dev.create_qp(kAlice, r);
+  auto rc = dev.create_qp(kAlice, qp_request(kIbvQptRc));
   ASSERT_TRUE(rc.ok());
   bring_to_rts(dev, *rc, false, 5);  // IBV_MTU_4096 asked for
   transport::Qp& core = *dev.qp(kAlice, *rc)->qp;
-  transport::WorkRequest send;
-  send.wr_id = 1;
-  send.send_flags = transport::send_flags::kSignaled;
-  send.sg_list = {transport::Sge{buf, 5000, wire::Lkey(mr->lkey)}};
-  ASSERT_EQ(core.post_send(send), 0);
+  ASSERT_EQ(core.post_send(send(1, 5000)), 0);
   std::array<uint8_t, 4096> out{};
   auto first = core.poll_transmit(0, out);
   ASSERT_TRUE(first.has_value());
