@@ -29,16 +29,27 @@ namespace {
 
 using std::chrono::seconds;
 
-// Built once per test process, from the source beside this file.
+// Built once per test process, from the source beside this file. ctest runs each test in a
+// process of its own, two at a time: each builds under a name of its own and renames the result
+// into place, so that no mpirun ever finds the binary half written by another test's mpicc (it
+// did: "could not access or execute an executable"); a program already started keeps the file
+// it opened.
 std::string mpi_check_binary() {
   static const std::string binary = [] {
     const std::string dir = std::string(XROCE_TEST_WORK_DIR) + "/mpi";
     std::filesystem::create_directories(dir);
     const std::string out = dir + "/mpi_check";
-    auto r =
-        run({"mpicc", "-O2", "-Wall", "-Werror", "-o", out, XROCE_MPI_CHECK_SOURCE}, seconds(120));
+    const std::string building = out + "." + std::to_string(getpid());
+    auto r = run({"mpicc", "-O2", "-Wall", "-Werror", "-o", building, XROCE_MPI_CHECK_SOURCE},
+                 seconds(120));
     if (r.status != 0) {
       std::printf("mpicc failed:\n%s\n", r.output.c_str());
+      return std::string();
+    }
+    std::error_code ec;
+    std::filesystem::rename(building, out, ec);
+    if (ec) {
+      std::printf("rename %s: %s\n", building.c_str(), ec.message().c_str());
       return std::string();
     }
     return out;
