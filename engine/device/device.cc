@@ -5,6 +5,8 @@
 #include <span>
 #include <utility>
 
+#include "wire/frame_layout.h"
+
 namespace xroce::device {
 
 namespace {
@@ -27,7 +29,7 @@ class UnreachableMemory final : public transport::MemoryAccess {
 
 uint32_t Device::active_mtu() const {
   // A frame's Ethernet header and a VLAN tag are outside the netdev's MTU.
-  constexpr std::size_t kLinkHeaderBytes = 14 + 4;
+  constexpr std::size_t kLinkHeaderBytes = wire::kEthHeaderBytes + wire::kVlanTagBytes;
   uint32_t mtu = netdev_.mtu;
   if (port_frame_limit_ != 0) {
     const std::size_t room =

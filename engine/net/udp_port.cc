@@ -115,9 +115,6 @@ void send_like_roce(int fd, bool gso) {
 // synthesized headers go.
 struct UdpPort::RxSlot {
   std::vector<std::uint8_t> buffer;
-  std::size_t frame_offset = 0;
-  std::size_t frame_bytes = 0;
-  bool icrc_verified = false;  // place() checked the ICRC (IPv4)
 };
 
 // One datagram of a recvmmsg: its address and ancillary data, and where its bytes land. The
@@ -336,19 +333,16 @@ void UdpPort::copy_out(const RxEntry& en, std::size_t offset, std::size_t len, s
 }
 
 void UdpPort::place(std::uint32_t slot, const UdpEnvelope& env, std::size_t datagram_bytes) {
-  RxSlot& s = rx_[slot];
-  std::uint8_t* payload = s.buffer.data() + kMaxEnvelopeBytes;
+  std::uint8_t* payload = rx_[slot].buffer.data() + kMaxEnvelopeBytes;
   const std::size_t header_bytes = envelope_bytes(env);
   write_envelope(env, datagram_bytes, payload);
   // The socket hides the IPv4 identification the ICRC covers; senders other than us set it,
   // and the segments of one of our segmented sends each carry their own (0, 1, 2, ...).
-  s.icrc_verified = recover_ipv4_id(env, datagram_bytes, payload) == IcrcCheck::kVerified;
-  s.frame_offset = kMaxEnvelopeBytes - header_bytes;
-  s.frame_bytes = header_bytes + datagram_bytes;
-  rx_ready_.push_back(
-      RxFrame{{s.buffer.data() + s.frame_offset, s.frame_bytes}, slot, s.icrc_verified});
+  const bool icrc_verified = recover_ipv4_id(env, datagram_bytes, payload) == IcrcCheck::kVerified;
+  const std::size_t frame_bytes = header_bytes + datagram_bytes;
+  rx_ready_.push_back(RxFrame{{payload - header_bytes, frame_bytes}, slot, icrc_verified});
   ++stats_.rx_packets;
-  stats_.rx_bytes += s.frame_bytes;
+  stats_.rx_bytes += frame_bytes;
 }
 
 // The frames of one datagram, in order, onto rx_ready_, and its slots not used back. False
