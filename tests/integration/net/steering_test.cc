@@ -492,7 +492,7 @@ TEST(UdpPort, AnOversizedDatagramIsCountedAndDropped) {
       net::UdpPortConfig cfg;
       cfg.local_mac = net.b().mac;
       cfg.peer_mac = net.a().mac;
-      cfg.max_frame_bytes = 4202;
+      cfg.max_frame_bytes = 4202;  // as the daemon opens it: the largest 4096-MTU RoCE frame
       cfg.gro = gro;
       auto p = net::UdpPort::open(cfg);
       if (p) port = std::move(*p);
