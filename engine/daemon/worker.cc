@@ -99,6 +99,9 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   // Counters the transport already has (a QP moved between workers) were fed by its old one.
   h.reported = h.qp->counters();
   h.timer_key.reset();  // the drain enters its deadlines
+  // A QP placed already connected has its reaction point from the moment add_qp returns, so a
+  // status query made right after sees it; the drain would attach it only on a later turn.
+  pacing_.attach(h);
   work_.mark(h);
 }
 
