@@ -7,7 +7,8 @@
 // writes (frames as it sends and classifies them, its QPs' transport and DCQCN counters as they
 // grow, completions; engine/daemon/worker.h), summed here with relaxed loads. Counts of QPs
 // already destroyed stay; the counters restart when the device's data path does (link del /
-// link add). link_downed is not counted yet.
+// link add). link_downed is not counted yet. "port" sums the ports' own statistics
+// (net::PortStats) over the queues, from the same start.
 #include <arpa/inet.h>
 
 #include <cstring>
@@ -107,6 +108,15 @@ Reply stat(OpContext& ctx) {
       {"device", name},
       {"counters", nlohmann::ordered_json::parse(device::counters_json(values))},
       {"memory_regions", regions}};
+  // The ports under the data path, summed over its queues: what the kernel side saw (frames
+  // the rings dropped, sends the kernel refused) and what the offloads did.
+  if (served.runner) {
+    const DatapathStatus status = served.runner->datapath().status();
+    nlohmann::ordered_json port = {{"mode", status.port_mode}, {"queues", status.workers}};
+    for (const net::PortStatField& f : net::kPortStatFields)
+      port[f.name] = status.port.*f.member;
+    out["port"] = std::move(port);
+  }
   if (const auto cm = ctx.devices.cm().stat(name)) {
     out["cm"] = {{"mads_sent", cm->mads_sent},       {"mads_received", cm->mads_received},
                  {"mads_retried", cm->mads_retried}, {"mads_dropped", cm->mads_dropped},

@@ -232,13 +232,7 @@ DatapathStatus Datapath::status() {
     });
     s.counters += counters;
     s.qps += qps;
-    s.port.rx_packets += port.rx_packets;
-    s.port.rx_bytes += port.rx_bytes;
-    s.port.rx_drops += port.rx_drops;
-    s.port.tx_packets += port.tx_packets;
-    s.port.tx_bytes += port.tx_bytes;
-    s.port.tx_drops += port.tx_drops;
-    s.port.tx_rejected += port.tx_rejected;
+    s.port += port;
   }
   return s;
 }

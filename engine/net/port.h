@@ -77,6 +77,37 @@ struct PortStats {
   std::uint64_t rx_gro_copied = 0;
 };
 
+// Every PortStats field by the name it has in `xroce stat`'s "port" object and the exporter's
+// xroce_port_<name>_total: the one list that sums, prints and exports them.
+struct PortStatField {
+  const char* name;
+  std::uint64_t PortStats::*member;
+};
+inline constexpr PortStatField kPortStatFields[] = {
+    {"rx_packets", &PortStats::rx_packets},
+    {"rx_bytes", &PortStats::rx_bytes},
+    {"rx_drops", &PortStats::rx_drops},
+    {"tx_packets", &PortStats::tx_packets},
+    {"tx_bytes", &PortStats::tx_bytes},
+    {"tx_drops", &PortStats::tx_drops},
+    {"tx_rejected", &PortStats::tx_rejected},
+    {"tx_pending", &PortStats::tx_pending},
+    {"rx_joined_in_place", &PortStats::rx_joined_in_place},
+    {"rx_reassembled", &PortStats::rx_reassembled},
+    {"tx_gso_sends", &PortStats::tx_gso_sends},
+    {"rx_gro_datagrams", &PortStats::rx_gro_datagrams},
+    {"rx_gro_copied", &PortStats::rx_gro_copied},
+};
+static_assert(sizeof(kPortStatFields) / sizeof(kPortStatFields[0]) ==
+                  sizeof(PortStats) / sizeof(std::uint64_t),
+              "a PortStats field without a name");
+
+inline PortStats& operator+=(PortStats& sum, const PortStats& more) {
+  for (const PortStatField& f : kPortStatFields)
+    sum.*f.member += more.*f.member;
+  return sum;
+}
+
 class Port {
  public:
   virtual ~Port() = default;

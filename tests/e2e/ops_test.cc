@@ -437,6 +437,20 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
     EXPECT_EQ(m1.count(key), 1u) << key << " missing";
     EXPECT_NE(body1.find("# TYPE xroce_" + name + "_total counter"), std::string::npos) << name;
   }
+  // The ports' own statistics: in `xroce stat` and, each of them, in the exporter.
+  const auto& port_stats = stat["port"];
+  ASSERT_TRUE(port_stats.is_object()) << stat.dump();
+  EXPECT_EQ(port_stats.value("mode", ""), "udp-socket");
+  EXPECT_GE(port_stats.value("queues", 0), 1);
+  for (const char* name : {"rx_packets", "rx_bytes", "rx_drops", "tx_packets", "tx_bytes",
+                           "tx_drops", "tx_rejected", "tx_pending", "rx_joined_in_place",
+                           "rx_reassembled", "tx_gso_sends", "rx_gro_datagrams", "rx_gro_copied"}) {
+    ASSERT_TRUE(port_stats.contains(name)) << name << " missing from " << port_stats.dump();
+    const bool gauge = std::string_view(name) == "tx_pending";
+    const std::string key =
+        std::string("xroce_port_") + name + (gauge ? "" : "_total") + "{device=\"xpb\",port=\"1\"}";
+    EXPECT_EQ(m1.count(key), 1u) << key << " missing";
+  }
   const std::string qp_bytes = "xroce_qp_payload_bytes_sent_total{device=\"xpb\",qpn=\"" +
                                std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
                                "\"}";
@@ -456,7 +470,24 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
     const std::string key = std::string("xroce_") + moving + "_total{device=\"xpb\",port=\"1\"}";
     EXPECT_GT(m2[key], m1.at(key)) << key;
   }
+  // The writer's port sends 64 KiB WRITEs several frames per send (segmentation offload).
+  for (const char* moving : {"tx_packets", "tx_bytes", "rx_packets", "tx_gso_sends"}) {
+    const std::string key =
+        std::string("xroce_port_") + moving + "_total{device=\"xpb\",port=\"1\"}";
+    EXPECT_GT(m2[key], m1.at(key)) << key;
+  }
   EXPECT_EQ(m2.count("xroce_port_active{device=\"xpb\",port=\"1\",netdev=\"xpv1\"}"), 1u);
+  // The target's port receives them several frames per datagram (receive offload), each frame
+  // counted in rx_packets; ib_write_bw's receive side has none to copy (one segment length).
+  const auto target = nlohmann::json::parse(
+      pair.exec(0, {xroce_bin(), "stat", "xpa", "--json"}).output, nullptr, false);
+  ASSERT_TRUE(target.is_object());
+  const auto& target_port = target["port"];
+  EXPECT_GT(target_port.value("rx_gro_datagrams", 0u), 0u) << target_port.dump();
+  EXPECT_GT(target_port.value("rx_packets", 0u), 2 * target_port.value("rx_gro_datagrams", 0u))
+      << target_port.dump();
+  const auto text = pair.exec(0, {xroce_bin(), "stat", "xpa"}).output;
+  EXPECT_NE(text.find("\n    port mode udp-socket queues "), std::string::npos) << text;
   const std::string rtt_key = "xroce_qp_rtt_seconds{device=\"xpb\",qpn=\"" +
                               std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
                               "\"}";

@@ -4,6 +4,9 @@
 //
 //   xroce_<counter>_total{device,port}        every counter of `xroce stat` (hw_counters names)
 //   xroce_port_active{device,port,netdev}     1 when the port is ACTIVE
+//   xroce_port_<stat>_total{device,port}      the ports' statistics of `xroce stat` ("port":
+//                                             frames, drops, offloads), summed over queues;
+//                                             xroce_port_queues, xroce_port_tx_pending gauges
 //   xroce_qp_<counter>_total{device,qpn,type,peer}   payload bytes, packets, retransmissions,
 //                                                     timeouts, adaptive retransmissions,
 //                                                     NAKs, RNR NAKs, CNPs, CE marks
@@ -133,6 +136,20 @@ void expose_device(Exposition& e, const DeviceSnapshot& s) {
     e.add(fmt::format("xroce_{}_total", it.key()), "counter",
           "xroce stat counter (hw_counters name)", dev,
           std::to_string(it.value().get<std::uint64_t>()));
+  }
+  // The ports' own statistics (`xroce stat`'s "port"): counters but for the sends in flight.
+  if (s.port.is_object()) {
+    for (auto it = s.port.begin(); it != s.port.end(); ++it) {
+      if (!it.value().is_number_unsigned()) continue;  // mode
+      if (it.key() == "queues" || it.key() == "tx_pending") {
+        e.add(fmt::format("xroce_port_{}", it.key()), "gauge", "xroce stat port figure", dev,
+              std::to_string(it.value().get<std::uint64_t>()));
+      } else {
+        e.add(fmt::format("xroce_port_{}_total", it.key()), "counter",
+              "xroce stat port counter, summed over the queues", dev,
+              std::to_string(it.value().get<std::uint64_t>()));
+      }
+    }
   }
   for (const auto& qp : s.qps) {
     const std::string labels =

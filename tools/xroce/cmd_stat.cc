@@ -30,6 +30,18 @@ void print_stat(const std::string& name, const nlohmann::ordered_json& stat) {
       fmt::print(" {} {}", it.key(), it.value().get<std::uint64_t>());
   }
   fmt::print("\n");
+  const auto port = stat.find("port");
+  if (port != stat.end() && port->is_object()) {
+    fmt::print("    port");
+    for (auto it = port->begin(); it != port->end(); ++it) {
+      if (it.value().is_string()) {
+        fmt::print(" {} {}", it.key(), it.value().get<std::string>());
+      } else {
+        fmt::print(" {} {}", it.key(), it.value().get<std::uint64_t>());
+      }
+    }
+    fmt::print("\n");
+  }
   const auto cm = stat.find("cm");
   if (cm != stat.end() && cm->is_object()) {
     fmt::print("    cm");

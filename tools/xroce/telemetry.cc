@@ -85,6 +85,7 @@ std::optional<DeviceSnapshot> TelemetryClient::snapshot(const std::string& devic
     return std::nullopt;
   }
   snap.counters = stat["counters"];
+  if (stat.contains("port")) snap.port = stat["port"];
   return snap;
 }
 

@@ -19,6 +19,7 @@ struct DeviceSnapshot {
   std::chrono::steady_clock::time_point taken;
   nlohmann::ordered_json link;      // the device's entry of link show (netdev, state, ...)
   nlohmann::ordered_json counters;  // {"sent_pkts": N, ...} as `xroce stat --json` has them
+  nlohmann::ordered_json port;      // its "port" object (absent: null)
   nlohmann::ordered_json qps;       // as `xroce qp show --json`
 };
 
