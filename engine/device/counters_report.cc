@@ -162,6 +162,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["naks_sent"] = c.naks_sent;
   j["rnr_naks_sent"] = c.rnr_naks_sent;
   j["duplicate_requests"] = c.duplicate_requests;
+  j["replays_reordered"] = c.replays_reordered;
   j["out_of_sequence"] = c.out_of_sequence;
   j["cnps_received"] = c.cnps_received;
   j["ecn_ce_received"] = c.ecn_ce_received;

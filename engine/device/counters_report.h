@@ -70,12 +70,12 @@ struct QpShowContext {
 // retransmits (packets sent again), timeouts, adaptive_retransmits, resend_timeouts,
 // tail_probes, replay_gap_retries, naks_received,
 // rnr_naks_received, packets sent and received, payload_bytes_sent/received, naks_sent,
-// rnr_naks_sent, duplicate_requests, out_of_sequence, cnps_received, ecn_ce_received (CE-marked
-// packets seen), and the round-trip estimate rtt_us (smoothed), rtt_min_us, rtt_latest_us,
-// rtt_peak_us (the longest of the last 1-2 s, transport/rtt.h), rtt_samples (0: none measured
-// yet), and the requester's loss window: loss_window_psns (the PSNs it may have unacknowledged
-// now) and loss_window_reductions (its decreases on NAKs and timers, transport/loss_window.h).
-// Call where reading `qp` is safe: on its owning worker.
+// rnr_naks_sent, duplicate_requests, replays_reordered, out_of_sequence, cnps_received,
+// ecn_ce_received (CE-marked packets seen), and the round-trip estimate rtt_us (smoothed),
+// rtt_min_us, rtt_latest_us, rtt_peak_us (the longest of the last 1-2 s, transport/rtt.h),
+// rtt_samples (0: none measured yet), and the requester's loss window: loss_window_psns (the PSNs
+// it may have unacknowledged now) and loss_window_reductions (its decreases on NAKs and timers,
+// transport/loss_window.h). Call where reading `qp` is safe: on its owning worker.
 nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext& context);
 
 }  // namespace xroce::device

@@ -157,7 +157,7 @@ ResponderState Responder::nak_psn_sequence() {
 ResponderState Responder::rnr_nak(const Request& r) {
   // The refused packet's PSN and our min_rnr_timer; the QP stays RTS (docs/protocol.md §3.5).
   jobs_.push_back(
-      Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}});
+      Job{Job::Kind::kAck, r.psn, wire::Aeth::rnr_nak(msn_, ctx_.attr.min_rnr_timer), 0, {}, {}});
   ++ctx_.counters.naks_sent;
   ++ctx_.counters.rnr_naks_sent;
   nak_sent_ = true;  // what follows the refused packet is dropped silently
@@ -441,7 +441,7 @@ ResponderState Responder::execute_read(const Request& r) {
                           0,
                           msn_};
   epsn_ = r.psn + n;
-  jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(msn_), 0, res});
+  jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(msn_), 0, res, r.psn});
   return ResponderState::kDone;
 }
 
@@ -459,7 +459,7 @@ ResponderState Responder::execute_atomic(const Request& r) {
       ResponderResource::Kind::kAtomic, mrs_, r.psn, r.psn, a.va, a.rkey, 8, original, msn_};
   epsn_ = r.psn + 1;
   ack_psn_ = epsn_;
-  jobs_.push_back(Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(msn_), original, {}});
+  jobs_.push_back(Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(msn_), original, {}, {}});
   return ResponderState::kDone;
 }
 
@@ -481,7 +481,7 @@ ResponderState Responder::execute_atomic_write(const Request& r) {
                           msn_};
   epsn_ = r.psn + 1;
   ack_psn_ = epsn_;
-  jobs_.push_back(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(msn_), 0, {}});
+  jobs_.push_back(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(msn_), 0, {}, {}});
   return ResponderState::kDone;
 }
 
@@ -497,7 +497,7 @@ ResponderState Responder::execute_flush(const Request& r) {
       r.hdr.reth->dma_length,          0,    msn_};
   epsn_ = r.psn + 1;
   ack_psn_ = epsn_;
-  jobs_.push_back(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(msn_), 0, {}});
+  jobs_.push_back(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(msn_), 0, {}, {}});
   return ResponderState::kDone;
 }
 
@@ -561,27 +561,46 @@ ResponderState Responder::duplicate(const Request& r) {
       for (Job& j : jobs_) {  // already replaying this READ: restart it from here
         if (j.kind == Job::Kind::kRead && j.res.first_psn == res.first_psn) {
           j.psn = r.psn;
+          j.start_psn = r.psn;
           return ResponderState::kDone;
         }
       }
-      jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(res.msn), 0, res});
+      queue_replay(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(res.msn), 0, res, r.psn});
       return ResponderState::kDone;
     }
     if ((op == Operation::kCompareSwap || op == Operation::kFetchAdd) &&
         res.kind == ResponderResource::Kind::kAtomic) {
       // The atomic replay cache: answer without executing again.
-      jobs_.push_back(
-          Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(res.msn), res.atomic_original, {}});
+      queue_replay(
+          Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(res.msn), res.atomic_original, {}, {}});
       return ResponderState::kDone;
     }
     // ATOMIC WRITE and FLUSH (oA19-14/15): answered again, never executed twice.
     if ((op == Operation::kAtomicWrite && res.kind == ResponderResource::Kind::kAtomicWrite) ||
         (op == Operation::kFlush && res.kind == ResponderResource::Kind::kFlush)) {
-      jobs_.push_back(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(res.msn), 0, {}});
+      queue_replay(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(res.msn), 0, {}, {}});
       return ResponderState::kDone;
     }
   }
   return ResponderState::kDrop;  // recycled or never seen
+}
+
+// Responses leave in PSN order, as the requester takes them: one after a gap is an implied NAK
+// and dropped (rxe_comp.c check_psn). A duplicate READ or ATOMIC means the requester went back to
+// that PSN (a go-back-N retry, or its probe of the READ), so the replay goes ahead of every
+// response queued for a later request instead of behind them: behind, it would wait for up to
+// max_dest_rd_atomic READs the requester drops and asks for again. A later READ's reply already
+// under way starts over, since what it sent came after the gap. (rxe finishes the READ reply in
+// progress before it looks at the next request, rxe_resp.c get_req, and queues nothing more.)
+void Responder::queue_replay(Job job) {
+  const wire::Psn from = job.order_psn();
+  auto at = std::find_if(jobs_.begin(), jobs_.end(),
+                         [&](const Job& j) { return j.order_psn().after(from); });
+  if (at != jobs_.end()) ++ctx_.counters.replays_reordered;
+  if (at == jobs_.begin() && at != jobs_.end() && at->kind == Job::Kind::kRead) {
+    at->psn = at->start_psn;
+  }
+  jobs_.insert(at, std::move(job));
 }
 
 void Responder::queue_ack(wire::Psn psn, wire::Aeth aeth) {
@@ -593,11 +612,11 @@ void Responder::queue_ack(wire::Psn psn, wire::Aeth aeth) {
     jobs_.back().aeth = aeth;
     return;
   }
-  jobs_.push_back(Job{Job::Kind::kAck, psn, aeth, 0, {}});
+  jobs_.push_back(Job{Job::Kind::kAck, psn, aeth, 0, {}, {}});
 }
 
 void Responder::queue_nak(wire::Psn psn, wire::NakCode code) {
-  jobs_.push_back(Job{Job::Kind::kAck, psn, wire::Aeth::nak(msn_, code), 0, {}});
+  jobs_.push_back(Job{Job::Kind::kAck, psn, wire::Aeth::nak(msn_, code), 0, {}, {}});
   ++ctx_.counters.naks_sent;
 }
 
@@ -605,7 +624,7 @@ ResponderState Responder::fatal(const Request& r, wire::NakCode code, WcStatus r
   // Class C errors: NAK the packet's PSN, then the QP goes to ERR (docs/protocol.md §3.5), and the
   // consumer hears of it as an affiliated asynchronous error (IBA 11.6.3; mlx5 raises the same
   // from its WQ access / invalid request / catastrophic error events).
-  final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}};
+  final_nak_ = Job{Job::Kind::kAck, r.psn, wire::Aeth::nak(msn_, code), 0, {}, {}};
   ++ctx_.counters.naks_sent;
   if (code == wire::NakCode::kInvalidRequest) ++ctx_.counters.invalid_requests;
   raise_fatal_event(code);

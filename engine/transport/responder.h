@@ -90,6 +90,10 @@ class Responder {
     wire::Aeth aeth;
     std::uint64_t atomic_original = 0;
     ResponderResource res;  // kRead: a copy, so recycling the ring cannot change a reply
+    wire::Psn start_psn;    // kRead: where this reply began (the READ's first PSN or a replay's)
+
+    // The PSN responses are ordered by: the first this job sends.
+    wire::Psn order_psn() const { return kind == Kind::kRead ? start_psn : psn; }
   };
 
   ResponderState step(ResponderState s, const Request& r);
@@ -115,6 +119,7 @@ class Responder {
   wire::Opcode response_opcode(wire::Opcode rc_opcode) const;
   bool uc() const { return ctx_.config.type == QpType::kUc; }
   void queue_ack(wire::Psn psn, wire::Aeth aeth);
+  void queue_replay(Job job);
   void queue_nak(wire::Psn psn, wire::NakCode code);
   ResponderState acknowledge(const Request& r);
   ResponderState nak_psn_sequence();

@@ -141,6 +141,9 @@ struct QpCounters {
   // missing PSN (Completer::response_gap), without waiting for a timer.
   std::uint64_t replay_gap_retries = 0;
   std::uint64_t duplicate_requests = 0;
+  // Replays of a duplicate READ or ATOMIC the responder sent ahead of responses it had queued
+  // for later requests (Responder::queue_replay).
+  std::uint64_t replays_reordered = 0;
   std::uint64_t out_of_sequence = 0;
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work
   std::uint64_t dropped = 0;     // packets dropped at the door (state, opcode, Q_Key)

@@ -127,11 +127,13 @@ class ProtocolTest : public ::testing::Test {
     ASSERT_EQ(qp->modify(a, m::kState | rts), 0);
   }
 
-  // Drains every packet the QP wants to send now.
-  std::vector<Sent> drain(std::uint64_t now = 0) {
+  // Drains every packet the QP wants to send now, or the first `limit` of them.
+  std::vector<Sent> drain(std::uint64_t now = 0, std::size_t limit = SIZE_MAX) {
     std::vector<Sent> out;
     std::array<std::uint8_t, 4096> buf{};
-    while (auto t = qp->poll_transmit(now, buf)) {
+    while (out.size() < limit) {
+      auto t = qp->poll_transmit(now, buf);
+      if (!t) break;
       out.push_back(Sent{*t, {buf.begin(), buf.begin() + t->payload_len}});
     }
     return out;

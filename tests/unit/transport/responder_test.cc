@@ -213,6 +213,62 @@ TEST_F(ResponderTest, DuplicateReadIsReexecutedFromTheDuplicatesPsn) {
   EXPECT_TRUE(drain().empty());
 }
 
+// A go-back-N from the middle of a READ whose reply already left, while the responder is partway
+// through the next one: the replay goes first, the READ under way starts over after it, and the
+// resent requests that follow find their replies queued; every PSN leaves once, in order.
+// Behind the queued replies, the requester would drop all of them as past its gap.
+TEST_F(ResponderTest, ADuplicateReadIsRepliedAheadOfRepliesQueuedForLaterReads) {
+  fill(target, 1536, 4);
+  receive(read(kRqPsn, target, 512));             // A: PSNs +0, +1
+  receive(read(kRqPsn + 2, target + 512, 512));   // B: +2, +3
+  receive(read(kRqPsn + 4, target + 1024, 512));  // C: +4, +5
+  const auto before = drain(0, 3);                // A's two replies and B's first
+  ASSERT_EQ(before.size(), 3u);
+  EXPECT_EQ(before[2].psn(), kRqPsn + 2);
+  // The requester lost +1 and goes back there, resending B and C behind it.
+  receive(read(kRqPsn + 1, target + 256, 256));
+  receive(read(kRqPsn + 2, target + 512, 512));
+  receive(read(kRqPsn + 4, target + 1024, 512));
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 5u);
+  std::vector<std::uint8_t> all;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].psn(), kRqPsn + 1 + i) << i;
+    all.insert(all.end(), out[i].payload.begin(), out[i].payload.end());
+  }
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadResponseLast);
+  EXPECT_EQ(out[1].opcode(), Opcode::kRcReadResponseFirst);
+  EXPECT_EQ(out[4].opcode(), Opcode::kRcReadResponseLast);
+  EXPECT_EQ(out[0].hdr().aeth, Aeth::ack(1));  // each reply keeps its READ's MSN
+  EXPECT_EQ(out[2].hdr().aeth, Aeth::ack(2));
+  EXPECT_EQ(out[4].hdr().aeth, Aeth::ack(3));
+  EXPECT_TRUE(std::equal(all.begin(), all.end(), bytes(target + 256, 1280).begin()));
+  EXPECT_EQ(qp->counters().duplicate_requests, 3u);
+  EXPECT_EQ(qp->counters().replays_reordered, 1u);
+}
+
+// Replays of ATOMICs go in PSN order too, and a duplicate READ whose reply is the one under way
+// restarts it where it stands in the queue.
+TEST_F(ResponderTest, AnAtomicReplayGoesAheadOfALaterReadAndAReplayUnderWayRestartsInPlace) {
+  fill(target + 64, 512, 4);
+  std::uint64_t v = 10;
+  std::memcpy(bytes(target, 8).data(), &v, 8);
+  receive(atomic(Opcode::kRcFetchAdd, kRqPsn, target, 5));  // +0
+  receive(read(kRqPsn + 1, target + 64, 512));              // +1, +2
+  ASSERT_EQ(drain(0, 2).size(), 2u);                        // the ATOMIC ACK and READ's first
+  receive(atomic(Opcode::kRcFetchAdd, kRqPsn, target, 5));
+  receive(read(kRqPsn + 1, target + 64, 512));
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcAtomicAck);
+  EXPECT_EQ(out[0].hdr().atomic_ack_orig, 10u);
+  EXPECT_EQ(out[1].psn(), kRqPsn + 1);
+  EXPECT_EQ(out[1].opcode(), Opcode::kRcReadResponseFirst);
+  EXPECT_EQ(out[2].psn(), kRqPsn + 2);
+  std::memcpy(&v, bytes(target, 8).data(), 8);
+  EXPECT_EQ(v, 15u);  // executed once
+}
+
 TEST_F(ResponderTest, DuplicateAtomicIsAnsweredFromTheReplayCache) {
   std::uint64_t v = 10;
   std::memcpy(bytes(target, 8).data(), &v, 8);
