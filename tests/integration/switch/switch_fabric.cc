@@ -75,6 +75,15 @@ std::chrono::nanoseconds RawSocket::last_arrival() const {
   return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
+std::string SwitchFabric::describe_counters() {
+  const auto stats = stats_now();
+  std::string out = "switch: " + (stats ? stats->dump() : std::string("no statistics"));
+  const std::pair<int, const char*> links[4] = {{0, "xsa"}, {1, kPortA}, {1, kPortB}, {2, "xsb"}};
+  for (const auto& [ns, link] : links)
+    out += "\n" + run({"ip", "-n", ns_[ns], "-s", "-o", "link", "show", "dev", link}).output;
+  return out;
+}
+
 SwitchFabric::SwitchFabric(const std::string& prefix) {
   const std::string base = prefix + "-" + std::to_string(getpid());
   const char* roles[3] = {"a", "m", "b"};

@@ -57,6 +57,9 @@ class SwitchFabric {
   std::optional<nlohmann::json> stats_now();
   // SIGTERM, then the final statistics; the exit status in *status.
   std::optional<nlohmann::json> stop_switch(int* status);
+  // Where frames a test missed may have gone: the switch's statistics and the kernel's counters
+  // (drops included) of the four veth ends, for a failure message.
+  std::string describe_counters();
   // One port's object from a statistics document.
   static nlohmann::json port(const nlohmann::json& stats, const std::string& name);
 

@@ -167,7 +167,7 @@ TEST_P(SwitchEcnTest, MarksOnlyEctFramesByQueueDepthAndKeepsThemValid) {
     frames.push_back(roce_frame(i, tos_of[i % 3], ipv6));
   send_paced(tx, frames, 32);
   const auto got = receive(rx, kFrames);
-  ASSERT_EQ(got.size(), kFrames);
+  ASSERT_EQ(got.size(), kFrames) << fabric.describe_counters();
 
   w::pcap::Writer capture;
   std::uint64_t ce = 0;
@@ -318,7 +318,7 @@ TEST_F(SwitchTest, SeededLossDropsOnlyRoceFrames) {
     ASSERT_TRUE(forwarded_all(fabric, frames.size(), &stats)) << stats.dump();
     const std::uint64_t dropped = SwitchFabric::port(stats, kPortA)["dropped_impair"];
     const auto got = receive(rx, frames.size() - dropped);
-    ASSERT_EQ(got.size(), frames.size() - dropped);
+    ASSERT_EQ(got.size(), frames.size() - dropped) << fabric.describe_counters();
     std::set<std::uint32_t> seen;
     std::uint32_t other = 0;
     for (const auto& f : got) {
