@@ -11,13 +11,17 @@
 # ping-pong over UDP and TCP (14 B, its smallest message); then per port kind `ib_write_bw -s
 # 65536` (Gb/s, CPU seconds per GB of applications and both daemons, ratios to the raw rate of
 # the same path and to iperf3) and `ib_send_lat` / `ib_write_lat -s 2` (typical = perftest's
-# median, p99; ratios to sockperf UDP). Every latency is measured twice: with the host as it is,
-# and with both cores kept out of idle by a `nice 19` spinner per core (an idle vCPU's wakeup
-# takes tens of us and would otherwise dominate every round trip).
+# median, p99; ratios to sockperf UDP). Every latency is measured three times: with the host as
+# it is ("idle"), and with both cores kept out of idle by a spinner per core (an idle vCPU's
+# wakeup takes tens of us and would otherwise dominate every round trip), once a `nice 19` busy
+# loop ("busy": a fair-class task, which a woken task preempts only when the scheduler finds it
+# eligible, else it runs to the next tick) and once a SCHED_IDLE one ("busy-schedidle": preempted
+# by any woken task at once).
 #
 # Environment: OUT_DIR (default .) receives bench-device.json and bench-device.svg;
 # MSGS (default 10000) ib_write_bw iterations; LAT_ITERS (default 2000); SECONDS_TCP (default 5);
-# PROFILE=1 records `perf record -g` of both daemons during each ib_write_bw and prints the top
+# BUSY_MODES (default "idle busy busy-schedidle") picks the latency rows; PROFILE=1 records
+# `perf record -g` of both daemons during each ib_write_bw and prints the top
 # symbols; RAW=0 skips the raw frame rates; LOOPBACK=0 skips the one-device (loopback) rows.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +37,7 @@ out_dir=$(mkdir -p "${OUT_DIR:-.}" && cd "${OUT_DIR:-.}" && pwd)
 msgs=${MSGS:-10000}
 lat_iters=${LAT_ITERS:-2000}
 tcp_seconds=${SECONDS_TCP:-5}
+read -r -a busy_modes <<<"${BUSY_MODES:-idle busy busy-schedidle}"
 tag=xrbd-$$
 ns_a=$tag-a ns_b=$tag-b
 if_a=xbd$$a if_b=xbd$$b
@@ -76,7 +81,10 @@ f = {"kind": kind, "test": test, "value": float(value), "unit": unit, "command":
      "load": [float(x) for x in load.split()]}
 for kv in extra:
     k, v = kv.split("=", 1)
-    f[k] = float(v)
+    try:
+        f[k] = float(v)
+    except ValueError:  # a name (spinner=busy)
+        f[k] = v
 print(json.dumps(f))
 PY
 }
@@ -121,11 +129,18 @@ print(f"{total:.2f}")
 PY
 }
 
-# Both cores out of idle: a nice-19 busy loop pinned to each core, for the latency runs.
+# Both cores out of idle for the latency runs: a busy loop pinned to each core, nice 19 (mode
+# "busy") or SCHED_IDLE ("busy-schedidle"); mode "idle" starts none.
 spin_start() {
-  local c
+  local c policy
+  case $1 in
+    idle) return ;;
+    busy) policy=(nice -n 19) ;;
+    busy-schedidle) policy=(chrt -i 0) ;;
+    *) echo "unknown busy mode $1" >&2 && exit 2 ;;
+  esac
   for c in $(seq 0 $(($(nproc) - 1))); do
-    nice -n 19 taskset -c "$c" bash -c 'while :; do :; done' &
+    "${policy[@]}" taskset -c "$c" bash -c 'while :; do :; done' &
     spinners+=($!)
   done
 }
@@ -207,8 +222,8 @@ printf '%-7s %-40s %9.2f Gb/s %10.2f\n' kernel "iperf3 TCP, 1 stream" "$tcp_gbps
 record kernel "iperf3 TCP 1 stream" "$tcp_gbps" Gb/s "$cmd" cpu_s_per_gb="$tcp_cpu"
 
 declare -A sock_typ=()
-for busy in idle busy; do
-  [[ $busy == busy ]] && spin_start
+for busy in "${busy_modes[@]}"; do
+  spin_start "$busy"
   for proto in udp tcp; do
     flag=()
     [[ $proto == tcp ]] && flag=(--tcp)
@@ -225,9 +240,9 @@ for busy in idle busy; do
       "sockperf $proto 14 B one way, $busy" "$p50" "" "$avg" "$p99"
     record kernel "sockperf $proto 14 B $busy" "$p50" us \
       "sockperf pp -i $ip_a ${flag[*]} -m 14 -t 5 (server sockperf sr)" avg="$avg" p99="$p99" \
-      busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+      busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
   done
-  [[ $busy == busy ]] && spin_stop
+  spin_stop
 done
 
 # --- the device ---------------------------------------------------------------------------
@@ -283,8 +298,8 @@ for kind in "${kinds[@]}"; do
       app_cpu_s_per_gb="$app_gb" perftest_startup_cpu_s="$startup" ratio_raw="$raw_ratio" \
       ratio_iperf3="$(ratio "$gbps" "$tcp_gbps")" ratio_cpu_tcp="$(ratio "$cpu_gb" "$tcp_cpu")"
   done
-  for busy in idle busy; do
-    [[ $busy == busy ]] && spin_start
+  for busy in "${busy_modes[@]}"; do
+    spin_start "$busy"
     for prog in ib_send_lat ib_write_lat; do
       if ! pair 18515 "$xroce exec -- $prog -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
         "$xroce exec -- $prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
@@ -298,9 +313,9 @@ for kind in "${kinds[@]}"; do
       record "$kind" "$prog 2 B $busy" "$typ" us \
         "$prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a (xroce exec; server -d xbd0)" avg="$avg" \
         p99="$p99" ratio_sockperf_udp="$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
-        busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+        busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
     done
-    [[ $busy == busy ]] && spin_stop
+    spin_stop
   done
   # Loopback: server and client on the one device xbd0 (its own GID; the daemon loops the frames
   # back, none reaches the veth), beside the two-namespace figures above. LOOPBACK=0 skips it.
@@ -315,8 +330,8 @@ for kind in "${kinds[@]}"; do
     else
       echo "$kind loopback ib_write_bw: failed (its output above)"
     fi
-    for busy in idle busy; do
-      [[ $busy == busy ]] && spin_start
+    for busy in "${busy_modes[@]}"; do
+      spin_start "$busy"
       if cli_ns=$ns_a pair 18515 "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F" \
         "$xroce exec -- ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F $ip_a" >/dev/null; then
         read -r typ avg p99 < <(lat_row)
@@ -325,11 +340,11 @@ for kind in "${kinds[@]}"; do
           "$(ratio "$typ" "${sock_typ[udp-$busy]}")" "$p99" "$avg"
         record "$kind" "loopback ib_send_lat 2 B $busy" "$typ" us \
           "ib_send_lat -d xbd0 -x 0 -s 2 -n $lat_iters -F $ip_a (xroce exec; server -d xbd0, same namespace)" \
-          avg="$avg" p99="$p99" busy="$([[ $busy == busy ]] && echo 1 || echo 0)"
+          avg="$avg" p99="$p99" busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
       else
         echo "$kind loopback ib_send_lat $busy: failed (its output above)"
       fi
-      [[ $busy == busy ]] && spin_stop
+      spin_stop
     done
   fi
   in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null
