@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "transport/sim/workload.h"
 
@@ -205,7 +206,8 @@ TEST(SimWorkload, TwoPercentLossWritesAndReadsCompleteEveryByte) {
 
 // The goodput at 2 % loss (bytes verified per virtual microsecond, summed over seeds) is at least
 // half the lossless one for WRITE and READ. The simulator is deterministic: this is exact, not
-// a timing on a busy host.
+// a timing on a busy host. READ is held to 0.6: with the responder's replays in PSN order
+// (Responder::queue_replay) the six seeds give 0.655, and 0.545 without them.
 TEST(SimWorkload, TwoPercentLossKeepsHalfTheLosslessRate) {
   const std::uint64_t n = seeds(6);
   for (const char* mix : {"write", "read"}) {
@@ -228,7 +230,7 @@ TEST(SimWorkload, TwoPercentLossKeepsHalfTheLosslessRate) {
     std::printf(
         "%s: goodput at 2 %% loss / lossless = %.3f (%.0f B in %.0f us; %.0f B in %.0f us)\n", mix,
         ratio, lossy_bytes, lossy_us, lossless_bytes, lossless_us);
-    EXPECT_GE(ratio, 0.5) << mix;
+    EXPECT_GE(ratio, std::string_view(mix) == "read" ? 0.6 : 0.5) << mix;
   }
 }
 
