@@ -85,6 +85,9 @@ enum class Counter : std::uint8_t {
   // Tail probes: one packet resent after silence with no NAK (transport::QpConfig::
   // tail_probe_floor_ns), counted apart from the go-back-N resends above.
   kTailProbes,
+  // Replays of a duplicate READ or ATOMIC sent ahead of responses queued for later requests
+  // (transport::QpCounters::replays_reordered).
+  kReplaysReordered,
   kCount
 };
 
@@ -134,6 +137,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "adaptive_retransmits",
     "resend_timeouts",
     "tail_probes",
+    "replays_reordered",
 };
 
 constexpr std::string_view counter_name(Counter c) {

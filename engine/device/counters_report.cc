@@ -44,6 +44,7 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
              reported.adaptive_retransmits);
   add_growth(block, Counter::kResendTimeouts, now.resend_timeouts, reported.resend_timeouts);
   add_growth(block, Counter::kTailProbes, now.tail_probes, reported.tail_probes);
+  add_growth(block, Counter::kReplaysReordered, now.replays_reordered, reported.replays_reordered);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);

@@ -28,6 +28,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.adaptive_retransmits = 8;
   qp.resend_timeouts = 5;
   qp.tail_probes = 9;
+  qp.replays_reordered = 4;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
   qp.duplicate_requests = 7;
@@ -42,6 +43,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kAdaptiveRetransmits), 8u);  // apart from the Local ACK Timeout's
   EXPECT_EQ(at(v, Counter::kResendTimeouts), 5u);
   EXPECT_EQ(at(v, Counter::kTailProbes), 9u);
+  EXPECT_EQ(at(v, Counter::kReplaysReordered), 4u);
 }
 
 TEST(CountersReport, ResetQpCountersAddTheirNewValue) {
@@ -173,7 +175,7 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   EXPECT_TRUE(j.contains("sq_psn") && j.contains("rq_psn") && j.contains("dest_qpn"));
   for (const char* key : {"payload_bytes_sent", "payload_bytes_received", "naks_sent",
                           "rnr_naks_sent", "ecn_ce_received", "cnps_received", "rtt_samples",
-                          "tail_probes", "loss_window_reductions"}) {
+                          "tail_probes", "replays_reordered", "loss_window_reductions"}) {
     EXPECT_EQ(j[key], 0) << key;
   }
   EXPECT_EQ(j["rtt_us"], 0.0);
