@@ -451,10 +451,18 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
         std::string("xroce_port_") + name + (gauge ? "" : "_total") + "{device=\"xpb\",port=\"1\"}";
     EXPECT_EQ(m1.count(key), 1u) << key << " missing";
   }
-  const std::string qp_bytes = "xroce_qp_payload_bytes_sent_total{device=\"xpb\",qpn=\"" +
-                               std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
-                               "\"}";
+  const std::string qp_labels = "{device=\"xpb\",qpn=\"" + std::to_string(qpns[0]) +
+                                "\",type=\"RC\",peer=\"" + pair.ip(0) + "\"}";
+  const std::string qp_bytes = "xroce_qp_payload_bytes_sent_total" + qp_labels;
   ASSERT_EQ(m1.count(qp_bytes), 1u) << body1;
+  // How the QP repaired losses, per QP as `xroce qp show` has it.
+  for (const char* name : {"adaptive_retransmits", "resend_timeouts", "tail_probes",
+                           "replay_gap_retries", "replays_reordered", "loss_window_reductions"}) {
+    EXPECT_EQ(m1.count(std::string("xroce_qp_") + name + "_total" + qp_labels), 1u) << name;
+  }
+  const std::string window_key = "xroce_qp_loss_window_psns" + qp_labels;
+  ASSERT_EQ(m1.count(window_key), 1u);
+  EXPECT_GE(m1.at(window_key), 32.0);  // the loss window's floor
 
   // Values move between scrapes while the traffic runs.
   std::map<std::string, double> m2;
@@ -488,9 +496,7 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
       << target_port.dump();
   const auto text = pair.exec(0, {xroce_bin(), "stat", "xpa"}).output;
   EXPECT_NE(text.find("\n    port mode udp-socket queues "), std::string::npos) << text;
-  const std::string rtt_key = "xroce_qp_rtt_seconds{device=\"xpb\",qpn=\"" +
-                              std::to_string(qpns[0]) + "\",type=\"RC\",peer=\"" + pair.ip(0) +
-                              "\"}";
+  const std::string rtt_key = "xroce_qp_rtt_seconds" + qp_labels;
   ASSERT_EQ(m2.count(rtt_key), 1u);
   EXPECT_GT(m2[rtt_key], 0.0);
   EXPECT_LT(m2[rtt_key], 1.0);

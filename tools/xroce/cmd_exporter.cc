@@ -62,6 +62,11 @@ constexpr std::pair<const char*, const char*> kQpCounters[] = {
     {"retransmits", "retransmitted_packets"},
     {"timeouts", "timeouts"},
     {"adaptive_retransmits", "adaptive_retransmits"},
+    {"resend_timeouts", "resend_timeouts"},
+    {"tail_probes", "tail_probes"},
+    {"replay_gap_retries", "replay_gap_retries"},
+    {"replays_reordered", "replays_reordered"},
+    {"loss_window_reductions", "loss_window_reductions"},
     {"naks_sent", "naks_sent"},
     {"naks_received", "naks_received"},
     {"rnr_naks_sent", "rnr_naks_sent"},
@@ -78,6 +83,7 @@ constexpr std::pair<const char*, const char*> kQpGauges[] = {
     {"target_rate_mbps", "target_rate_mbps"},
     {"alpha", "alpha"},
     {"send_queue_depth", "send_queue_depth"},
+    {"loss_window_psns", "loss_window_psns"},
 };
 
 // A label value with \, " and newline escaped.
