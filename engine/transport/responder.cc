@@ -590,8 +590,8 @@ ResponderState Responder::duplicate(const Request& r) {
 // that PSN (a go-back-N retry, or its probe of the READ), so the replay goes ahead of every
 // response queued for a later request instead of behind them: behind, it would wait for up to
 // max_dest_rd_atomic READs the requester drops and asks for again. A later READ's reply already
-// under way starts over, since what it sent came after the gap. (rxe finishes the READ reply in
-// progress before it looks at the next request, rxe_resp.c get_req, and queues nothing more.)
+// under way starts over, since what it sent came after the gap. (rxe instead finishes the READ
+// reply in progress before it reads the next request: rxe_resp.c get_req.)
 void Responder::queue_replay(Job job) {
   const wire::Psn from = job.order_psn();
   auto at = std::find_if(jobs_.begin(), jobs_.end(),
