@@ -52,14 +52,11 @@ class RingBinding final : public QpBinding {
                            srq != nullptr ? srq->ring.slot_bytes() : 0u})) {}
 
   bool pull_work_on_worker(transport::Qp& core) override {
-    bool any = pull_sends(core);
-    if (qp_.rq.valid()) any |= pull_recvs(core);
-    if (srq_ != nullptr) any |= pull_srq(*srq_);
-    if (xrc_ != nullptr) {
-      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) { any |= pull_srq(s); });
-    }
-    return any;
+    const bool sends = pull_sends(core);
+    return pull_receives(core) || sends;
   }
+
+  void pull_receives_on_worker(transport::Qp& core) override { pull_receives(core); }
 
   bool work_pending_on_worker() const override {
     bool xrc_ready = false;
@@ -201,6 +198,16 @@ class RingBinding final : public QpBinding {
     a.udp_src_port = rc ? wire::rdma_get_udp_sport(attr.flow_label, qp_.qpn, dest_qpn_)
                         : wire::udp_sport_at_create(qp_.qpn);
     return a;
+  }
+
+  bool pull_receives(transport::Qp& core) {
+    bool any = false;
+    if (qp_.rq.valid()) any |= pull_recvs(core);
+    if (srq_ != nullptr) any |= pull_srq(*srq_);
+    if (xrc_ != nullptr) {
+      xrc_->for_each_srq([&](device::SharedReceiveQueue& s) { any |= pull_srq(s); });
+    }
+    return any;
   }
 
   bool pull_sends(transport::Qp& core) {

@@ -90,6 +90,7 @@ void Worker::add_qp_on_worker(HostedQp hosted) {
   forget_ready_on_worker(h);
   h.qp = std::move(hosted.qp);
   h.binding = std::move(hosted.binding);
+  h.qp->set_receive_source(&h);
   h.ready = h.binding->ready_bit_on_worker();
   if (h.ready.page != nullptr) {
     ready_.add(h.ready, &h);

@@ -29,6 +29,10 @@ class QpBinding {
   // Posts to `qp` the work requests that appeared in its send/receive rings since the last call.
   // Returns whether it posted anything.
   virtual bool pull_work_on_worker(transport::Qp& qp) = 0;
+  // Posts to `qp` only the receive WQEs (of its RQ, its SRQ, an XRC target's SRQs) that
+  // appeared since the last pull: what its responder asks for when it finds none
+  // (transport::ReceiveSource). Sends stay for the next pull_work_on_worker.
+  virtual void pull_receives_on_worker(transport::Qp& qp) { (void)qp; }
   // Cheap check before the worker sleeps: is there work pull_work_on_worker would take?
   virtual bool work_pending_on_worker() const = 0;
   virtual void complete_on_worker(const transport::Completion& completion) = 0;
@@ -94,7 +98,10 @@ struct QpCcStatus {
 };
 
 // A hosted QP with what the worker keeps beside it.
-struct Hosted {
+// The worker attaches each Hosted to its QP as the responder's ReceiveSource.
+struct Hosted final : transport::ReceiveSource {
+  void pull_receives() override { binding->pull_receives_on_worker(*qp); }
+
   std::unique_ptr<transport::Qp> qp;
   std::unique_ptr<QpBinding> binding;
   std::unique_ptr<WorkerQpCongestion> cc;  // connected RC QPs only (TimersAndPacing)

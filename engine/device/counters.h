@@ -88,6 +88,9 @@ enum class Counter : std::uint8_t {
   // Replays of a duplicate READ or ATOMIC sent ahead of responses queued for later requests
   // (transport::QpCounters::replays_reordered).
   kReplaysReordered,
+  // Receive WQEs a responder found only by pulling its rings again when a request needed one
+  // (transport::QpCounters::receives_pulled_late): each an RNR NAK or UD drop avoided.
+  kReceivesPulledLate,
   kCount
 };
 
@@ -138,6 +141,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "resend_timeouts",
     "tail_probes",
     "replays_reordered",
+    "receives_pulled_late",
 };
 
 constexpr std::string_view counter_name(Counter c) {

@@ -45,6 +45,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kResendTimeouts, now.resend_timeouts, reported.resend_timeouts);
   add_growth(block, Counter::kTailProbes, now.tail_probes, reported.tail_probes);
   add_growth(block, Counter::kReplaysReordered, now.replays_reordered, reported.replays_reordered);
+  add_growth(block, Counter::kReceivesPulledLate, now.receives_pulled_late,
+             reported.receives_pulled_late);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
   add_growth(block, Counter::kNpEcnMarkedRocePackets, now.ecn_ce_received,
              reported.ecn_ce_received);
@@ -162,6 +164,7 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["payload_bytes_received"] = c.payload_bytes_received;
   j["naks_sent"] = c.naks_sent;
   j["rnr_naks_sent"] = c.rnr_naks_sent;
+  j["receives_pulled_late"] = c.receives_pulled_late;
   j["duplicate_requests"] = c.duplicate_requests;
   j["replays_reordered"] = c.replays_reordered;
   j["out_of_sequence"] = c.out_of_sequence;

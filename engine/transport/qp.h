@@ -59,6 +59,8 @@ class Qp {
 
   // Attaches engine/cc's per-QP rate state (nullptr detaches).
   void set_congestion_hooks(CongestionHooks* hooks) { ctx_.cc = hooks; }
+  // Attaches where the responder looks for receive WQEs posted late (nullptr detaches).
+  void set_receive_source(ReceiveSource* source) { ctx_.receives = source; }
 
   wire::Qpn qpn() const { return ctx_.config.qpn; }
   QpType type() const { return ctx_.config.type; }

@@ -34,6 +34,20 @@ class CongestionHooks {
   virtual void on_ce_marked(std::uint64_t now_ns) = 0;  // notification point input
 };
 
+// Where a responder that finds no receive WQE looks once more before it answers RNR NAK (or,
+// for UD, drops the datagram): the owner's rings may hold WQEs posted since it last moved them
+// into the QP. An RNIC reads its receive queue when the SEND arrives, so a WQE whose
+// ibv_post_recv returned before the SEND reached the device is used (IBA 9.7.5.2.8: RNR only
+// when no WQE is "available"); a worker preempted between its pull and its receive must not
+// make it look missing. The daemon implements it (worker_qps.h).
+class ReceiveSource {
+ public:
+  virtual ~ReceiveSource() = default;
+  // Posts to the QP (Qp::post_recv) or to its SRQs the receive WQEs that appeared since the
+  // last pull. Must not post sends or deliver packets: the responder is mid-request.
+  virtual void pull_receives() = 0;
+};
+
 // The XRC SRQs an XRC_RECV QP may deliver to: those of its XRC domain (IBA 11.2.x, o9-xx's
 // "XRC domain" check). The device implements it; the core asks once per request packet.
 struct XrcSrqTarget {
@@ -170,6 +184,7 @@ struct QpContext {
   MemoryRegionTable* mrs = nullptr;
   Srq* srq = nullptr;
   CongestionHooks* cc = nullptr;
+  ReceiveSource* receives = nullptr;  // see ReceiveSource; null: the queues hold all there is
 
   // Send queue ring; indices grow forever, slot = index % size.
   std::vector<SendWqe> sq;

@@ -284,7 +284,7 @@ ResponderState Responder::check_resource(const Request& r) {
   const bool takes_recv = (op == Operation::kSend && r.info.starts_message()) ||
                           (op == Operation::kWrite && r.info.with_imm);
   if (takes_recv && !recv_) {
-    recv_ = srq_ != nullptr ? srq_->take() : take_recv();
+    recv_ = take_recv();
     if (!recv_) return ResponderState::kRnrNak;
     recv_bytes_ = 0;
     if (!recv_sges_ok(*recv_)) return ResponderState::kErrRemoteOp;
@@ -659,11 +659,21 @@ ResponderResource& Responder::new_resource() {
   return res;
 }
 
+// From srq_ (the QP's SRQ, or the XRC SRQ the request names) or the QP's own queue; when empty,
+// once more after the owner pulled what was posted since (ReceiveSource).
 std::optional<RecvRequest> Responder::take_recv() {
-  if (ctx_.srq != nullptr) return ctx_.srq->take();
-  if (ctx_.rq.empty()) return std::nullopt;
-  RecvRequest wr = std::move(ctx_.rq.front());
-  ctx_.rq.pop_front();
+  auto take = [&]() -> std::optional<RecvRequest> {
+    if (srq_ != nullptr) return srq_->take();
+    if (ctx_.rq.empty()) return std::nullopt;
+    RecvRequest wr = std::move(ctx_.rq.front());
+    ctx_.rq.pop_front();
+    return wr;
+  };
+  std::optional<RecvRequest> wr = take();
+  if (wr || ctx_.receives == nullptr) return wr;
+  ctx_.receives->pull_receives();
+  wr = take();
+  if (wr) ++ctx_.counters.receives_pulled_late;
   return wr;
 }
 
@@ -780,6 +790,7 @@ void Responder::handle_ud(const wire::TransportHeaders& hdr, wire::Bytes payload
     return;
   }
   mrs_ = ctx_.mrs;
+  srq_ = ctx_.srq;
   std::optional<RecvRequest> recv = take_recv();
   if (!recv) {
     ++ctx_.counters.ud_no_recv_drops;  // UD has no RNR: the datagram is lost

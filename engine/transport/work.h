@@ -148,6 +148,9 @@ struct QpCounters {
   std::uint64_t ghost_acks = 0;  // responses that match no outstanding work
   std::uint64_t dropped = 0;     // packets dropped at the door (state, opcode, Q_Key)
   std::uint64_t ud_no_recv_drops = 0;
+  // Receive WQEs the responder found only by asking its ReceiveSource again (posted after the
+  // owner's last pull): each one an RNR NAK (or a UD drop) that did not happen.
+  std::uint64_t receives_pulled_late = 0;
   std::uint64_t cnps_received = 0;
   std::uint64_t ecn_ce_received = 0;
   // Faults a peer or the application caused, each with what the rules make of it.

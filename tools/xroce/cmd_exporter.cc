@@ -71,6 +71,7 @@ constexpr std::pair<const char*, const char*> kQpCounters[] = {
     {"naks_received", "naks_received"},
     {"rnr_naks_sent", "rnr_naks_sent"},
     {"rnr_naks_received", "rnr_naks_received"},
+    {"receives_pulled_late", "receives_pulled_late"},
     {"duplicate_requests", "duplicate_requests"},
     {"out_of_sequence", "out_of_sequence"},
     {"np_cnp_sent", "np_cnp_sent"},

@@ -242,6 +242,39 @@ TEST(DatapathWorker, UdSendCarriesGrhAndData) {
   EXPECT_TRUE(std::equal(data.begin(), data.end(), sent.begin()));
 }
 
+// A receive WQE posted after the worker's last pull of its rings is found when the SEND
+// arrives (the responder asks its Hosted QP to pull again), not answered with RNR NAKs: on a
+// loaded host the worker can be preempted between its pull and its receive for as long as the
+// peer needs to send.
+TEST(DatapathWorker, ASendFindsAReceivePostedAfterTheWorkersLastPull) {
+  Fabric f(1);
+  f.connect_rc(wire::Qpn(0x41), wire::Qpn(0x42));
+  constexpr std::uint32_t kLen = 3000;
+  {
+    std::lock_guard lock(f.a.box->m);
+    f.a.box->late_recvs.push_back({5, {f.a.sge(0, kLen)}});
+  }
+  fill_pattern(f.b.bytes(0, kLen), 8);
+  transport::WorkRequest wr;
+  wr.wr_id = 6;
+  wr.opcode = WrOpcode::kSend;
+  wr.send_flags = transport::send_flags::kSignaled;
+  wr.sg_list = {f.b.sge(0, kLen)};
+  f.b.post_send(wr);
+  const auto got = f.a.box->wait(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 5u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(got[0].byte_len, kLen);
+  const auto data = f.a.bytes(0, kLen), sent = f.b.bytes(0, kLen);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), sent.begin()));
+  const auto sends = f.b.box->wait(1);
+  ASSERT_EQ(sends.size(), 1u);
+  EXPECT_EQ(sends[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(f.a.counter(device::Counter::kSendRnrErr), 0u);
+  EXPECT_TRUE(eventually([&] { return f.a.counter(device::Counter::kReceivesPulledLate) == 1; }));
+}
+
 TEST(DatapathWorker, IdleWorkerSleepsAndWakesForWork) {
   Fabric f(1);
   f.connect_rc(wire::Qpn(0x11), wire::Qpn(0x22));

@@ -102,6 +102,14 @@ bool MailboxBinding::pull_work_on_worker(transport::Qp& qp) {
   return any;
 }
 
+void MailboxBinding::pull_receives_on_worker(transport::Qp& qp) {
+  std::lock_guard lock(box_->m);
+  for (auto* q : {&box_->recvs, &box_->late_recvs}) {
+    for (; !q->empty(); q->pop_front())
+      EXPECT_EQ(qp.post_recv(q->front()), 0);
+  }
+}
+
 bool MailboxBinding::work_pending_on_worker() const {
   std::lock_guard lock(box_->m);
   return !box_->sends.empty() || !box_->recvs.empty();

@@ -79,6 +79,9 @@ struct Mailbox {
   std::condition_variable cv;
   std::deque<transport::WorkRequest> sends;
   std::deque<transport::RecvRequest> recvs;
+  // Receive WQEs as if posted just after the worker's last pull: pull_work_on_worker leaves
+  // them; only the responder's ask (pull_receives_on_worker) finds them.
+  std::deque<transport::RecvRequest> late_recvs;
   std::vector<transport::Completion> completions;
   std::vector<transport::AsyncEvent> events;
 
@@ -94,6 +97,7 @@ class MailboxBinding final : public QpBinding {
   MailboxBinding(std::shared_ptr<Mailbox> box, wire::FrameAddress av)
       : box_(std::move(box)), av_(av) {}
   bool pull_work_on_worker(transport::Qp& qp) override;
+  void pull_receives_on_worker(transport::Qp& qp) override;
   bool work_pending_on_worker() const override;
   void complete_on_worker(const transport::Completion& c) override;
   void event_on_worker(const transport::AsyncEvent& e) override;

@@ -29,6 +29,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.resend_timeouts = 5;
   qp.tail_probes = 9;
   qp.replays_reordered = 4;
+  qp.receives_pulled_late = 6;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
   qp.duplicate_requests = 7;
@@ -44,6 +45,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kResendTimeouts), 5u);
   EXPECT_EQ(at(v, Counter::kTailProbes), 9u);
   EXPECT_EQ(at(v, Counter::kReplaysReordered), 4u);
+  EXPECT_EQ(at(v, Counter::kReceivesPulledLate), 6u);
 }
 
 TEST(CountersReport, ResetQpCountersAddTheirNewValue) {
@@ -173,9 +175,10 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   EXPECT_EQ(j["peer"], "198.18.0.2");
   EXPECT_EQ(j["retransmits"], 0);
   EXPECT_TRUE(j.contains("sq_psn") && j.contains("rq_psn") && j.contains("dest_qpn"));
-  for (const char* key : {"payload_bytes_sent", "payload_bytes_received", "naks_sent",
-                          "rnr_naks_sent", "ecn_ce_received", "cnps_received", "rtt_samples",
-                          "tail_probes", "replays_reordered", "loss_window_reductions"}) {
+  for (const char* key :
+       {"payload_bytes_sent", "payload_bytes_received", "naks_sent", "rnr_naks_sent",
+        "ecn_ce_received", "cnps_received", "rtt_samples", "tail_probes", "replays_reordered",
+        "receives_pulled_late", "loss_window_reductions"}) {
     EXPECT_EQ(j[key], 0) << key;
   }
   EXPECT_EQ(j["rtt_us"], 0.0);

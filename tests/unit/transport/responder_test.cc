@@ -103,6 +103,71 @@ TEST_F(ResponderTest, SendWithoutAReceiveWqeGetsAnRnrNakAndIsAcceptedOnRetry) {
   EXPECT_EQ(qp->counters().rnr_naks_sent, 1u);
 }
 
+// The owner's rings as the responder sees them: WQEs posted there reach the QP (or its SRQ)
+// only when pulled, as a worker pulls its rings once per turn.
+class LateReceives final : public ReceiveSource {
+ public:
+  std::vector<RecvRequest> posted;
+  Qp* qp = nullptr;
+  Srq* srq = nullptr;
+  int pulls = 0;
+  void pull_receives() override {
+    ++pulls;
+    for (const RecvRequest& r : posted)
+      EXPECT_EQ(srq != nullptr ? srq->post_recv(r) : qp->post_recv(r), 0);
+    posted.clear();
+  }
+};
+
+// A WQE posted after the owner's last pull but before the SEND arrived is used: an RNIC reads
+// its receive queue when the SEND comes (IBA 9.7.5.2.8); only a queue still empty then is RNR.
+TEST_F(ResponderTest, ASendFindsAReceivePostedSinceTheLastPullInsteadOfAnRnrNak) {
+  LateReceives late;
+  late.qp = qp.get();
+  qp->set_receive_source(&late);
+  ASSERT_EQ(qp->post_recv(recv(1, {sge(local, 64)})), 0);
+  late.posted.push_back(recv(2, {sge(local + 64, 64)}));
+  receive(packet(Opcode::kRcSendOnly, kRqPsn, false), data(8, 1));
+  EXPECT_EQ(late.pulls, 0);  // the queue had one: no need to look
+  receive(packet(Opcode::kRcSendOnly, kRqPsn + 1, true), data(8, 2));
+  EXPECT_EQ(late.pulls, 1);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn + 1, Aeth::ack(2));
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[1].wr_id, 2u);
+  EXPECT_TRUE(std::ranges::equal(bytes(local + 64, 8), data(8, 2)));
+  EXPECT_EQ(qp->counters().receives_pulled_late, 1u);
+  EXPECT_EQ(qp->counters().rnr_naks_sent, 0u);
+  // Nothing posted anywhere: RNR NAK, after one more look.
+  receive(packet(Opcode::kRcSendOnly, kRqPsn + 2, true), data(8, 3));
+  EXPECT_EQ(late.pulls, 2);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn + 2, Aeth::rnr_nak(2, kRnrTimerCode));
+  EXPECT_EQ(qp->counters().receives_pulled_late, 1u);
+}
+
+TEST_F(ResponderTest, ASendOnAnSrqFindsAReceivePostedSinceTheLastPull) {
+  Srq srq(16);
+  QpOptions o;
+  o.srq = &srq;
+  make_qp(o);
+  LateReceives late;
+  late.srq = &srq;
+  qp->set_receive_source(&late);
+  late.posted.push_back(recv(9, {sge(local, 64)}));
+  receive(packet(Opcode::kRcSendOnly, kRqPsn, true), data(8));
+  const auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kRqPsn, Aeth::ack(1));
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 9u);
+  EXPECT_EQ(qp->counters().receives_pulled_late, 1u);
+}
+
 TEST_F(ResponderTest, PsnGapIsNakedOnceWithTheExpectedPsn) {
   receive(write(Opcode::kRcWriteOnly, kRqPsn + 2, target, 8), data(8));
   receive(write(Opcode::kRcWriteOnly, kRqPsn + 3, target, 8), data(8));

@@ -137,6 +137,31 @@ TEST_F(UdTest, WrongQkeyOrNoReceiveWqeDropsSilently) {
   EXPECT_EQ(qp->state(), QpState::kRts);
 }
 
+// A receive posted since the owner's last pull (transport::ReceiveSource) takes the datagram:
+// UD has no RNR, so a WQE overlooked there is a datagram lost.
+TEST_F(UdTest, ADatagramFindsAReceivePostedSinceTheLastPull) {
+  struct Late final : ReceiveSource {
+    Qp* qp = nullptr;
+    std::optional<RecvRequest> wqe;
+    void pull_receives() override {
+      if (!wqe) return;
+      EXPECT_EQ(qp->post_recv(*wqe), 0);
+      wqe.reset();
+    }
+  } late;
+  late.qp = qp.get();
+  late.wqe = recv(6, {sge(local, 200)});
+  qp->set_receive_source(&late);
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(8, 3));
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 6u);
+  EXPECT_EQ(qp->counters().ud_no_recv_drops, 0u);
+  EXPECT_EQ(qp->counters().receives_pulled_late, 1u);
+  qp->handle_packet(0, datagram(0x1234), std::vector<std::uint8_t>(8, 3));
+  EXPECT_EQ(qp->counters().ud_no_recv_drops, 1u);  // nothing left to pull
+}
+
 TEST_F(UdTest, DatagramLongerThanThePortMtuIsDroppedWithoutTakingAReceive) {
   ASSERT_EQ(qp->post_recv(recv(4, {sge(local, 8192)})), 0);
   std::vector<std::uint8_t> too_long(4096 + 4, 1);  // the harness's port MTU is 4096
