@@ -15,6 +15,7 @@
 #include "daemon/cm_service.h"
 #include "daemon/datapath_runner.h"
 #include "daemon/loopback.h"
+#include "daemon/rx_impairment.h"
 #include "daemon/sysfs_tree.h"
 #include "device/device.h"
 #include "device/dma.h"
@@ -33,6 +34,8 @@ struct ServedDevice {
   // Congestion control as `xroce cc` set it; every worker holds a copy (control_cc.cc).
   cc::CcDevice cc = daemon_cc_defaults();
   std::string cc_profile = "connectx";
+  // The receive impairment `xroce impair` set; every worker holds a copy (control_impair.cc).
+  RxImpairment impairment;
   // Last, so it is destroyed first: the workers stop before the model's objects go.
   std::unique_ptr<DatapathRunner> runner;
 };

@@ -78,12 +78,16 @@ constexpr OpSpec kOps[] = {
     op<control::OpenQpRequest, ops::open_qp>(Op::open_qp, Needs::kContext),
     op<control::ResizeSrqRequest, ops::resize_srq>(Op::resize_srq, Needs::kContext),
     op<control::AdviseMrRequest, ops::advise_mr>(Op::advise_mr, Needs::kContext),
+    OpSpec{Op::impair_show, Needs::kNamedDevice, sizeof(control::NameRequest), 0, 0,
+           ops::impair_show},
+    op<control::ImpairSetRequest, ops::impair_set>(Op::impair_set, Needs::kNamedDeviceRoot),
 };
 // clang-format on
 
 // Every request that names a device starts with the name.
 static_assert(offsetof(control::CcSetRequest, name) == 0 &&
               offsetof(control::CcProfileRequest, name) == 0 &&
+              offsetof(control::ImpairSetRequest, name) == 0 &&
               offsetof(control::NameRequest, name) == 0);
 
 // What one page of text may hold: a whole datagram less the headers.

@@ -100,6 +100,9 @@ Reply qp_show(OpContext& ctx);
 Reply cc_show(OpContext& ctx);
 Reply cc_set(OpContext& ctx, const control::CcSetRequest& request);
 Reply cc_profile(OpContext& ctx, const control::CcProfileRequest& request);
+// control_impair.cc
+Reply impair_show(OpContext& ctx);
+Reply impair_set(OpContext& ctx, const control::ImpairSetRequest& request);
 Reply text_next(OpContext& ctx);
 Reply cm_open(OpContext& ctx);
 Reply cm_command(OpContext& ctx);

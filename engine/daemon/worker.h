@@ -191,6 +191,9 @@ class Worker {
   // Replaces the device's congestion-control settings; existing QPs follow from their next
   // event. A new line rate applies to QPs connected afterwards.
   void set_cc_on_worker(const cc::CcDevice& device);
+  void set_impairment_on_worker(const RxImpairment& impairment) {
+    ingress_.set_impairment(impairment);
+  }
   const cc::CcDevice& cc_on_worker() const { return pacing_.cc(); }
   // The QP's congestion-control state; nullopt if the QP is not here.
   std::optional<QpCcStatus> qp_cc_on_worker(wire::Qpn qpn);

@@ -31,6 +31,7 @@ class WorkerCounters {
     ++datapath_.rx_icrc_errors;
     device_.add(device::Counter::kRxIcrcErrors);
   }
+  void impair_dropped() { device_.add(device::Counter::kRxImpairDrops); }
   void no_qp() {
     ++datapath_.rx_no_qp;
     device_.add(device::Counter::kRxUnknownQp);

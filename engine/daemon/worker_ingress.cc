@@ -98,6 +98,10 @@ void Ingress::take(std::uint64_t now_ns, wire::Bytes frame, bool icrc_verified) 
     case FrameClass::kPacket:
       break;
   }
+  if (impairer_.drop()) {
+    counters_.impair_dropped();
+    return;
+  }
   const std::uint32_t owner = routes_.owner(decoded_.hdr.bth.dest_qp);
   if (owner == index_ || owner >= peers_.size()) {  // ours, or nobody's: counted as no QP
     deliver(now_ns, frame, decoded_);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "daemon/datapath_frames.h"
+#include "daemon/rx_impairment.h"
 #include "daemon/worker_counters.h"
 #include "daemon/worker_qps.h"
 #include "daemon/worker_timers.h"
@@ -78,6 +79,7 @@ class Ingress {
   bool frames_waiting();
   // Adds the port's receive drops since the last sample to rx_port_drops.
   void sample_port_drops(std::uint64_t now_ns, const net::Port& port);
+  void set_impairment(const RxImpairment& impairment) { impairer_.set(impairment, index_); }
   // nullptr: frames for QP1 are counted as no QP.
   void set_gsi_sink(GsiSink sink) { gsi_sink_ = std::move(sink); }
 
@@ -101,6 +103,7 @@ class Ingress {
   boost::lockfree::queue<FrameCopy*, boost::lockfree::capacity<kLoopbackSlots>> loopback_inbox_;
   wire::DecodedFrame decoded_;
   GsiSink gsi_sink_;
+  RxImpairer impairer_;
   // The port's receive drops already added to rx_port_drops, and when the port was last asked.
   std::uint64_t port_drops_counted_ = 0;
   std::uint64_t port_drops_sampled_ns_ = 0;

@@ -91,6 +91,8 @@ enum class Counter : std::uint8_t {
   // Receive WQEs a responder found only by pulling its rings again when a request needed one
   // (transport::QpCounters::receives_pulled_late): each an RNR NAK or UD drop avoided.
   kReceivesPulledLate,
+  // Packets the device's receive impairment dropped (`xroce impair`, daemon/rx_impairment.h).
+  kRxImpairDrops,
   kCount
 };
 
@@ -142,6 +144,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "tail_probes",
     "replays_reordered",
     "receives_pulled_late",
+    "rx_impair_drops",
 };
 
 constexpr std::string_view counter_name(Counter c) {

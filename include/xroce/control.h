@@ -112,6 +112,11 @@ enum class Op : uint16_t {
   open_qp,     // OpenQpRequest -> CreateQpReply + fds [ring memfd, doorbell eventfd]
   resize_srq,  // ResizeSrqRequest -> SrqReply + fds [new ring memfd]
   advise_mr,   // AdviseMrRequest -> (empty)
+  // The device's receive impairment (engine/daemon/rx_impairment.h; `xroce impair`): "loss"
+  // (a probability in [0, 1)) and "seed". Applies at once to every worker.
+  impair_show,  // NameRequest -> TextReply: {"device", "loss", "seed"}; any user
+  impair_set,   // ImpairSetRequest + text "NAME=VALUE\n..." -> TextReply: {"ok": true, "impair":
+                // <as impair_show>} or {"ok": false, "error": "..."} and nothing changed; root
 };
 
 struct Header {
@@ -404,6 +409,12 @@ struct NameRequest {
 
 // Op::cc_set: the device, then `length` bytes of assignments, one NAME=VALUE per line.
 struct CcSetRequest {
+  char name[kNameBytes];
+  uint32_t length;
+};
+
+// Op::impair_set: as CcSetRequest, `length` bytes of "NAME=VALUE\n" text follow.
+struct ImpairSetRequest {
   char name[kNameBytes];
   uint32_t length;
 };

@@ -20,6 +20,7 @@ void register_exec(CLI::App& app, ExitStatus& status);      // cmd_env.cc
 void register_stat(CLI::App& app, ExitStatus& status);      // cmd_stat.cc
 void register_qp(CLI::App& app, ExitStatus& status);        // cmd_qp.cc
 void register_cc(CLI::App& app, ExitStatus& status);        // cmd_cc.cc: cc show|set|profile
+void register_impair(CLI::App& app, ExitStatus& status);    // cmd_cc.cc: impair show|set
 void register_up(CLI::App& app, ExitStatus& status);        // cmd_up.cc
 void register_down(CLI::App& app, ExitStatus& status);      // cmd_up.cc
 void register_top(CLI::App& app, ExitStatus& status);       // cmd_top.cc

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   xroce::cli::register_stat(app, status);
   xroce::cli::register_qp(app, status);
   xroce::cli::register_cc(app, status);
+  xroce::cli::register_impair(app, status);
   xroce::cli::register_up(app, status);
   xroce::cli::register_down(app, status);
   xroce::cli::register_top(app, status);
