@@ -12,7 +12,11 @@
 # `xroce qp show` twice a second while the program runs, the client's (the requester's) round
 # trips: the largest rtt_peak_us and rtt_us seen (transport/rtt.h). Needs root. Not a test: it
 # prints figures (bench/README.md).
-#   bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]   (default: build 5 0 0.02)
+# IMPAIR=device joins the namespaces with one veth and has each device drop LOSS of the packets it
+# receives (`xroce impair`) instead: no switch, so the rate is the devices' own, and the
+# switch line gives way to rx_impair_drops.
+#   [IMPAIR=switch|device] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -20,6 +24,8 @@ build=${1:-build}
 seconds=${2:-5}
 shift 2 || shift $# || true
 losses=("$@")
+impair=${IMPAIR:-switch}
+[[ $impair == switch || $impair == device ]] || { echo "IMPAIR is switch or device" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 bin=$(cd "$build/bin" && pwd)
 xroce=$bin/xroce
@@ -60,11 +66,15 @@ for ns in "$ns_a" "$ns_m" "$ns_b"; do
   ip netns add "$ns"
   in_ns "$ns" ip link set lo up
 done
-ip link add va netns "$ns_a" type veth peer name ma netns "$ns_m"
-ip link add mb netns "$ns_m" type veth peer name vb netns "$ns_b"
+if [[ $impair == switch ]]; then
+  ip link add va netns "$ns_a" type veth peer name ma netns "$ns_m"
+  ip link add mb netns "$ns_m" type veth peer name vb netns "$ns_b"
+  in_ns "$ns_m" ip link set dev ma mtu 9000 up
+  in_ns "$ns_m" ip link set dev mb mtu 9000 up
+else
+  ip link add va netns "$ns_a" type veth peer name vb netns "$ns_b"
+fi
 in_ns "$ns_a" ip link set dev va mtu 9000 up
-in_ns "$ns_m" ip link set dev ma mtu 9000 up
-in_ns "$ns_m" ip link set dev mb mtu 9000 up
 in_ns "$ns_b" ip link set dev vb mtu 9000 up
 in_ns "$ns_a" ip addr add $ip_a/24 dev va
 in_ns "$ns_b" ip addr add $ip_b/24 dev vb
@@ -91,7 +101,7 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes replays_reordered rcvd_seq_err out_of_seq_request rx_port_drops; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes replays_reordered rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done
@@ -136,12 +146,17 @@ bandwidth() {  # program
   fi
 }
 
-echo "load: $(uptime)"
+echo "impair: $impair; load: $(uptime)"
 for kind in afxdp udp; do
   in_ns "$ns_a" "$xroce" link add xbl0 netdev va port $kind queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port $kind queues 1 >/dev/null
   for loss in "${losses[@]}"; do
-    start_switch "$loss"
+    if [[ $impair == switch ]]; then
+      start_switch "$loss"
+    else
+      in_ns "$ns_a" "$xroce" impair set xbl0 "loss=$loss" seed=1 >/dev/null
+      in_ns "$ns_b" "$xroce" impair set xbl1 "loss=$loss" seed=2 >/dev/null
+    fi
     for program in ib_write_bw ib_read_bw; do
       before=$(counters)
       : >"$out/rtt.txt"
@@ -153,6 +168,7 @@ for kind in afxdp udp; do
       echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$(counters);" \
         "client $(rtt_summary "$out/rtt.txt")"
     done
+    [[ $impair == switch ]] || continue
     stop_switch
     # What the switch dropped: at random (--loss), for a full queue, or because its receive ring
     # was full (a loss the host made, not the link).
