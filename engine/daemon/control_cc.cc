@@ -141,10 +141,6 @@ std::string result_reply(const std::string& device, const cc::CcDevice& cc,
   return nlohmann::ordered_json{{"ok", true}, {"cc", cc_json(device, cc, profile)}}.dump();
 }
 
-std::string error_reply(const std::string& message) {
-  return nlohmann::ordered_json{{"ok", false}, {"error", message}}.dump();
-}
-
 // The profile a parameter set is, or "<profile>+custom" when a `cc set` moved it off one (the
 // enables and the line rate do not count: a profile does not set them).
 std::string profile_label(const cc::DcqcnParams& params, const std::string& base) {
@@ -193,18 +189,10 @@ Reply cc_set(OpContext& ctx, const control::CcSetRequest& request) {
   const std::string& name = served.model->name();
   cc::CcDevice next = served.cc;
   const std::string_view text = ctx.body.substr(sizeof request, request.length);
-  std::size_t start = 0;
-  bool any = false;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.empty()) continue;
-    if (auto error = apply(next, line)) return {0, {}, error_reply(*error), {}};
-    any = true;
+  if (auto error = apply_lines(text, "nothing to set: give NAME=VALUE ...",
+                               [&](std::string_view line) { return apply(next, line); })) {
+    return {0, {}, set_error_reply(*error), {}};
   }
-  if (!any) return {0, {}, error_reply("nothing to set: give NAME=VALUE ..."), {}};
   served.cc = next;
   served.cc_profile = profile_label(served.cc.params, base_profile(served.cc_profile));
   push_cc(served);
@@ -215,7 +203,8 @@ Reply cc_profile(OpContext& ctx, const control::CcProfileRequest& request) {
   const std::string profile = control::bounded_name(request.profile, sizeof request.profile);
   auto params = cc::profile_by_name(profile);
   if (!params) {
-    return {0, {}, error_reply("unknown profile '" + profile + "'; known: connectx, paper"), {}};
+    return {
+        0, {}, set_error_reply("unknown profile '" + profile + "'; known: connectx, paper"), {}};
   }
   ServedDevice& served = *ctx.served;
   params->rp_enable_mask = served.cc.params.rp_enable_mask;  // a profile sets no enables

@@ -49,10 +49,6 @@ std::optional<std::string> apply(RxImpairment& i, std::string_view line) {
   return "unknown parameter '" + std::string(name) + "'; known: loss, seed";
 }
 
-std::string error_reply(const std::string& message) {
-  return nlohmann::ordered_json{{"ok", false}, {"error", message}}.dump();
-}
-
 void push_impairment(ServedDevice& served) {
   if (!served.runner) return;
   Datapath& datapath = served.runner->datapath();
@@ -79,17 +75,10 @@ Reply impair_set(OpContext& ctx, const control::ImpairSetRequest& request) {
   ServedDevice& served = *ctx.served;
   RxImpairment next = served.impairment;
   const std::string_view text = ctx.body.substr(sizeof request, request.length);
-  bool any = false;
-  for (std::size_t start = 0; start < text.size();) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    if (line.empty()) continue;
-    if (auto error = apply(next, line)) return {0, {}, error_reply(*error), {}};
-    any = true;
+  if (auto error = apply_lines(text, "nothing to set: give loss=P and/or seed=N",
+                               [&](std::string_view line) { return apply(next, line); })) {
+    return {0, {}, set_error_reply(*error), {}};
   }
-  if (!any) return {0, {}, error_reply("nothing to set: give loss=P and/or seed=N"), {}};
   served.impairment = next;
   push_impairment(served);
   return {0,

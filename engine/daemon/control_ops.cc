@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "xroce/control_message.h"
 
@@ -135,6 +136,27 @@ Reply dispatch(OpContext& ctx, Op op) {
   }
   if (int err = admit(ctx, spec->needs)) return Reply::error(err);
   return spec->handle(ctx);
+}
+
+std::optional<std::string> apply_lines(
+    std::string_view text, std::string_view nothing,
+    const std::function<std::optional<std::string>(std::string_view line)>& apply) {
+  bool any = false;
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    if (auto error = apply(line)) return error;
+    any = true;
+  }
+  if (!any) return std::string(nothing);
+  return std::nullopt;
+}
+
+std::string set_error_reply(const std::string& message) {
+  return nlohmann::ordered_json{{"ok", false}, {"error", message}}.dump();
 }
 
 int start_text(const Sessions& sessions, Session& session, std::string text) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -126,6 +127,15 @@ Reply srq_reply(device::SharedReceiveQueue& srq, uint32_t handle);
 // the session's pending text (0, or ENOMEM beyond Sessions' pending-text quotas); each
 // take_text_page cuts the next page's reply body from it.
 int start_text(const Sessions& sessions, Session& session, std::string text);
+
+// The set ops (cc_set, impair_set): each non-empty line of their "NAME=VALUE\n..." text goes to
+// `apply`, which returns an error's text or nullopt. The first error, `nothing` if the text held
+// no line, or nullopt.
+std::optional<std::string> apply_lines(
+    std::string_view text, std::string_view nothing,
+    const std::function<std::optional<std::string>(std::string_view line)>& apply);
+// A set op's reply when it changed nothing: {"ok": false, "error": message}.
+std::string set_error_reply(const std::string& message);
 std::string take_text_page(Session& session);
 
 // Releases everything a session's context holds on its device (objects, shared mappings,

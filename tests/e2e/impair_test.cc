@@ -77,16 +77,6 @@ TEST(ImpairControl, SetRoundTripsAndBadInputChangesNothing) {
   EXPECT_EQ(impair_show(p, 0)["loss"], 0.125);
 }
 
-// perftest's bandwidth rows: "<bytes> <iterations> <peak> <average> <msg rate>".
-int bandwidth_rows(const std::string& output) {
-  static const std::regex row(R"(^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$)");
-  int rows = 0;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);)
-    rows += std::regex_match(line, row) ? 1 : 0;
-  return rows;
-}
-
 class ImpairE2e : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ImpairE2e, WriteAndReadCompleteAtTwoPercentLossEachWay) {

@@ -33,16 +33,6 @@ long long dropped_by_loss(const nlohmann::json& stats) {
   return n;
 }
 
-// perftest's bandwidth rows: "<bytes> <iterations> <peak> <average> <msg rate>".
-int bandwidth_rows(const std::string& output) {
-  static const std::regex row(R"(^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$)");
-  int rows = 0;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);)
-    rows += std::regex_match(line, row) ? 1 : 0;
-  return rows;
-}
-
 class LossE2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,16 @@ using std::chrono::seconds;
 
 inline bool have(const std::string& program) {
   return run({"sh", "-c", "command -v " + program}).status == 0;
+}
+
+// perftest's bandwidth result rows: "<bytes> <iterations> <peak> <average> <msg rate>".
+inline int bandwidth_rows(const std::string& output) {
+  static const std::regex row(R"(^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$)");
+  int rows = 0;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    rows += std::regex_match(line, row) ? 1 : 0;
+  return rows;
 }
 
 // Runs a verbs server and its client (full argvs, each already inside its namespace): the
