@@ -1,8 +1,9 @@
-// A device's receive impairment (`xroce impair`, control op `impair`): each good RoCEv2 packet
-// a worker takes in, from its port or the loopback, is dropped with probability `loss` before
-// any QP sees it, and counted (rx_impair_drops). It measures loss recovery at the device's own
-// rate where no impairing link exists (this host has no netem); set on both devices, each
-// direction loses `loss`. A frame that is not RoCEv2, or is malformed, is counted as such first.
+// A device's receive impairment (`xroce impair`, control ops impair_show / impair_set): each good
+// RoCEv2 packet a worker takes in, from its port or the loopback, is dropped with probability
+// `loss` before any QP sees it, and counted (rx_impair_drops). It measures loss recovery at the
+// device's own rate where no impairing link exists (this host has no netem); set on both devices,
+// each direction loses `loss`. A frame that is not RoCEv2, or is malformed, is counted as such
+// first.
 //
 // Threading: RxImpairment is a value; each worker holds its own RxImpairer.
 #pragma once
@@ -15,7 +16,6 @@ namespace xroce::daemon {
 struct RxImpairment {
   double loss = 0;         // [0, 1)
   std::uint64_t seed = 1;  // each worker draws from seed + its index: runs repeat
-  bool operator==(const RxImpairment&) const = default;
 };
 
 class RxImpairer {

@@ -191,6 +191,7 @@ class Worker {
   // Replaces the device's congestion-control settings; existing QPs follow from their next
   // event. A new line rate applies to QPs connected afterwards.
   void set_cc_on_worker(const cc::CcDevice& device);
+  // Replaces the receive impairment (rx_impairment.h); the draws restart from its seed.
   void set_impairment_on_worker(const RxImpairment& impairment) {
     ingress_.set_impairment(impairment);
   }

@@ -98,10 +98,6 @@ int area_call(const Area& area, control::Op op, const std::string& request, cons
   return 0;
 }
 
-int cc_call(control::Op op, const std::string& request, const char* what, bool json) {
-  return area_call(kCc, op, request, what, json);
-}
-
 template <typename T>
 std::string request_bytes(const T& request) {
   return std::string(reinterpret_cast<const char*>(&request), sizeof request);
@@ -146,7 +142,8 @@ void register_cc(CLI::App& app, ExitStatus& status) {
       status.code = 2;
       return;
     }
-    status.code = cc_call(control::Op::cc_show, request_bytes(request), "show", show_args->json);
+    status.code =
+        area_call(kCc, control::Op::cc_show, request_bytes(request), "show", show_args->json);
   });
 
   auto set_args = std::make_shared<CcArgs>();
@@ -170,7 +167,7 @@ void register_cc(CLI::App& app, ExitStatus& status) {
     }
     request.length = static_cast<std::uint32_t>(text.size());
     status.code =
-        cc_call(control::Op::cc_set, request_bytes(request) + text, "set", set_args->json);
+        area_call(kCc, control::Op::cc_set, request_bytes(request) + text, "set", set_args->json);
   });
 
   auto profile_args = std::make_shared<CcArgs>();
@@ -191,8 +188,8 @@ void register_cc(CLI::App& app, ExitStatus& status) {
       return;
     }
     std::snprintf(request.profile, sizeof request.profile, "%s", profile_args->profile.c_str());
-    status.code =
-        cc_call(control::Op::cc_profile, request_bytes(request), "profile", profile_args->json);
+    status.code = area_call(kCc, control::Op::cc_profile, request_bytes(request), "profile",
+                            profile_args->json);
   });
 }
 
