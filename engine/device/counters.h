@@ -85,6 +85,11 @@ enum class Counter : std::uint8_t {
   // Tail probes: one packet resent after silence with no NAK (transport::QpConfig::
   // tail_probe_floor_ns), counted apart from the go-back-N resends above.
   kTailProbes,
+  // Go-back-N resends a tail probe's own short answer started (transport::QpCounters::
+  // probe_gaps), each also counted in the retransmitted packets, not in adaptive_retransmits.
+  kProbeGaps,
+  // First packets of a go-back-N resend sent twice (transport::QpCounters::resend_repeats).
+  kResendRepeats,
   // Replays of a duplicate READ or ATOMIC sent ahead of responses queued for later requests
   // (transport::QpCounters::replays_reordered).
   kReplaysReordered,
@@ -142,6 +147,8 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "adaptive_retransmits",
     "resend_timeouts",
     "tail_probes",
+    "probe_gaps",
+    "resend_repeats",
     "replays_reordered",
     "receives_pulled_late",
     "rx_impair_drops",

@@ -44,6 +44,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
              reported.adaptive_retransmits);
   add_growth(block, Counter::kResendTimeouts, now.resend_timeouts, reported.resend_timeouts);
   add_growth(block, Counter::kTailProbes, now.tail_probes, reported.tail_probes);
+  add_growth(block, Counter::kProbeGaps, now.probe_gaps, reported.probe_gaps);
+  add_growth(block, Counter::kResendRepeats, now.resend_repeats, reported.resend_repeats);
   add_growth(block, Counter::kReplaysReordered, now.replays_reordered, reported.replays_reordered);
   add_growth(block, Counter::kReceivesPulledLate, now.receives_pulled_late,
              reported.receives_pulled_late);
@@ -153,6 +155,8 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["adaptive_retransmits"] = c.adaptive_retransmits;
   j["resend_timeouts"] = c.resend_timeouts;
   j["tail_probes"] = c.tail_probes;
+  j["probe_gaps"] = c.probe_gaps;
+  j["resend_repeats"] = c.resend_repeats;
   j["replay_gap_retries"] = c.replay_gap_retries;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;

@@ -462,6 +462,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.resend_probe_floor_ns = transport::kDaemonResendProbeFloorNs;
   config.loss_window_min_psns = transport::kDaemonLossWindowMinPsns;
   config.tail_probe_floor_ns = transport::kDaemonTailProbeFloorNs;
+  config.lossy_tail_probe_floor_ns = transport::kDaemonLossyTailProbeFloorNs;
   auto core =
       std::make_unique<transport::Qp>(config, pd != nullptr ? *pd->regions : *domain->no_regions,
                                       shared == nullptr ? nullptr : shared->srq.get());

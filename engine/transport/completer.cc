@@ -30,9 +30,31 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
                                 wire::Bytes payload) {
   now_ns_ = now_ns;
   const Response r{hdr, payload, hdr.info(), hdr.bth.psn};
+  const bool probing = ctx_.tail_probe;
   CompleterState s = CompleterState::kGetWqe;
   while (s != CompleterState::kDone)
     s = step(s, r);
+  if (probing) probe_answered(r);
+}
+
+// A tail probe resent tail_probe_psn, asking for an ACK. Where this ACK acknowledges exactly
+// that PSN and what followed it stays unacknowledged, it is the probe's own answer, and the rest
+// was lost: the responder, which NAKs a gap once and drops what follows it silently (rxe_resp.c
+// check_psn), took the probe in sequence, so its NAK of that gap was what went missing; or it
+// had everything up to the probe and re-ACKed it as a duplicate (docs/protocol.md §3.6), so what
+// followed was lost. Packets of one QP keep their order on the path, so no ACK for anything sent
+// before the probe can still be on its way: go back now, as a NAK would have made it, rather
+// than after the resend probe's timer. Only for a SEND or WRITE at the head (a READ's probe is
+// answered by READ responses, whose gaps response_gap finds).
+void Completer::probe_answered(const Response& r) {
+  if (!ctx_.tail_probe || ctx_.fatal_pending || r.info.operation != wire::Operation::kAck ||
+      !r.hdr.aeth->is_ack() || r.psn != ctx_.tail_probe_psn ||
+      ctx_.comp_psn != ctx_.tail_probe_psn + 1 || ctx_.sq_head == ctx_.sq_tail)
+    return;
+  const SendWqe& w = ctx_.wqe(ctx_.sq_head);
+  if (w.stage != WqeStage::kStarted || w.is_read_or_atomic()) return;
+  ++ctx_.counters.probe_gaps;
+  start_retry(now_ns_, false);
 }
 
 // The dispatch: every state's handler returns the next state. The WQE examined is always the
@@ -284,7 +306,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
   }
   ctx_.resend_probe = !from_timeout;
   ctx_.tail_probe = false;
-  req_.retry();
+  req_.retry(!from_timeout);
   resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
   ctx_.adaptive_deadline_ns = 0;
@@ -308,6 +330,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
     // Silence with no NAK to go on: one packet asks what the responder has (tail_probe_floor_ns).
     ++ctx_.counters.tail_probes;
     ctx_.tail_probe = true;
+    ctx_.tail_probe_psn = ctx_.comp_psn;
     ctx_.tail_probe_end = ctx_.psn_high;
     ctx_.rtt.on_retry();
     req_.probe();
@@ -325,7 +348,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   // A PSN-sequence NAK for this PSN still on its way answers the loss this resend repairs.
   retry_started_ = true;
   retry_psn_ = ctx_.comp_psn;
-  req_.retry();
+  req_.retry(true);
   ctx_.restart_adaptive_timer(now_ns);
 }
 

@@ -65,6 +65,7 @@ class Completer {
   void complete_head(WcStatus status);
   void advance_comp_psn(std::uint64_t now_ns, wire::Psn psn);
   void start_retry(std::uint64_t now_ns, bool from_timeout);
+  void probe_answered(const Response& r);
   void adaptive_retransmit(std::uint64_t now_ns);
   void fail(WcStatus status);
 

@@ -42,6 +42,9 @@ class LossWindow {
   // The PSNs the requester may have unacknowledged now.
   std::uint32_t psns() const { return psns_; }
   bool enabled() const { return min_psns_ != 0; }
+  // Below max_psns: losses were seen and a window's worth of ACKs per PSN has not yet made them
+  // good.
+  bool reduced() const { return psns_ < max_psns_; }
   // Decreases so far.
   std::uint64_t reductions() const { return reductions_; }
 

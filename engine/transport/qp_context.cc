@@ -159,7 +159,10 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   // takes a base round trip (QpConfig::resend_probe_floor_ns); a tail probe waits at least two
   // smoothed round trips too (RFC 8985 7.2's PTO) and the longest recent one, as the ACKs it
   // waits for may be queued behind other QPs' work (QpConfig::tail_probe_floor_ns): half the
-  // RTO's peak rule, which a needless probe, one packet, can afford. Not while other QPs of the
+  // RTO's peak rule, which a needless probe, one packet, can afford. While the path is losing
+  // packets (the loss window is below its top), silence is far more likely a loss than a stall:
+  // then the probe waits for its lossy floor and two smoothed round trips, without the peak
+  // (QpConfig::lossy_tail_probe_floor_ns). Not while other QPs of the
   // device wait for its InflightBudget: then the silence is the queue of a device that has more
   // to send than it lets out, and the RTO (whose expiry still probes first) is the timer.
   if (rtt.samples() != 0) {
@@ -167,8 +170,11 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
       rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
                last_sent_ackreq && !budget_contended() && tail_probe_is_cheap()) {
-      rto_ns = std::min(rto_ns, std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
-                                          2 * rtt.smoothed_ns(), rtt.peak_ns()}));
+      const bool lossy = config.lossy_tail_probe_floor_ns != 0 && loss_window.reduced();
+      rto_ns = std::min(rto_ns, lossy ? std::max({config.lossy_tail_probe_floor_ns,
+                                                  4 * rtt.min_ns(), 2 * rtt.smoothed_ns()})
+                                      : std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
+                                                  2 * rtt.smoothed_ns(), rtt.peak_ns()}));
     }
   }
   if (rto_ns < cap_ns) adaptive_deadline_ns = now_ns + rto_ns;

@@ -77,6 +77,11 @@ inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 2'000'000;
 // The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns): the resend probe's, as
 // a needless probe costs one packet.
 inline constexpr std::uint64_t kDaemonTailProbeFloorNs = kDaemonResendProbeFloorNs;
+// The daemon's tail probe floor while a QP's path loses packets (QpConfig::
+// lossy_tail_probe_floor_ns). At 2 % loss on the device's own rate (bench/README.md "Loss"),
+// about one NAK in fifty is lost and each waited for the tail probe's peak-sized timer (4-5 ms
+// on this host): a quarter of the time.
+inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 500'000;
 
 // The daemon's floor of the loss window (QpConfig::loss_window_min_psns): 32 PSNs, 128 KiB at a
 // 4096-byte MTU. On the wire at 2 % loss (bench/README.md "Loss") a fixed window of 32 kept the
@@ -122,6 +127,12 @@ struct QpConfig {
   // half the RTO's (one peak, not two, and the resend probe's floor): the RTO must stay long
   // enough for a stalled host never to resend a window needlessly. 0: no probe.
   std::uint64_t tail_probe_floor_ns = 0;
+  // The tail probe's floor while the QP's loss window is below its top (losses seen and not yet
+  // made good by a window's worth of ACKs, transport/loss_window.h): min(RTO, max(this floor, 4 *
+  // the least round trip, 2 * the smoothed one)), without the peak term. On a lossy path most
+  // silences are a lost NAK, which only this probe finds; a clean link's window stays at the top,
+  // so its probes keep tail_probe_floor_ns and the peak. 0: the same timer as tail_probe_floor_ns.
+  std::uint64_t lossy_tail_probe_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -209,6 +220,7 @@ struct QpContext {
   // A tail probe went out (tail_probe_floor_ns) and not all that was in flight then, up to
   // tail_probe_end, is acknowledged yet: no second probe until it is.
   bool tail_probe = false;
+  wire::Psn tail_probe_psn;  // the PSN the probe resent (comp_psn then)
   wire::Psn tail_probe_end;
   // Whether the newest request packet sent asked for an acknowledgement (AckReq). A responder
   // answers nothing else (rxe_resp.c), so silence after a packet that did not ask (the pacer

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 
 namespace xroce::transport {
 
@@ -148,8 +149,19 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
 
   SendWqe& w = ctx_.wqe(ctx_.sq_next);
   if (w.stage == WqeStage::kPosted) start_wqe(w);
+  // The first packet of a go-back-N resend goes twice (retry()): the requester stands on it
+  // again once it is built.
+  const bool repeat = std::exchange(repeat_next_, false) && ctx_.reliable() && !probing_ &&
+                      !w.is_read_or_atomic() && ctx_.req_psn == ctx_.comp_psn;
+  const std::uint64_t repeat_sq_next = ctx_.sq_next;
+  const wire::Psn repeat_psn = ctx_.req_psn;
   Transmit t = ctx_.config.type == QpType::kUd ? build_ud(w, payload) : build_connected(w, payload);
   end_probe();  // the probe left: back to where the requester stood
+  if (repeat) {
+    ctx_.sq_next = repeat_sq_next;
+    ctx_.req_psn = repeat_psn;
+    ++ctx_.counters.resend_repeats;
+  }
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
@@ -344,11 +356,12 @@ void Requester::finish_local_error(SendWqe& w, WcStatus status) {
   ctx_.send_queue_error();
 }
 
-void Requester::retry() {
+void Requester::retry(bool repeat_first) {
   ctx_.sq_next = ctx_.sq_head;
   ctx_.req_psn = ctx_.comp_psn;
   packets_since_ackreq_ = 0;
   probing_ = false;
+  repeat_next_ = repeat_first;
 }
 
 void Requester::probe() {

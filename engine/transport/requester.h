@@ -36,8 +36,16 @@ class Requester {
   // Produces the next request packet, its payload written into `payload` (>= mtu bytes).
   // Local operations reached on the way are executed first.
   std::optional<Transmit> poll(std::uint64_t now_ns, wire::MutableBytes payload);
-  // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE.
-  void retry();
+  // Go-back-N: resend from comp_psn, starting with the oldest incomplete WQE. With
+  // `repeat_first` (a resend for a loss the responses showed, or the adaptive timer's) its first
+  // packet goes twice when it is a SEND or WRITE packet: the responder NAKs a PSN gap only once
+  // and then drops what is out of sequence silently (rxe_resp.c check_psn), so a lost first
+  // resend would leave the QP silent until a timer; its copy, in sequence where the first was
+  // lost and a duplicate the responder re-ACKs where it was not (docs/protocol.md §3.6), turns
+  // that timer's wait into one extra packet. Not a READ or an atomic, whose duplicate the
+  // responder answers with a replay; not the Local ACK Timeout's retry, whose packets count
+  // against retry_cnt as a peer sees them (IBA 9.7.6.1.3).
+  void retry(bool repeat_first = false);
   // The tail probe (QpConfig::tail_probe_floor_ns): the next packet is the one at comp_psn,
   // asking for an ACK; after it the requester goes on where it was (new PSNs, as the window
   // allows), so what the probe's answer leaves unacknowledged waits for a timer, not for an
@@ -49,6 +57,7 @@ class Requester {
     halted_ = false;
     ctx_.last_sent_ackreq = true;
     probing_ = false;
+    repeat_next_ = false;
   }
   RequesterState state(std::uint64_t now_ns) { return next_state(now_ns); }
 
@@ -78,6 +87,8 @@ class Requester {
   bool force_ackreq_ = false;
   // A tail probe is due: the requester stands at comp_psn; it goes back to these after it.
   bool probing_ = false;
+  // The next packet is the first of a go-back-N resend (retry): sent twice if SEND or WRITE.
+  bool repeat_next_ = false;
   std::uint64_t probe_saved_sq_next_ = 0;
   wire::Psn probe_saved_req_psn_;
 };

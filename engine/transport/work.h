@@ -137,6 +137,12 @@ struct QpCounters {
   std::uint64_t resend_timeouts = 0;
   // Tail probes sent (QpConfig::tail_probe_floor_ns): one packet each, not counted above.
   std::uint64_t tail_probes = 0;
+  // Go-back-N resends started at once because a tail probe's own ACK left the PSNs after it
+  // unacknowledged (Completer::probe_answered), rather than after the resend probe's timer.
+  std::uint64_t probe_gaps = 0;
+  // First packets of a go-back-N resend sent a second time (Requester::retry), each also in
+  // retransmitted_packets.
+  std::uint64_t resend_repeats = 0;
   // READ/ATOMIC retries started because the replay an earlier retry asked for came without the
   // missing PSN (Completer::response_gap), without waiting for a timer.
   std::uint64_t replay_gap_retries = 0;

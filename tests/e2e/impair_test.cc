@@ -116,6 +116,8 @@ TEST_P(ImpairE2e, WriteAndReadCompleteAtTwoPercentLossEachWay) {
                 counter(p, 0, "tail_probes") + counter(p, 1, "tail_probes"),
             0)
       << "losses repaired by nothing";
+  // The WRITEs' go-back-Ns sent their first packet twice (transport/requester.h retry).
+  EXPECT_GT(counter(p, 0, "resend_repeats") + counter(p, 1, "resend_repeats"), 0);
   // Off again: a clean run drops nothing more.
   for (int side = 0; side < 2; ++side)
     ASSERT_EQ(p.exec(side, {xroce_bin(), "impair", "set", p.dev(side), "loss=0"}).status, 0);

@@ -64,6 +64,8 @@ constexpr std::pair<const char*, const char*> kQpCounters[] = {
     {"adaptive_retransmits", "adaptive_retransmits"},
     {"resend_timeouts", "resend_timeouts"},
     {"tail_probes", "tail_probes"},
+    {"probe_gaps", "probe_gaps"},
+    {"resend_repeats", "resend_repeats"},
     {"replay_gap_retries", "replay_gap_retries"},
     {"replays_reordered", "replays_reordered"},
     {"loss_window_reductions", "loss_window_reductions"},

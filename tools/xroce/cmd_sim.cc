@@ -65,6 +65,8 @@ nlohmann::json to_json(const transport::sim::Summary& s, const transport::sim::S
           {"adaptive_retransmits", s.adaptive_retransmits},
           {"resend_timeouts", s.resend_timeouts},
           {"tail_probes", s.tail_probes},
+          {"probe_gaps", s.probe_gaps},
+          {"resend_repeats", s.resend_repeats},
           {"frames_sent", s.frames_sent},
           {"frames_dropped_bad", s.frames_dropped_bad},
           {"queue_drops", s.queue_drops},
@@ -383,6 +385,10 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--tail-probe-floor-us", c.tail_probe_floor_us,
                   "After silence of min(RTO, max(this, 4 x the least round trip)) with no NAK, "
                   "resend one packet asking for an ACK before any go-back-N (0 = no probe)");
+  cmd->add_option("--lossy-tail-probe-floor-us", c.lossy_tail_probe_floor_us,
+                  "The tail probe's floor while a QP's loss window is below its top (losses "
+                  "seen): min(RTO, max(this, 4 x the least, 2 x the smoothed round trip)), with "
+                  "no peak term (0 = the --tail-probe-floor-us timer throughout)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

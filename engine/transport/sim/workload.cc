@@ -103,6 +103,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.resend_probe_floor_ns = cfg_.resend_probe_floor_us * 1000;
   qc.loss_window_min_psns = cfg_.loss_window_min_psns;
   qc.tail_probe_floor_ns = cfg_.tail_probe_floor_us * 1000;
+  qc.lossy_tail_probe_floor_ns = cfg_.lossy_tail_probe_floor_us * 1000;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);
@@ -359,6 +360,8 @@ void Driver::finish() {
       summary_.adaptive_retransmits += k.adaptive_retransmits;
       summary_.resend_timeouts += k.resend_timeouts;
       summary_.tail_probes += k.tail_probes;
+      summary_.probe_gaps += k.probe_gaps;
+      summary_.resend_repeats += k.resend_repeats;
       if (!summary_.failure.empty()) continue;
       // The atomic word each peer holds must equal the model of what was posted to it.
       std::uint64_t v = 0;

@@ -87,6 +87,9 @@ struct ScenarioConfig {
   // default: at these defaults the RTO's floor is the probes' floor, so a probe would only put a
   // round trip before the go-back-N the RTO starts; the daemon's RTO floor is five times it.
   std::uint64_t tail_probe_floor_us = 0;
+  // The tail probe's floor while a QP's loss window is reduced (QpConfig::
+  // lossy_tail_probe_floor_ns; 0 = tail_probe_floor_us's timer throughout).
+  std::uint64_t lossy_tail_probe_floor_us = 0;
   // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
   // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
   // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time
@@ -122,6 +125,8 @@ struct Summary {
   std::uint64_t resend_timeouts =
       0;                          // of both timers' expiries, those after a resend went unanswered
   std::uint64_t tail_probes = 0;  // single packets resent after silence (tail_probe_floor_us)
+  std::uint64_t probe_gaps = 0;   // go-back-Ns a tail probe's short answer started
+  std::uint64_t resend_repeats = 0;  // first packets of a go-back-N resend sent twice
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_dropped_bad = 0;  // failed decode or ICRC at the receiving node
   std::uint64_t queue_drops = 0;         // frames the switch's queues dropped (queue_bytes)

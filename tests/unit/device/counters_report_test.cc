@@ -28,6 +28,8 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.adaptive_retransmits = 8;
   qp.resend_timeouts = 5;
   qp.tail_probes = 9;
+  qp.probe_gaps = 3;
+  qp.resend_repeats = 7;
   qp.replays_reordered = 4;
   qp.receives_pulled_late = 6;
   feed_qp_counters(block, qp, reported);
@@ -44,6 +46,8 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kAdaptiveRetransmits), 8u);  // apart from the Local ACK Timeout's
   EXPECT_EQ(at(v, Counter::kResendTimeouts), 5u);
   EXPECT_EQ(at(v, Counter::kTailProbes), 9u);
+  EXPECT_EQ(at(v, Counter::kProbeGaps), 3u);
+  EXPECT_EQ(at(v, Counter::kResendRepeats), 7u);
   EXPECT_EQ(at(v, Counter::kReplaysReordered), 4u);
   EXPECT_EQ(at(v, Counter::kReceivesPulledLate), 6u);
 }
@@ -177,8 +181,8 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   EXPECT_TRUE(j.contains("sq_psn") && j.contains("rq_psn") && j.contains("dest_qpn"));
   for (const char* key :
        {"payload_bytes_sent", "payload_bytes_received", "naks_sent", "rnr_naks_sent",
-        "ecn_ce_received", "cnps_received", "rtt_samples", "tail_probes", "replays_reordered",
-        "receives_pulled_late", "loss_window_reductions"}) {
+        "ecn_ce_received", "cnps_received", "rtt_samples", "tail_probes", "probe_gaps",
+        "resend_repeats", "replays_reordered", "receives_pulled_late", "loss_window_reductions"}) {
     EXPECT_EQ(j[key], 0) << key;
   }
   EXPECT_EQ(j["rtt_us"], 0.0);

@@ -50,7 +50,7 @@ TEST_F(AdaptiveRetransmitTest, ALostTailIsResentAfterTheRtoNotTheLocalAckTimeout
   qp->handle_timeout(100'000 + kRtoNs - 1);
   EXPECT_TRUE(drain(100'000 + kRtoNs - 1).empty());
   qp->handle_timeout(100'000 + kRtoNs);
-  const auto out = drain(100'000 + kRtoNs);
+  const auto out = drain_resend(100'000 + kRtoNs);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].psn(), psn);
   EXPECT_TRUE(out[0].t.retransmission);
@@ -98,14 +98,15 @@ TEST_F(AdaptiveRetransmitTest, AFirstResendLostAfterANakIsResentBeforeTheLocalAc
   ASSERT_EQ(drain(100'000).size(), 3u);
   // The peer missed the second packet: PSN-sequence NAK, go-back-N resends two packets...
   receive(ack(psn + 1, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
-  ASSERT_EQ(drain(110'000).size(), 2u);
+  ASSERT_EQ(drain_resend(110'000).size(), 2u);
   EXPECT_EQ(qp->counters().timeouts, 0u);
-  // ... which are lost again; the peer NAKs a gap once, so only a timer can help.
+  // ... which are lost again, the copy of the first too; the peer NAKs a gap once, so only a
+  // timer can help.
   const auto deadline = qp->next_deadline();
   ASSERT_TRUE(deadline.has_value());
   EXPECT_LT(*deadline, 110'000 + kTimeoutNs / 100);
   qp->handle_timeout(*deadline);
-  const auto out = drain(*deadline);
+  const auto out = drain_resend(*deadline);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].psn(), psn + 1);
   EXPECT_EQ(out[0].opcode(), Opcode::kRcSendMiddle);
@@ -147,7 +148,7 @@ class ResendProbeTest : public ProtocolTest {
     EXPECT_EQ(drain(100'000).size(), 3u);
     EXPECT_EQ(qp->next_deadline(), 100'000 + kRtoFloorNs);  // no NAK yet: the RTO
     receive(ack(kSqPsn + 2, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
-    EXPECT_EQ(drain(110'000).size(), 2u);
+    EXPECT_EQ(drain_resend(110'000).size(), 2u);
     const auto deadline = qp->next_deadline();
     return deadline.value_or(0);
   }
@@ -158,7 +159,7 @@ TEST_F(ResendProbeTest, AnUnansweredGoBackNIsProbedAfterFourBaseRoundTrips) {
   const std::uint64_t probe = lose_the_naks_resend();
   EXPECT_EQ(probe, 110'000 + kProbeNs);
   qp->handle_timeout(probe);
-  const auto out = drain(probe);
+  const auto out = drain_resend(probe);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].psn(), kSqPsn + 2);
   EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
@@ -229,20 +230,44 @@ TEST_F(TailProbeTest, LostAcksCostOneProbePacket) {
   EXPECT_EQ(qp->counters().retransmitted_packets, 1u);
 }
 
-TEST_F(TailProbeTest, WhatTheProbesAnswerLeavesIsResentAfterTheResendProbe) {
+TEST_F(TailProbeTest, TheProbesOwnShortAnswerGoesBackAtOnce) {
   make_probing(2);
   const std::uint64_t probe = send_into_silence();
   qp->handle_timeout(probe);
   ASSERT_EQ(drain(probe).size(), 1u);
-  // The responder had lost everything (its NAK was lost too): it executes the probe alone.
+  // The responder had lost everything (its NAK was lost too): it executes the probe alone and
+  // acknowledges exactly its PSN. Nothing sent before the probe can still be answered (one
+  // QP's packets keep their order), so the rest is resent now, not after the resend probe.
   const std::uint64_t answered = probe + kRttNs;
   receive(ack(kSqPsn + 1), {}, answered);
-  EXPECT_TRUE(drain(answered).empty());  // no go-back-N on the spot: ACKs may still be coming
-  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
-  qp->handle_timeout(answered + kProbeNs);
-  const auto out = drain(answered + kProbeNs);
+  const auto out = drain_resend(answered);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(out[2].psn(), kSqPsn + 4);
+  EXPECT_EQ(qp->counters().probe_gaps, 1u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  EXPECT_EQ(qp->loss_window().reductions(), 1u);
+  receive(ack(kSqPsn + 4), {}, answered + kRttNs);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
+}
+
+TEST_F(TailProbeTest, AShortAckThatIsNotTheProbesOwnWaitsForTheResendProbe) {
+  make_probing(2);
+  const std::uint64_t probe = send_into_silence();
+  qp->handle_timeout(probe);
+  ASSERT_EQ(drain(probe).size(), 1u);
+  // An ACK past the probe's PSN and short of the end: an ACK of what was sent before the probe
+  // may be among those still coming, so the resend waits for the resend probe's timer.
+  const std::uint64_t answered = probe + kRttNs;
+  receive(ack(kSqPsn + 2), {}, answered);
+  EXPECT_TRUE(drain(answered).empty());
+  EXPECT_EQ(qp->counters().probe_gaps, 0u);
+  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
+  qp->handle_timeout(answered + kProbeNs);
+  const auto out = drain_resend(answered + kProbeNs);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 3);
   EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
   EXPECT_EQ(qp->loss_window().reductions(), 1u);
   receive(ack(kSqPsn + 4), {}, answered + kProbeNs + kRttNs);
@@ -284,7 +309,7 @@ TEST_F(TailProbeTest, WithoutTheProbeSilenceWaitsTheRtoAndGoesBackN) {
   const std::uint64_t fire = send_into_silence();
   EXPECT_EQ(fire, 100'000 + kRtoFloorNs);
   qp->handle_timeout(fire);
-  EXPECT_EQ(drain(fire).size(), 4u);
+  EXPECT_EQ(drain_resend(fire).size(), 4u);
   EXPECT_EQ(qp->counters().tail_probes, 0u);
 }
 
@@ -369,7 +394,7 @@ TEST_F(AdaptiveRetransmitTest, ALateNakForTheResentPsnStartsNoSecondGoBackN) {
   ASSERT_EQ(drain(100'000).size(), 3u);
   const std::uint64_t fire_ns = *qp->next_deadline();
   qp->handle_timeout(fire_ns);
-  ASSERT_EQ(drain(fire_ns).size(), 3u);
+  ASSERT_EQ(drain_resend(fire_ns).size(), 3u);
   // The NAK the first loss caused arrives after the adaptive resend: already repaired.
   receive(ack(psn, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, fire_ns + 1000);
   EXPECT_TRUE(drain(fire_ns + 1000).empty());

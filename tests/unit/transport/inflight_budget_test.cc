@@ -143,7 +143,7 @@ TEST_F(BudgetedRequesterTest, RetransmissionsAreNotHeldBack) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 8 * kMtu)})), 0);
   ASSERT_EQ(drain().size(), 4u);
   receive(ack(kSqPsn, Aeth::nak(0, NakCode::kPsnSequenceError)));
-  const auto out = drain();
+  const auto out = drain_resend();
   ASSERT_EQ(out.size(), 4u);  // PSNs 0..3 again; PSN 4 would be new and over the limit
   for (std::size_t i = 0; i < out.size(); ++i) {
     EXPECT_EQ(out[i].psn(), kSqPsn + i);

@@ -86,7 +86,7 @@ TEST_F(LossWindowQpTest, AGoBackNAfterANakResendsOnlyTheHalvedWindow) {
   receive(ack(kSqPsn + 3, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 2000);
   EXPECT_EQ(qp->loss_window().psns(), 8u);
   EXPECT_EQ(qp->loss_window().reductions(), 1u);
-  auto out = drain(2000);
+  auto out = drain_resend(2000);
   ASSERT_EQ(out.size(), 8u);
   EXPECT_EQ(out.front().psn(), kSqPsn + 3);
   EXPECT_EQ(out.back().psn(), kSqPsn + 10);

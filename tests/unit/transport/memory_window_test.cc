@@ -129,7 +129,7 @@ TEST_F(WindowTest, RetryDoesNotExecuteABindTwice) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 3, {sge(local, 8)})), 0);
   ASSERT_EQ(drain().size(), 2u);
   receive(ack(kSqPsn, Aeth::nak(0, NakCode::kPsnSequenceError)));  // NAK-seq for the first SEND
-  const auto again = drain();
+  const auto again = drain_resend();
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0].psn(), kSqPsn);
   EXPECT_EQ(again[1].psn(), kSqPsn + 1);

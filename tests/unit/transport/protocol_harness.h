@@ -138,6 +138,19 @@ class ProtocolTest : public ::testing::Test {
     }
     return out;
   }
+  // Drains a go-back-N resend the responses or the adaptive timer started, whose first packet
+  // goes twice (Requester::retry): checks that copy and returns the resend without it.
+  std::vector<Sent> drain_resend(std::uint64_t now = 0) {
+    std::vector<Sent> out = drain(now);
+    EXPECT_GE(out.size(), 2u) << "a resend and the copy of its first packet";
+    if (out.size() < 2) return out;
+    EXPECT_EQ(out[0].psn(), out[1].psn()) << "the first resent packet goes twice";
+    EXPECT_EQ(out[0].opcode(), out[1].opcode());
+    EXPECT_EQ(out[0].payload, out[1].payload);
+    EXPECT_TRUE(out[0].t.retransmission && out[1].t.retransmission);
+    out.erase(out.begin());
+    return out;
+  }
   std::vector<Completion> completions() {
     std::vector<Completion> out;
     while (auto c = qp->poll_completion())

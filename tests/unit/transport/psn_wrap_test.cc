@@ -30,7 +30,7 @@ TEST_F(PsnWrapTest, RequesterSegmentsAcrossTheWrapAndAcksCompleteIt) {
   receive(ack(0xFFFFFF));  // partial: nothing completes
   EXPECT_TRUE(completions().empty());
   receive(ack(0, Aeth::nak(0, wire::NakCode::kPsnSequenceError)));
-  const auto again = drain();
+  const auto again = drain_resend();
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0].psn(), 0u);
   EXPECT_EQ(again[0].opcode(), Opcode::kRcSendMiddle);

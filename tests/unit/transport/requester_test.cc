@@ -263,7 +263,7 @@ TEST_F(RequesterTest, PsnSequenceNakGoesBackToTheNakedPsnMidMessage) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 700)})), 0);
   ASSERT_EQ(drain().size(), 3u);
   receive(ack(kSqPsn + 1, Aeth::nak(0, NakCode::kPsnSequenceError)));
-  const auto out = drain();
+  const auto out = drain_resend();
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[0].opcode(), Opcode::kRcWriteMiddle);
   EXPECT_EQ(out[0].psn(), kSqPsn + 1);

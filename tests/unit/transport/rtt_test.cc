@@ -160,7 +160,7 @@ TEST_F(QpRttTest, AGoBackNRetryIsNotTimed) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {sge(local, 8)})), 0);
   ASSERT_EQ(drain(0).size(), 2u);
   receive(ack(kSqPsn, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 1000);
-  ASSERT_EQ(drain(1000).size(), 2u);  // both again, as retransmissions
+  ASSERT_EQ(drain_resend(1000).size(), 2u);  // both again, as retransmissions
   receive(ack(kSqPsn + 1), {}, 3000);
   EXPECT_EQ(qp->rtt().samples(), 0u);
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 3, {sge(local, 8)})), 0);
