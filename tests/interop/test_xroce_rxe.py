@@ -413,6 +413,15 @@ class Suite:
                 raise AssertionError(f"{what}: no counter shows the retransmission: requester "
                                      f"{requester.name} {req_diff}, responder {responder.name} "
                                      f"{resp_diff}")
+            # xroce sends the first packet of a NAK's go-back-N twice (engine/transport
+            # requester.h, Requester::retry); rxe must take the copy as a duplicate (re-ACKed,
+            # rxe_resp.c duplicate_request), and the data above stayed equal.
+            if requester is xr2 and opcode == 0x07 and (
+                    req_diff.get("resend_repeats", 0) < 1
+                    or resp_diff.get("duplicate_request", 0) < 1):
+                raise AssertionError(f"{what}: the first resent WRITE packet was not sent twice "
+                                     f"or rxe saw no duplicate: requester {req_diff}, "
+                                     f"responder {resp_diff}")
             log(f"go-back-N, {what}: data equal; requester {requester.name} {req_diff}; "
                 f"responder {responder.name} {resp_diff}")
 
