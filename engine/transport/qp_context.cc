@@ -162,9 +162,9 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   // RTO's peak rule, which a needless probe, one packet, can afford. While the path is losing
   // packets (the loss window is below its top), silence is far more likely a loss than a stall:
   // then the probe waits for its lossy floor and two smoothed round trips, without the peak
-  // (QpConfig::lossy_tail_probe_floor_ns). Not while other QPs of the
-  // device wait for its InflightBudget: then the silence is the queue of a device that has more
-  // to send than it lets out, and the RTO (whose expiry still probes first) is the timer.
+  // (QpConfig::lossy_tail_probe_floor_ns). Not while other QPs of the device wait for its
+  // InflightBudget: then the silence is the queue of a device that has more to send than it
+  // lets out, and the RTO (whose expiry still probes first) is the timer.
   if (rtt.samples() != 0) {
     if (resend_probe && config.resend_probe_floor_ns != 0) {
       rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
