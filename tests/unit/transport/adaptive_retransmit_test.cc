@@ -275,6 +275,55 @@ TEST_F(TailProbeTest, AShortAckThatIsNotTheProbesOwnWaitsForTheResendProbe) {
   EXPECT_EQ(qp->counters().timeouts, 0u);
 }
 
+// On a path that lost packets (the loss window below its top), the tail probe's timer leaves out
+// the recent peak round trip (QpConfig::lossy_tail_probe_floor_ns): max(floor, 4 x the least,
+// 2 x the smoothed round trip).
+TEST_F(TailProbeTest, OnALossyPathTheProbesTimerLeavesOutThePeak) {
+  QpOptions o;
+  o.adaptive_rto_floor_ns = kRtoFloorNs;
+  o.resend_probe_floor_ns = kProbeFloorNs;
+  o.tail_probe_floor_ns = kProbeFloorNs;
+  o.lossy_tail_probe_floor_ns = kProbeFloorNs;
+  o.loss_window_min_psns = 2;
+  make_qp(o);
+  // Two round trips, 40 us and 600 us: the peak is 600.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(0).size(), 1u);
+  receive(ack(kSqPsn), {}, kRttNs);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);
+  receive(ack(kSqPsn + 1), {}, 700'000);
+  const auto silence_after_a_write = [&](std::uint64_t wr_id, std::uint64_t at) {
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, wr_id, {sge(local, 4 * kMtu)})), 0);
+    EXPECT_EQ(drain(at).size(), 4u);
+    return qp->next_deadline().value_or(0) - at;
+  };
+  // A clean path: the peak bounds the probe's timer from below.
+  const RttEstimator& rtt = qp->rtt();
+  ASSERT_GE(rtt.peak_ns(), 500'000u);
+  EXPECT_GE(silence_after_a_write(3, 1'000'000), rtt.peak_ns());
+  receive(ack(kSqPsn + 5), {}, 1'050'000);
+  ASSERT_EQ(completions().size(), 3u);
+  EXPECT_FALSE(qp->loss_window().reduced());
+  // A loss: the peer NAKs the second packet of a WRITE; the window halves.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 4, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(2'000'000).size(), 4u);
+  receive(ack(kSqPsn + 7, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 2'010'000);
+  ASSERT_EQ(drain_resend(2'010'000).size(), 3u);
+  receive(ack(kSqPsn + 9), {}, 2'050'000);
+  ASSERT_EQ(completions().size(), 1u);
+  ASSERT_TRUE(qp->loss_window().reduced());
+  // The same silence now: the lossy timer, well short of the peak.
+  const std::uint64_t lossy = std::max({kProbeFloorNs, 4 * rtt.min_ns(), 2 * rtt.smoothed_ns()});
+  ASSERT_LT(lossy, rtt.peak_ns());
+  EXPECT_EQ(silence_after_a_write(5, 3'000'000), lossy);
+  qp->handle_timeout(3'000'000 + lossy);
+  const auto out = drain(3'000'000 + lossy);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 10);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+}
+
 TEST_F(TailProbeTest, NoEarlyProbeWhileOtherQpsWaitForTheDevicesBudget) {
   const auto budget = std::make_shared<InflightBudget>(256);
   make_probing(0, budget);
