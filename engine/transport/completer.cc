@@ -30,14 +30,14 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
                                 wire::Bytes payload) {
   now_ns_ = now_ns;
   const Response r{hdr, payload, hdr.info(), hdr.bth.psn};
-  const bool probing = ctx_.tail_probe;
   CompleterState s = CompleterState::kGetWqe;
   while (s != CompleterState::kDone)
     s = step(s, r);
-  if (probing) probe_answered(r);
+  probe_answered(r);
 }
 
-// A tail probe resent tail_probe_psn, asking for an ACK. Where this ACK acknowledges exactly
+// A tail probe resent tail_probe_psn, asking for an ACK, and what it asked about is not all
+// acknowledged yet (ctx_.tail_probe, which only a timer sets). Where this ACK acknowledges exactly
 // that PSN and what followed it stays unacknowledged, it is the probe's own answer, and the rest
 // was lost: the responder, which NAKs a gap once and drops what follows it silently (rxe_resp.c
 // check_psn), took the probe in sequence, so its NAK of that gap was what went missing; or it
