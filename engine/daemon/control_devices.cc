@@ -11,6 +11,7 @@
 #include "daemon/netdev.h"
 #include "device/counters_report.h"
 #include "xroce/control_message.h"
+#include "xroce/cpu_list.h"
 
 namespace xroce::daemon {
 
@@ -53,6 +54,14 @@ int Devices::add(const control::LinkAddRequest& request) {
   for (const auto& [other, served] : devices_) {
     if (served.model->netdev().name == netdev_name) return EBUSY;
   }
+  // The CLI checked the list against its own CPUs; the daemon may have been started with others.
+  std::vector<std::uint32_t> cpus;
+  if (const std::string list = control::bounded_name(request.cpus, sizeof(request.cpus));
+      !list.empty()) {
+    std::string error;
+    cpus = parse_cpu_list(list, error);
+    if (cpus.empty() || first_cpu_not_allowed(cpus) >= 0) return EINVAL;
+  }
   auto state = read_netdev(netdev_name);
   if (!state) return state.error();
 
@@ -68,10 +77,11 @@ int Devices::add(const control::LinkAddRequest& request) {
   served.model->update_addresses(read_addresses(netdev_name));
   served.port = request.port;
   served.queues = request.queues;
+  served.cpus = cpus;
   auto runner = start_datapath(
       *served.model,
       request.port == control::PortKind::udp ? DatapathPort::kUdp : DatapathPort::kAfXdp,
-      request.queues, &loopback_);
+      request.queues, cpus, &loopback_);
   if (!runner) {
     std::fprintf(stderr, "xroced: %s: cannot start the data path: %s\n", name.c_str(),
                  runner.error().c_str());

@@ -31,6 +31,7 @@ struct ServedDevice {
   std::string uverbs;
   control::PortKind port = control::PortKind::afxdp;
   uint32_t queues = 0;
+  std::vector<std::uint32_t> cpus;  // `link add ... cpus`: where the workers run; empty: anywhere
   // Congestion control as `xroce cc` set it; every worker holds a copy (control_cc.cc).
   cc::CcDevice cc = daemon_cc_defaults();
   std::string cc_profile = "connectx";

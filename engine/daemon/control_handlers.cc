@@ -16,6 +16,7 @@
 
 #include "daemon/control_ops.h"
 #include "xroce/control_message.h"
+#include "xroce/cpu_list.h"
 #include "xroce/proc_maps.h"
 
 namespace xroce::daemon {
@@ -375,6 +376,7 @@ Reply link_show(OpContext& ctx) {
                    {"mtu", device::ib_mtu_bytes(dev.active_mtu())},
                    {"port_kind", port_kind_name(served.port)},
                    {"queues", served.queues},
+                   {"cpus", format_cpu_list(served.cpus)},
                    {"datapath", served.runner ? served.runner->datapath().status().port_mode
                                               : std::string("none")},
                    {"workers", served.runner ? served.runner->datapath().worker_count() : 0},

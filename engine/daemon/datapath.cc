@@ -94,7 +94,7 @@ wire::Result<std::unique_ptr<Datapath>, std::string> Datapath::open(const Datapa
       ports.push_back(std::move(*port));
     }
   }
-  dp->start_workers(std::move(ports), config.ifindex, afxdp);
+  dp->start_workers(std::move(ports), config.ifindex, afxdp, config.cpus);
   dp->join_loopback(config.loopback, config.local_ips, config.mac);
   return dp;
 }
@@ -131,10 +131,11 @@ void Datapath::set_loopback(std::shared_ptr<const LoopbackTable> table) {
 }
 
 void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex,
-                             bool resolve_macs) {
+                             bool resolve_macs, const std::vector<std::uint32_t>& cpus) {
   for (std::size_t i = 0; i < ports.size(); ++i) {
     WorkerConfig wc;
     wc.index = static_cast<std::uint32_t>(i);
+    if (!cpus.empty()) wc.cpu = cpus[i % cpus.size()];
     wc.routes = &routes_;
     wc.port = std::move(ports[i]);
     wc.sleeper = std::make_unique<UringSleeper>();

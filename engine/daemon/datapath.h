@@ -35,6 +35,9 @@ struct DatapathConfig {
   wire::MacAddr mac{};
   DatapathPort port = DatapathPort::kAfXdp;
   std::uint32_t queues = 0;  // 0: one per online CPU (AF_XDP; UDP has one)
+  // Worker i runs on cpus[i % cpus.size()] (sched_setaffinity); empty: wherever the scheduler
+  // puts it. Why a user binds them: engine/daemon/README.md, "Where the workers run".
+  std::vector<std::uint32_t> cpus;
   std::vector<wire::IpAddr> local_ips;
   // The daemon's loopback registry: frames to the GIDs of any device registered there never
   // reach a port. Null: every frame goes to the port.
@@ -94,7 +97,9 @@ class Datapath {
 
  private:
   Datapath() = default;
-  void start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex, bool resolve_macs);
+  // Worker i on cpus[i % size] (empty: anywhere).
+  void start_workers(std::vector<std::unique_ptr<net::Port>> ports, int ifindex, bool resolve_macs,
+                     const std::vector<std::uint32_t>& cpus = {});
   void join_loopback(LoopbackRegistry* loopback, const std::vector<wire::IpAddr>& ips,
                      const wire::MacAddr& mac);
   // Frames to this address are ours from now on (AF_XDP steering; the UDP port takes all).

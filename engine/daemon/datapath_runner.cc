@@ -341,7 +341,8 @@ std::uint32_t rx_queue_count(const std::string& ifname) {
 }  // namespace
 
 wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
-    device::Device& device, DatapathPort port, std::uint32_t queues, LoopbackRegistry* loopback) {
+    device::Device& device, DatapathPort port, std::uint32_t queues,
+    const std::vector<std::uint32_t>& cpus, LoopbackRegistry* loopback) {
   const device::NetdevState& netdev = device.netdev();
   DatapathConfig config;
   config.ifname = netdev.name;
@@ -354,6 +355,7 @@ wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
         std::min(cpus > 0 ? static_cast<std::uint32_t>(cpus) : 1u, rx_queue_count(netdev.name));
   }
   config.queues = queues;
+  config.cpus = cpus;
   config.local_ips = local_ips_of(device);
   config.loopback = loopback;
   auto datapath = Datapath::open(config);

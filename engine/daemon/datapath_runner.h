@@ -56,9 +56,11 @@ std::vector<wire::IpAddr> local_ips_of(const device::Device& device);
 
 // Opens `device`'s data path (ports on its netdev, workers) and the runner over it. `queues` 0
 // means one per online CPU, capped by the netdev's receive queues (AF_XDP binds one socket
-// per queue); a UDP port always has one. `loopback`: the daemon's registry (frames between its
-// devices never reach a port). The error says what failed.
+// per queue); a UDP port always has one. `cpus`: worker i runs on cpus[i % size] (empty:
+// anywhere). `loopback`: the daemon's registry (frames between its devices never reach a
+// port). The error says what failed.
 wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
-    device::Device& device, DatapathPort port, std::uint32_t queues, LoopbackRegistry* loopback);
+    device::Device& device, DatapathPort port, std::uint32_t queues,
+    const std::vector<std::uint32_t>& cpus, LoopbackRegistry* loopback);
 
 }  // namespace xroce::daemon

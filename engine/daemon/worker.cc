@@ -1,7 +1,13 @@
 #include "daemon/worker.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cassert>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <utility>
 
 namespace xroce::daemon {
@@ -20,6 +26,7 @@ std::unique_ptr<Clock> clock_or_monotonic(std::unique_ptr<Clock> clock) {
 
 Worker::Worker(WorkerConfig config)
     : index_(config.index),
+      cpu_(config.cpu),
       routes_(config.routes),
       port_(std::move(config.port)),
       port_mode_(port_->mode()),
@@ -193,10 +200,27 @@ void Worker::send_packet_on_worker(const wire::FrameAddress& addr,
 
 void Worker::run() {
   thread_id_.store(std::this_thread::get_id());
+  name_and_bind_thread_on_worker();
   sleep_.sleeper().on_thread_start();
   while (!stop_.load(std::memory_order_relaxed))
     run_once_on_worker();
   run_commands_on_worker();  // a call() waiting on us must not hang
+}
+
+// "xroced-wN" in ps -L and top -H; then, with a CPU configured, only that CPU. The CPU was
+// checked against the daemon's own when the device was added, so a refusal here (a cpuset
+// changed since) is logged and the worker runs wherever it may.
+void Worker::name_and_bind_thread_on_worker() {
+  const std::string name = "xroced-w" + std::to_string(index_);
+  (void)pthread_setname_np(pthread_self(), name.c_str());
+  if (!cpu_) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(*cpu_, &set);
+  if (int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set)) {
+    std::fprintf(stderr, "xroce worker %u: cannot run on CPU %u only: %s\n", index_, *cpu_,
+                 std::strerror(err));
+  }
 }
 
 void Worker::run_once_on_worker() {

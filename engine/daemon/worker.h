@@ -98,6 +98,9 @@ struct WorkerConfig {
   // threads (the applications poll their CQs), a spinning worker takes the core the
   // application needs, and a sleeping one is woken at once by its doorbell or port.
   std::uint64_t spin_ns = 20'000;
+  // The one CPU the worker's thread runs on (sched_setaffinity), or none: wherever the
+  // scheduler puts it (DatapathConfig::cpus).
+  std::optional<std::uint32_t> cpu;
   // Congestion control; line_rate_mbps must be set before the first QP is placed.
   cc::CcDevice cc = daemon_cc_defaults();
 };
@@ -213,6 +216,7 @@ class Worker {
 
  private:
   void run();
+  void name_and_bind_thread_on_worker();
   void connect_alone();
   bool on_worker() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool turn_on_worker();
@@ -231,6 +235,7 @@ class Worker {
   std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns);
 
   std::uint32_t index_;
+  std::optional<std::uint32_t> cpu_;
   const QpRoutes* routes_;
   std::unique_ptr<net::Port> port_;
   net::PortMode port_mode_;

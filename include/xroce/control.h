@@ -46,6 +46,7 @@ inline constexpr uint16_t kVersion = 2;
 inline constexpr std::size_t kMaxMessageBytes = 64 * 1024;
 inline constexpr std::size_t kNameBytes = 64;    // ibdev names, like IBV_SYSFS_NAME_MAX
 inline constexpr std::size_t kIfNameBytes = 16;  // IFNAMSIZ
+inline constexpr std::size_t kCpuListBytes = 128;
 // File in the device's sysfs-shaped directory naming the control socket.
 inline constexpr const char* kControlPathFile = "xroce_control";
 
@@ -230,6 +231,9 @@ struct LinkAddRequest {
   char netdev[kIfNameBytes];
   PortKind port = PortKind::afxdp;
   uint32_t queues = 0;  // 0: one per core
+  // The CPUs the device's workers run on, as a CPU list (include/xroce/cpu_list.h): worker i on
+  // the i-th CPU of the list, round robin. Empty: wherever the scheduler puts them.
+  char cpus[kCpuListBytes] = {};
 };
 
 struct LinkDelRequest {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "fabric.h"
+#include "xroce/cpu_list.h"
 
 namespace xroce::e2e {
 namespace {
@@ -193,6 +194,54 @@ TEST_F(DeviceTest, LinkCommandsRejectBadRequests) {
   auto shown = link_show(host);
   ASSERT_TRUE(shown.is_array());
   EXPECT_EQ(shown.size(), 1u) << shown.dump();
+}
+
+// `link add ... cpus LIST` binds each worker (a thread named xroced-wN) to a CPU of the list
+// and `link show` gives the list; a list that is not one, or names a CPU xroce may not run on,
+// is refused with the reason (usage: exit 2) and adds nothing.
+TEST_F(DeviceTest, LinkAddCpusBindsTheWorkersToThoseCpus) {
+  Host host("xre2e-cpus", next_subnet());
+  const std::vector<std::uint32_t> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  const std::string cpu = std::to_string(allowed.back());
+
+  auto r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "cpus", "1-0"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("cpus: '1-0' is not a CPU list"), std::string::npos) << r.output;
+  const std::uint32_t absent = CPU_SETSIZE - 1;
+  if (!std::binary_search(allowed.begin(), allowed.end(), absent)) {
+    r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "cpus", "1023"});
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("CPU 1023 is not one xroce may run on here (those are " +
+                            format_cpu_list(allowed) + ")"),
+              std::string::npos)
+        << r.output;
+  }
+
+  ASSERT_EQ(host.add_device("xre0", "", "xr0a", {"cpus", cpu}).status, 0);
+  const auto shown = link_show(host);
+  ASSERT_TRUE(shown.is_array() && shown.size() == 1u) << shown.dump();
+  EXPECT_EQ(shown[0]["cpus"], cpu) << shown.dump();
+  const auto text = host.exec({xroce_bin(), "link", "show"});
+  EXPECT_NE(text.output.find(" cpus " + cpu + "\n"), std::string::npos) << text.output;
+
+  const std::string tasks = "/proc/" + std::to_string(host.daemon_pid()) + "/task";
+  int workers = 0;
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("xroced-w", 0) != 0) continue;
+    ++workers;
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    std::string cpus_allowed;
+    while (std::getline(status, line))
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) cpus_allowed = line.substr(line.find('\t') + 1);
+    EXPECT_EQ(cpus_allowed, cpu) << name;
+  }
+  EXPECT_EQ(workers, shown[0]["workers"].get<int>());
+  EXPECT_GE(workers, 1);
 }
 
 // `link add` returns once the port is ACTIVE: a verbs program started right after finds it so.

@@ -333,10 +333,11 @@ RunResult Host::exec(std::vector<std::string> argv, std::chrono::milliseconds de
 }
 
 RunResult Host::add_device(const std::string& dev, const std::string& port,
-                           const std::string& netdev) {
+                           const std::string& netdev, const std::vector<std::string>& more) {
   devices_.push_back(dev);
   std::vector<std::string> argv = {xroce_bin(), "link", "add", dev, "netdev", netdev};
   if (!port.empty()) argv.insert(argv.end(), {"port", port});
+  argv.insert(argv.end(), more.begin(), more.end());
   RunResult result = exec(argv);
   if (daemon_pid_ <= 0) daemon_pid_ = daemon_pid();
   return result;

@@ -89,10 +89,11 @@ class Host {
   RunResult exec(std::vector<std::string> argv,
                  std::chrono::milliseconds deadline = std::chrono::seconds(30)) const;
   std::vector<std::string> in_netns(std::vector<std::string> argv) const;
-  // `xroce link add <dev> netdev <netdev> [port <port>]`; remembers the daemon so the
-  // destructor stops it.
+  // `xroce link add <dev> netdev <netdev> [port <port>] [more...]`; remembers the daemon so
+  // the destructor stops it.
   RunResult add_device(const std::string& dev, const std::string& port = "",
-                       const std::string& netdev = "xr0a");
+                       const std::string& netdev = "xr0a",
+                       const std::vector<std::string>& more = {});
   // The pid in the namespace's daemon lock file (the running daemon's, or a past one's).
   pid_t daemon_pid() const;
   const std::string& lock_file() const { return lock_file_; }

@@ -1,7 +1,9 @@
 // `xroce link ...`, modelled on iproute2's `rdma link`:
-//   xroce link add NAME netdev IFNAME [port afxdp|udp] [queues N] [--wait-s S]
+//   xroce link add NAME netdev IFNAME [port afxdp|udp] [queues N] [cpus LIST] [--wait-s S]
 //   xroce link del NAME
 //   xroce link show [NAME] [--json]
+// `cpus LIST` binds the device's workers, worker i to the i-th CPU of LIST (round robin), as a
+// NIC's queue interrupts are bound to CPUs (engine/daemon/README.md, "Where the workers run").
 // `link add` returns once the port is ACTIVE, as the verbs programs started after it need it
 // (perftest refuses a port in any other state), or says within --wait-s why it is not.
 // `link del` of a daemon's last device returns once that daemon has exited, so that a `link
@@ -21,6 +23,7 @@
 #include "commands.h"
 #include "daemon_launch.h"
 #include "xroce/control.h"
+#include "xroce/cpu_list.h"
 
 namespace xroce::cli {
 
@@ -28,7 +31,7 @@ namespace {
 
 struct LinkAddArgs {
   std::string name;
-  std::vector<std::string> words;  // netdev IFNAME [port KIND] [queues N]
+  std::vector<std::string> words;  // netdev IFNAME [port KIND] [queues N] [cpus LIST]
   double wait_s = 10;
 };
 
@@ -60,6 +63,17 @@ std::string parse_link_add(const LinkAddArgs& args, control::LinkAddRequest& req
         return fmt::format("queues must be 1..1024, not '{}'", value);
       }
       request.queues = static_cast<uint32_t>(n);
+    } else if (key == "cpus") {
+      std::string error;
+      const auto cpus = parse_cpu_list(value, error);
+      if (cpus.empty()) return "cpus: " + error;
+      if (const int c = first_cpu_not_allowed(cpus); c >= 0) {
+        return fmt::format("cpus: CPU {} is not one xroce may run on here (those are {})", c,
+                           format_cpu_list(allowed_cpus()));
+      }
+      const std::string list = format_cpu_list(cpus);
+      if (list.size() >= sizeof(request.cpus)) return "cpus: the list is too long";
+      std::snprintf(request.cpus, sizeof(request.cpus), "%s", list.c_str());
     } else {
       return fmt::format("unknown keyword '{}'", key);
     }
@@ -132,7 +146,8 @@ void register_add(CLI::App& link, ExitStatus& status) {
   auto* cmd = link.add_subcommand("add", "Add a device on a netdev (starts xroced if needed)");
   auto args = std::make_shared<LinkAddArgs>();
   cmd->add_option("name", args->name, "Device name, e.g. xroce0")->required();
-  cmd->add_option("args", args->words, "netdev IFNAME [port afxdp|udp] [queues N]")->required();
+  cmd->add_option("args", args->words, "netdev IFNAME [port afxdp|udp] [queues N] [cpus LIST]")
+      ->required();
   cmd->add_option("--wait-s", args->wait_s,
                   "Seconds to wait for the port to be ACTIVE (default 10; 0: do not wait)")
       ->check(CLI::Range(0.0, 3600.0));
@@ -203,7 +218,10 @@ void print_link(const nlohmann::json& link) {
              link.value("ifname", ""), link.value("port", 1), link.value("state", ""),
              link.value("physical_state", ""), link.value("netdev", ""), link.value("uverbs", ""),
              link.value("mtu", 0), link.value("port_kind", ""));
-  fmt::print(" queues {} datapath {}\n", link.value("queues", 0), link.value("datapath", ""));
+  fmt::print(" queues {} datapath {}", link.value("queues", 0), link.value("datapath", ""));
+  const std::string cpus = link.value("cpus", "");
+  if (!cpus.empty()) fmt::print(" cpus {}", cpus);
+  fmt::print("\n");
   for (const auto& gid : link.value("gids", nlohmann::json::array())) {
     fmt::print("    gid {} {} {}\n", gid.value("index", 0), gid.value("gid", ""),
                gid.value("type", ""));
