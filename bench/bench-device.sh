@@ -22,7 +22,9 @@
 # MSGS (default 10000) ib_write_bw iterations; LAT_ITERS (default 2000); SECONDS_TCP (default 5);
 # BUSY_MODES (default "idle busy busy-schedidle") picks the latency rows; PROFILE=1 records
 # `perf record -g` of both daemons during each ib_write_bw and prints the top
-# symbols; RAW=0 skips the raw frame rates; LOOPBACK=0 skips the one-device (loopback) rows.
+# symbols; RAW=0 skips the raw frame rates; LOOPBACK=0 skips the one-device (loopback) rows;
+# WORKER_CPUS=LIST adds `cpus LIST` to both devices' `xroce link add` (their workers bound to
+# those CPUs; engine/daemon/README.md, "Where the workers run"), recorded in the JSON.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
@@ -38,6 +40,9 @@ msgs=${MSGS:-10000}
 lat_iters=${LAT_ITERS:-2000}
 tcp_seconds=${SECONDS_TCP:-5}
 read -r -a busy_modes <<<"${BUSY_MODES:-idle busy busy-schedidle}"
+worker_cpus=${WORKER_CPUS:-}
+cpus_words=()
+[[ -z $worker_cpus ]] || cpus_words=(cpus "$worker_cpus")
 tag=xrbd-$$
 ns_a=$tag-a ns_b=$tag-b
 if_a=xbd$$a if_b=xbd$$b
@@ -248,8 +253,8 @@ done
 # --- the device ---------------------------------------------------------------------------
 bytes=$((65536 * msgs))
 for kind in "${kinds[@]}"; do
-  in_ns "$ns_a" "$xroce" link add xbd0 netdev "$if_a" port "$kind" >/dev/null
-  in_ns "$ns_b" "$xroce" link add xbd1 netdev "$if_b" port "$kind" >/dev/null
+  in_ns "$ns_a" "$xroce" link add xbd0 netdev "$if_a" port "$kind" "${cpus_words[@]}" >/dev/null
+  in_ns "$ns_b" "$xroce" link add xbd1 netdev "$if_b" port "$kind" "${cpus_words[@]}" >/dev/null
   da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
   # perftest polls its CQ without pause (a whole core for the run, as on a hardware NIC). Its
   # -e (sleep on a completion channel) is refused for WRITE, so the sleeping variant is
@@ -388,19 +393,19 @@ for kind in ${SCALE_KINDS-afxdp}; do
 done
 
 end_load=$(load)
-echo "load average at the end: $end_load on $(nproc) cores"
+echo "load average at the end: $end_load on $(nproc) cores; workers bound to CPUs: ${worker_cpus:-none}"
 
 /usr/bin/python3 - "$figures" "$out_dir/bench-device.json" "$start_load" "$end_load" \
   "$memcpy_gbs" "tcp=${copies[tcp]} afxdp=${copies[afxdp]} udp=${copies[udp]}" \
-  "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+  "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)" "$worker_cpus" <<'PY'
 import json, os, platform, sys, time
-figures, path, start, end, memcpy, copies, commit = sys.argv[1:]
+figures, path, start, end, memcpy, copies, commit, worker_cpus = sys.argv[1:]
 doc = {
     "script": "bench/bench-device.sh", "commit": commit,
     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "kernel": platform.release(), "cores": os.cpu_count(),
     "load_start": [float(x) for x in start.split()], "load_end": [float(x) for x in end.split()],
-    "memcpy_gbs": float(memcpy),
+    "memcpy_gbs": float(memcpy), "worker_cpus": worker_cpus,
     "copies_per_byte": {k: int(v) for k, v in (kv.split("=") for kv in copies.split())},
     "figures": [json.loads(line) for line in open(figures)],
 }
