@@ -199,11 +199,33 @@ TEST_F(DeviceTest, LinkCommandsRejectBadRequests) {
 // `link add ... cpus LIST` binds each worker (a thread named xroced-wN) to a CPU of the list
 // and `link show` gives the list; a list that is not one, or names a CPU xroce may not run on,
 // is refused with the reason (usage: exit 2) and adds nothing.
+// Each xroced-wN thread of `pid` (N: the worker's queue; devices of one daemon number theirs
+// alike) as N and its Cpus_allowed_list, sorted.
+std::vector<std::pair<int, std::string>> worker_cpus(pid_t pid) {
+  std::vector<std::pair<int, std::string>> workers;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("xroced-w", 0) != 0) continue;
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    std::string cpus_allowed;
+    while (std::getline(status, line))
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) cpus_allowed = line.substr(line.find('\t') + 1);
+    workers.emplace_back(std::stoi(name.substr(8)), cpus_allowed);
+  }
+  std::sort(workers.begin(), workers.end());
+  return workers;
+}
+
 TEST_F(DeviceTest, LinkAddCpusBindsTheWorkersToThoseCpus) {
   Host host("xre2e-cpus", next_subnet());
   const std::vector<std::uint32_t> allowed = allowed_cpus();
   ASSERT_FALSE(allowed.empty());
-  const std::string cpu = std::to_string(allowed.back());
+  const std::string first = std::to_string(allowed.front());
+  const std::string last = std::to_string(allowed.back());
 
   auto r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "cpus", "1-0"});
   EXPECT_EQ(r.status, 2) << r.output;
@@ -218,30 +240,37 @@ TEST_F(DeviceTest, LinkAddCpusBindsTheWorkersToThoseCpus) {
         << r.output;
   }
 
-  ASSERT_EQ(host.add_device("xre0", "", "xr0a", {"cpus", cpu}).status, 0);
-  const auto shown = link_show(host);
+  ASSERT_EQ(host.add_device("xre0", "", "xr0a", {"cpus", last}).status, 0);
+  auto shown = link_show(host);
   ASSERT_TRUE(shown.is_array() && shown.size() == 1u) << shown.dump();
-  EXPECT_EQ(shown[0]["cpus"], cpu) << shown.dump();
+  EXPECT_EQ(shown[0]["cpus"], last) << shown.dump();
   const auto text = host.exec({xroce_bin(), "link", "show"});
-  EXPECT_NE(text.output.find(" cpus " + cpu + "\n"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find(" cpus " + last + "\n"), std::string::npos) << text.output;
+  using Workers = std::vector<std::pair<int, std::string>>;
+  EXPECT_EQ(worker_cpus(host.daemon_pid()), (Workers{{0, last}}));
 
-  const std::string tasks = "/proc/" + std::to_string(host.daemon_pid()) + "/task";
-  int workers = 0;
-  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name.rfind("xroced-w", 0) != 0) continue;
-    ++workers;
-    std::ifstream status(task.path() / "status");
-    std::string line;
-    std::string cpus_allowed;
-    while (std::getline(status, line))
-      if (line.rfind("Cpus_allowed_list:", 0) == 0) cpus_allowed = line.substr(line.find('\t') + 1);
-    EXPECT_EQ(cpus_allowed, cpu) << name;
+  // Two queues (a veth with two of each), two CPUs: worker i on the i-th CPU of the list.
+  ASSERT_EQ(host.exec({"ip", "link", "add", "xq0", "numtxqueues", "2", "numrxqueues", "2", "type",
+                       "veth", "peer", "name", "xq1", "numtxqueues", "2", "numrxqueues", "2"})
+                .status,
+            0);
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xq0", "up"}).status, 0);
+  ASSERT_EQ(host.exec({"ip", "link", "set", "xq1", "up"}).status, 0);
+  // Given out of order, shown ascending: worker 0 on the first CPU, worker 1 on the last.
+  ASSERT_EQ(host.add_device("xre1", "", "xq0", {"queues", "2", "cpus", last + "," + first}).status,
+            0);
+  shown = link_show(host);
+  ASSERT_TRUE(shown.is_array() && shown.size() == 2u) << shown.dump();
+  for (const auto& link : shown) {
+    if (link["ifname"] != "xre1") continue;
+    EXPECT_EQ(link["cpus"],
+              (allowed.size() == 1 ? last : format_cpu_list({allowed.front(), allowed.back()})))
+        << link;
+    EXPECT_EQ(link["workers"], 2) << link;
   }
-  EXPECT_EQ(workers, shown[0]["workers"].get<int>());
-  EXPECT_GE(workers, 1);
+  Workers expected{{0, last}, {0, first}, {1, last}};  // xre0's worker 0, then xre1's two
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(worker_cpus(host.daemon_pid()), expected);
 }
 
 // `link add` returns once the port is ACTIVE: a verbs program started right after finds it so.
