@@ -19,6 +19,7 @@
 
 #include "fabric.h"
 #include "pair.h"
+#include "xroce/cpu_list.h"
 
 namespace xroce::e2e {
 namespace {
@@ -134,7 +135,14 @@ TEST_F(OpsTest, UpPicksTheDefaultRouteInterfaceAndDownRemovesEverything) {
     ~Stop() { stop_daemon_in(h.netns()); }
   } stop{host};
 
-  const auto up = host.exec({xroce_bin(), "up"}, seconds(60));
+  // A --cpus that is not a CPU list is a usage error, before anything is added.
+  const auto bad = host.exec({xroce_bin(), "up", "--cpus", "2-1"});
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--cpus: '2-1' is not a CPU list"), std::string::npos) << bad.output;
+  EXPECT_EQ(host.daemon_pid(), 0) << "a refused up started xroced";
+
+  const std::string cpu = std::to_string(allowed_cpus().back());
+  const auto up = host.exec({xroce_bin(), "up", "--cpus", cpu}, seconds(60));
   ASSERT_EQ(up.status, 0) << up.output;
   const auto env = parse_exports(up.output);
   ASSERT_EQ(env.count("XROCE_DEVICE"), 1u) << up.output;
@@ -146,6 +154,7 @@ TEST_F(OpsTest, UpPicksTheDefaultRouteInterfaceAndDownRemovesEverything) {
   ASSERT_TRUE(links.is_array() && links.size() == 1) << show.output;
   EXPECT_EQ(links[0]["state"], "ACTIVE");
   EXPECT_EQ(links[0]["port_kind"], "afxdp");
+  EXPECT_EQ(links[0]["cpus"], cpu) << show.output;
 
   // Again, as a GitHub Actions step: the device is reused, the variables appended to a file,
   // and an unmodified program sees the device with exactly those variables.

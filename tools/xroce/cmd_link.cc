@@ -23,7 +23,6 @@
 #include "commands.h"
 #include "daemon_launch.h"
 #include "xroce/control.h"
-#include "xroce/cpu_list.h"
 
 namespace xroce::cli {
 
@@ -64,16 +63,7 @@ std::string parse_link_add(const LinkAddArgs& args, control::LinkAddRequest& req
       }
       request.queues = static_cast<uint32_t>(n);
     } else if (key == "cpus") {
-      std::string error;
-      const auto cpus = parse_cpu_list(value, error);
-      if (cpus.empty()) return "cpus: " + error;
-      if (const int c = first_cpu_not_allowed(cpus); c >= 0) {
-        return fmt::format("cpus: CPU {} is not one xroce may run on here (those are {})", c,
-                           format_cpu_list(allowed_cpus()));
-      }
-      const std::string list = format_cpu_list(cpus);
-      if (list.size() >= sizeof(request.cpus)) return "cpus: the list is too long";
-      std::snprintf(request.cpus, sizeof(request.cpus), "%s", list.c_str());
+      if (std::string error = set_worker_cpus(value, request); !error.empty()) return error;
     } else {
       return fmt::format("unknown keyword '{}'", key);
     }

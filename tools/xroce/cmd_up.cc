@@ -1,4 +1,4 @@
-// `xroce up [IFNAME] [--port afxdp|udp] [--name DEV] [--github-env FILE]` and
+// `xroce up [IFNAME] [--port afxdp|udp] [--name DEV] [--cpus LIST] [--github-env FILE]` and
 // `xroce down [IFNAME|DEV]`: one command for a CI job to get an RDMA device and the variables
 // its tests need, and one to remove it.
 //
@@ -47,6 +47,7 @@ struct UpArgs {
   std::string port;  // "" = afxdp, or udp on lo
   std::string name;
   std::string github_env;
+  std::string cpus;  // "" = the workers run wherever the scheduler puts them
   double timeout_s = 30;
 };
 
@@ -153,8 +154,9 @@ nlohmann::json find_link(const nlohmann::json& links, const std::string& ifname_
 }
 
 int add_link(const std::string& name, const std::string& ifname, control::PortKind port,
-             std::string& error) {
+             const std::string& cpus, std::string& error) {
   control::LinkAddRequest request{};
+  if (!cpus.empty() && !(error = set_worker_cpus(cpus, request)).empty()) return EINVAL;
   if (name.empty() || name.size() >= sizeof request.name) {
     error = fmt::format("bad device name '{}'", name);
     return EINVAL;
@@ -229,6 +231,13 @@ int run_up(const UpArgs& args) {
     fmt::print(stderr, "xroce up: --port must be afxdp or udp, not '{}'\n", port);
     return 2;
   }
+  control::LinkAddRequest checked{};
+  if (!args.cpus.empty()) {
+    if (const std::string why = set_worker_cpus(args.cpus, checked); !why.empty()) {
+      fmt::print(stderr, "xroce up: --{}\n", why);
+      return 2;
+    }
+  }
   auto links = show_links(error);
   if (!links) {
     fmt::print(stderr, "xroce up: {}\n", error);
@@ -238,10 +247,15 @@ int run_up(const UpArgs& args) {
   if (const auto existing = find_link(*links, ifname); existing.is_object()) {
     name = existing.value("ifname", "");
     fmt::print(stderr, "xroce up: {} already serves {}\n", name, ifname);
+    const std::string bound = existing.value("cpus", "");
+    if (!args.cpus.empty() && bound != checked.cpus) {
+      fmt::print(stderr, "xroce up: its workers stay {} (xroce down, then up, to change that)\n",
+                 bound.empty() ? std::string("unbound") : "on CPUs " + bound);
+    }
   } else {
     name = args.name.empty() ? kDefaultNamePrefix + ifname : args.name;
     const auto kind = port == "udp" ? control::PortKind::udp : control::PortKind::afxdp;
-    if (const int err = add_link(name, ifname, kind, error); err != 0) {
+    if (const int err = add_link(name, ifname, kind, args.cpus, error); err != 0) {
       fmt::print(stderr, "xroce up: {}\n", error);
       return 1;
     }
@@ -304,6 +318,8 @@ void register_up(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--github-env", args->github_env,
                   "Append NAME=VALUE lines to this file ($GITHUB_ENV) instead of printing");
   cmd->add_option("--timeout", args->timeout_s, "Seconds to wait for ACTIVE (default 30)");
+  cmd->add_option("--cpus", args->cpus,
+                  "CPUs for the device's workers, a CPU list such as 1 or 0-3 (link add's cpus)");
   cmd->callback([args, &status] { status.code = run_up(*args); });
 }
 

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <vector>
 
+#include "xroce/cpu_list.h"
+
 namespace xroce::cli {
 
 namespace {
@@ -162,6 +164,20 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
   err = again;
   if (err != 0) error = fmt::format("cannot reach the xroced just started: {}", std::strerror(err));
   return err;
+}
+
+std::string set_worker_cpus(const std::string& list, control::LinkAddRequest& request) {
+  std::string error;
+  const auto cpus = parse_cpu_list(list, error);
+  if (cpus.empty()) return "cpus: " + error;
+  if (const int c = first_cpu_not_allowed(cpus); c >= 0) {
+    return fmt::format("cpus: CPU {} is not one xroce may run on here (those are {})", c,
+                       format_cpu_list(allowed_cpus()));
+  }
+  const std::string written = format_cpu_list(cpus);
+  if (written.size() >= sizeof(request.cpus)) return "cpus: the list is too long";
+  std::snprintf(request.cpus, sizeof(request.cpus), "%s", written.c_str());
+  return "";
 }
 
 }  // namespace xroce::cli

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "xroce/control.h"
 #include "xroce/control_client.h"
 #include "xroce/run_dir.h"
 
@@ -22,5 +23,10 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
 pid_t daemon_pid(const control::RunPaths& paths);
 // Waits until process `pid` has exited, up to `deadline_ms`; true once it is gone (or was).
 bool wait_process_gone(pid_t pid, int deadline_ms);
+
+// Puts the CPU list `list` (link add's `cpus`, up's `--cpus`) in `request`, written back as
+// Linux writes lists; "" when done, else why not: not a list, or a CPU this process may not
+// run on (the daemon it starts inherits its CPUs).
+std::string set_worker_cpus(const std::string& list, control::LinkAddRequest& request);
 
 }  // namespace xroce::cli
