@@ -72,17 +72,36 @@ std::vector<std::uint8_t> non_roce_frame(std::uint32_t seq) {
   return f;
 }
 
-// Sends frames at about `frames_per_ms` (a switch ring holds 256 frames: a burst of
-// thousands in microseconds would overflow it, which is not what these tests are about).
-void send_paced(RawSocket& s, const std::vector<std::vector<std::uint8_t>>& frames,
-                int frames_per_ms) {
+// Sends frames in bursts of `burst`, at most one burst per millisecond, and before each next
+// burst waits until the switch has taken in all but kMaxAhead of the frames sent so far on
+// `ingress` (its `rx` counter). A switch ring holds 256 frames: a loaded host that leaves the
+// switch unscheduled for a few milliseconds would otherwise overflow it (`rx_ring_drops`), which
+// is not what these tests are about. A switch that keeps up is never waited for, so its queue,
+// which drains at the configured rate, fills as fast as the frames are sent.
+void send_paced(RawSocket& s, const std::vector<std::vector<std::uint8_t>>& frames, int burst,
+                SwitchFabric& fabric, const std::string& ingress) {
+  constexpr std::uint64_t kMaxAhead = 128;
   auto next = std::chrono::steady_clock::now();
+  std::uint64_t taken = 0;  // the switch's rx when last asked
   for (std::size_t i = 0; i < frames.size(); ++i) {
     ASSERT_TRUE(s.send(frames[i])) << "frame " << i;
-    if ((i + 1) % static_cast<std::size_t>(frames_per_ms) == 0) {
-      next += milliseconds(1);
-      std::this_thread::sleep_until(next);
-    }
+    if ((i + 1) % static_cast<std::size_t>(burst) != 0) continue;
+    const std::uint64_t sent = i + 1;
+    nlohmann::json stats;
+    const bool caught_up =
+        sent <= taken + kMaxAhead || e2e::eventually(
+                                         [&] {
+                                           auto now = fabric.stats_now();
+                                           if (!now) return false;
+                                           stats = *now;
+                                           taken = SwitchFabric::port(stats, ingress)["rx"];
+                                           return sent <= taken + kMaxAhead;
+                                         },
+                                         seconds(20));
+    ASSERT_TRUE(caught_up) << "the switch took " << taken << " of " << sent << " frames on "
+                           << ingress << ": " << stats.dump();
+    next += milliseconds(1);
+    std::this_thread::sleep_until(next);
   }
 }
 
@@ -165,7 +184,7 @@ TEST_P(SwitchEcnTest, MarksOnlyEctFramesByQueueDepthAndKeepsThemValid) {
   std::vector<std::vector<std::uint8_t>> frames;
   for (std::uint32_t i = 0; i < kFrames; ++i)
     frames.push_back(roce_frame(i, tos_of[i % 3], ipv6));
-  send_paced(tx, frames, 32);
+  send_paced(tx, frames, 32, fabric, kPortA);
   const auto got = receive(rx, kFrames);
   ASSERT_EQ(got.size(), kFrames) << fabric.describe_counters();
 
@@ -263,14 +282,14 @@ TEST_F(SwitchTest, DropNthDropsExactlyThatFrame) {
   std::vector<std::vector<std::uint8_t>> back;
   for (std::uint32_t i = 0; i < 5; ++i)
     back.push_back(roce_frame(100 + i, 0, false, w::Opcode::kRcWriteOnly, true));
-  send_paced(at_b, back, 8);
+  send_paced(at_b, back, 8, fabric, kPortB);
   EXPECT_EQ(receive(at_a, back.size()).size(), back.size());
   // From a: sends at even PSNs, writes at odd ones; the third write is PSN 5.
   std::vector<std::vector<std::uint8_t>> forth;
   for (std::uint32_t i = 0; i < 20; ++i)
     forth.push_back(
         roce_frame(i, 0, false, i % 2 ? w::Opcode::kRcWriteOnly : w::Opcode::kRcSendOnly));
-  send_paced(at_a, forth, 8);
+  send_paced(at_a, forth, 8, fabric, kPortA);
   nlohmann::json stats;
   ASSERT_TRUE(forwarded_all(fabric, forth.size(), &stats)) << stats.dump();
   const auto got = receive(at_b, forth.size() - 1);
@@ -313,7 +332,7 @@ TEST_F(SwitchTest, SeededLossDropsOnlyRoceFrames) {
     RawSocket tx(fabric.ns_a(), "xsa");
     RawSocket rx(fabric.ns_b(), "xsb");
     ASSERT_TRUE(tx.ok() && rx.ok());
-    send_paced(tx, frames, 16);
+    send_paced(tx, frames, 16, fabric, kPortA);
     nlohmann::json stats;
     ASSERT_TRUE(forwarded_all(fabric, frames.size(), &stats)) << stats.dump();
     const std::uint64_t dropped = SwitchFabric::port(stats, kPortA)["dropped_impair"];
