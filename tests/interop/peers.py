@@ -203,6 +203,15 @@ class RxeGuest:
         return {k: int(v) for k, v in (line.split() for line in out.splitlines() if line.strip())}
 
 
+def counters_or_why(peer):
+    """peer.counters(), or why they could not be read: for the log of a failure, so never
+    raises (a guest that stopped answering must not hide the failure being reported)."""
+    try:
+        return peer.counters()
+    except Exception as e:
+        return f"unavailable ({type(e).__name__}: {e})"
+
+
 def wait_cm_listener(peer, port: int, timeout_s: float = 30) -> None:
     """Until an rdma_cm id of `peer` (an XroceHost or an RxeGuest) listens on `port`: asked of
     the CM (`xroce cm show`, the kernel's `rdma resource show cm_id`), not of TCP."""

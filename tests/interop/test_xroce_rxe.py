@@ -38,7 +38,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from check_capture import check_capture
-from peers import RxeGuest, SwitchedPort, XroceHost
+from peers import RxeGuest, SwitchedPort, XroceHost, counters_or_why
 from vm import Lab, log, main_wrapper
 
 NETDEV_MTU = 9000  # rxe's active MTU is 4096 on a 9000-byte netdev, 1024 on 1500
@@ -538,7 +538,7 @@ def test(xroce: Path, xri_verbs: Path, switch: Path, phases, port_kind: str,
                     suite.cnp(sw, xr2, xroce)
             except Exception:
                 for peer in filter(None, (rxe, xr, xr2)):  # the counters tell why, mostly
-                    log(f"phase {phase} failed; {peer.name} counters: {peer.counters()}")
+                    log(f"phase {phase} failed; {peer.name} counters: {counters_or_why(peer)}")
                 raise
             log(f"phase {phase} passed in {time.monotonic() - phase_started:.1f} s")
         vm.check("ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE")  # rxe still fine

@@ -53,6 +53,12 @@ class GuestTimeout(Exception):
     pass
 
 
+class GuestUnresponsive(Exception):
+    """A test failed and a guest then did not answer its command agent at all: the VM stopped
+    (qemu's software emulation on a loaded host has frozen a guest mid-test, console silent,
+    not even answering ARP). The original failure is its __cause__."""
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -305,6 +311,15 @@ class Vm:
     def start_command(self, command: str) -> GuestCommand:
         return GuestCommand(self, command)
 
+    def answers(self, timeout_s: float = 20) -> bool:
+        """Whether the guest still runs a command through its agent within `timeout_s`."""
+        if self._proc is None or self._proc.poll() is not None:
+            return False
+        try:
+            return self.run("true", timeout_s).ok
+        except Exception:  # connection refused or timed out, agent gone: all mean no
+            return False
+
     def run(self, command: str, timeout_s: float = 60) -> GuestResult:
         return self.start_command(command).wait(timeout_s)
 
@@ -475,12 +490,25 @@ class Lab:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        # A failure with a guest that no longer answers is said as such (and main_wrapper runs
+        # the test once more); asked before the teardown stops the VMs.
+        silent = []
+        if exc_type is not None and not issubclass(exc_type, (Skip, KeyboardInterrupt)):
+            silent = [vm for vm in self.vms if vm._marker_seen and not vm.answers()]
+        for vm in silent:
+            tail = "\n".join(vm.console_lines[-10:])
+            log(f"{vm.name}: the guest does not answer its agent (20 s) after the failure; "
+                f"console ({vm.console_path}) ends with:\n{tail}")
         self._stack.close()
         # Console logs and captures stay for a failed run (and when XROCE_INTEROP_KEEP=1).
         if exc_type is None and os.environ.get("XROCE_INTEROP_KEEP") != "1":
             shutil.rmtree(self.log_dir, ignore_errors=True)
         elif exc_type is not None:
             log(f"logs and captures kept in {self.log_dir}")
+        if silent:
+            names = ", ".join(vm.name for vm in silent)
+            raise GuestUnresponsive(f"guest {names} stopped answering; the failure before: "
+                                    f"{exc_type.__name__}: {exc}") from exc
 
     def _make_namespace(self) -> None:
         sh("ip", "netns", "add", self.ns)
@@ -557,14 +585,27 @@ class Lab:
 
 
 def main_wrapper(test) -> int:
-    """Runs test(); maps Skip to ctest's skip code and prints failures."""
-    try:
-        test()
-    except Skip as e:
-        print(f"SKIP: {e}", flush=True)
-        return SKIP_RETURN_CODE
-    except Exception as e:  # a failed check: say what and where, then fail the test
-        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
-        return 1
-    print("PASSED", flush=True)
+    """Runs test(); maps Skip to ctest's skip code and prints failures. A run that failed with
+    a guest that stopped answering (GuestUnresponsive) is run once more from the start, and
+    the result line says so: a frozen emulated VM says nothing of xroce, a second failure
+    does."""
+    retried = ""
+    for attempt in (1, 2):
+        try:
+            test()
+        except Skip as e:
+            print(f"SKIP: {e}", flush=True)
+            return SKIP_RETURN_CODE
+        except GuestUnresponsive as e:
+            if attempt == 1:
+                retried = f" (on a second run: the first ended with {e})"
+                log(f"RETRY: {e}; running the test once more")
+                continue
+            print(f"FAILED: {type(e).__name__}: {e}; the first run ended the same way", flush=True)
+            return 1
+        except Exception as e:  # a failed check: say what and where, then fail the test
+            print(f"FAILED: {type(e).__name__}: {e}{retried}", flush=True)
+            return 1
+        break
+    print(f"PASSED{retried}", flush=True)
     return 0
