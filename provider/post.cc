@@ -29,6 +29,25 @@ void publish(const queues::Ring& ring, uint32_t next, int doorbell_fd, queues::C
   if (ring.publish(next, page)) ring_doorbell(doorbell_fd);
 }
 
+// Records the payload bytes of send WQEs [from, to) (Qp::sq_bytes_before), before they are
+// published; sq_lock held.
+void note_send_bytes(Qp& qp, uint32_t from, uint32_t to) {
+  if (!qp.sq_bytes_before) return;
+  uint64_t total = qp.sq_bytes_posted.load(std::memory_order_relaxed);
+  for (uint32_t i = from; i != to; ++i) {
+    qp.sq_bytes_before[i & (qp.sq.slot_count() - 1)].store(total, std::memory_order_relaxed);
+    const auto* wqe = reinterpret_cast<const queues::SendWqe*>(qp.sq.slot(i));
+    if (wqe->inline_bytes != 0) {
+      total += wqe->inline_bytes;
+    } else {
+      const auto* sge = reinterpret_cast<const queues::Sge*>(wqe + 1);
+      for (uint32_t k = 0; k < wqe->num_sge; ++k)
+        total += sge[k].length;
+    }
+  }
+  qp.sq_bytes_posted.store(total, std::memory_order_release);
+}
+
 // The work requests each QP type carries (rxe_wr_opcode_info; IBA 9.2: UC has no READ, atomics
 // or SEND_WITH_INV; ATOMIC_WRITE is RC's, as in rxe; an XRC_RECV QP sends nothing).
 bool opcode_allowed(ibv_qp_type type, ibv_wr_opcode op) {
@@ -195,7 +214,10 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     ++qp->sq_next;
   }
-  if (qp->sq_next != start) publish(qp->sq, qp->sq_next, qp->doorbell_fd, qp->page);
+  if (qp->sq_next != start) {
+    note_send_bytes(*qp, start, qp->sq_next);
+    publish(qp->sq, qp->sq_next, qp->doorbell_fd, qp->page);
+  }
   if (device_dead(ibqp->context)) flush_send_queue_locked(*qp);
   return err;
 }
@@ -238,6 +260,7 @@ int wr_complete(ibv_qp_ex* ibqp) {
   if (err != 0) {
     qp->sq_next = qp->batch_start;
   } else if (qp->sq_next != qp->batch_start) {
+    note_send_bytes(*qp, qp->batch_start, qp->sq_next);
     publish(qp->sq, qp->sq_next, qp->doorbell_fd, qp->page);
     if (device_dead(qp->vqp.qp.context)) flush_send_queue_locked(*qp);
   }

@@ -132,6 +132,7 @@ int attach_rings(Qp* qp, const control::CreateQpReply& reply, int region_fd) {
   auto* base = static_cast<uint8_t*>(mapping.base);
   qp->sq = queues::Ring(base, reply.send_slots, reply.send_slot_bytes);
   qp->sq_shadow = queues::WrIdShadow(base + layout.send_shadow_offset, reply.send_slots);
+  qp->sq_bytes_before = std::make_unique<std::atomic<uint64_t>[]>(reply.send_slots);
   if (reply.recv_slots != 0) {
     qp->rq = queues::Ring(base + reply.recv_offset, reply.recv_slots, reply.recv_slot_bytes);
     qp->rq_shadow = queues::WrIdShadow(base + layout.recv_shadow_offset, reply.recv_slots);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <span>
@@ -112,6 +113,11 @@ struct Qp {
   queues::WrIdShadow rq_shadow;
   uint32_t sq_next = 0;  // private producer indices
   uint32_t rq_next = 0;
+  // Payload bytes posted to the send queue before each WQE (indexed by WQE index & mask) and
+  // in all, written under sq_lock as WQEs are published; read without it by a poller to know
+  // how much work the daemon has queued for this QP (cq.cc, note_poll). Atomic: lock-free.
+  std::unique_ptr<std::atomic<uint64_t>[]> sq_bytes_before;
+  std::atomic<uint64_t> sq_bytes_posted{0};
   int doorbell_fd = -1;
   queues::ContextPage* page = nullptr;  // the context's (ContextState::page)
   std::mutex sq_lock;

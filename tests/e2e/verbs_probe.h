@@ -23,6 +23,7 @@ int refusals(ibv_context* ctx);
 int recv_depth(ibv_context* ctx);
 int loopback_semantics(ibv_context* ctx);
 int channel_cq_ex(ibv_context* ctx);
+int poll_sleep(ibv_context* ctx);
 // verbs_probe_many.cc: argv after "many_qps"
 int many_qps(ibv_context* ctx, int argc, char** argv);
 

@@ -17,6 +17,7 @@
 //                              closes its fd (run with libxroce-preload.so)
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -479,6 +480,107 @@ int channel_cq_ex(ibv_context* ctx) {
     errno = 0;
     check(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "channel_fd_closed");
   }
+  return 0;
+}
+
+}  // namespace xroce::probe
+
+namespace xroce::probe {
+namespace {
+
+long voluntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+// Posts `count` SENDs of `bytes` each from sender to receiver (receives posted first), polls the
+// send CQ until all completed, and returns the polling thread's voluntary context switches
+// (sleeps) during that poll; -1 when a completion or the data is wrong.
+long sends_and_sleeps(ibv_qp* sender, ibv_cq* send_cq, ibv_qp* receiver, ibv_cq* recv_cq,
+                      Buffer& out, Buffer& in, uint32_t count, uint32_t bytes, uint8_t seed) {
+  for (uint32_t i = 0; i < count; ++i) {
+    ibv_sge sge = in.sge(std::size_t{i} * bytes, bytes);
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(receiver, &wr, &bad) != 0) return -1;
+    std::memset(out.data.data() + std::size_t{i} * bytes, static_cast<int>(seed + i), bytes);
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    ibv_sge sge = out.sge(std::size_t{i} * bytes, bytes);
+    ibv_send_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(sender, &wr, &bad) != 0) return -1;
+  }
+  const long before = voluntary_switches();
+  std::vector<ibv_wc> sent, received;
+  const bool all_sent = wait_completions(send_cq, count, sent);
+  const long sleeps = voluntary_switches() - before;
+  const bool all_received = wait_completions(recv_cq, count, received);
+  bool ok = all_sent && all_received;
+  for (const ibv_wc& wc : sent)
+    ok = ok && wc.status == IBV_WC_SUCCESS;
+  for (const ibv_wc& wc : received)
+    ok = ok && wc.status == IBV_WC_SUCCESS && wc.byte_len == bytes &&
+         std::memcmp(in.data.data() + wc.wr_id * bytes, out.data.data() + wc.wr_id * bytes,
+                     bytes) == 0;
+  return ok ? sleeps : -1;
+}
+
+}  // namespace
+
+// A thread polling an empty CQ sleeps at its yield points only while at least 1 MiB of sends
+// is queued on the QPs completing into that CQ (provider/cq.cc, note_poll): 32 SENDs of 64 KiB
+// on a loopback pair, then 64 rounds of one 64-byte SEND. Prints the polling thread's sleeps
+// (voluntary context switches) in each case; the data must arrive either way.
+int poll_sleep(ibv_context* ctx) {
+  constexpr uint32_t kDeepCount = 32;
+  constexpr uint32_t kDeepBytes = 64 * 1024;
+  constexpr uint32_t kShallowRounds = 64;
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  check(pd != nullptr, "alloc_pd");
+  if (pd == nullptr) return 1;
+  ibv_gid gid{};
+  const bool have_gid = find_gid(ctx, is_v4_mapped, gid) == 0;
+  ibv_cq* send_cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  ibv_cq* recv_cq = ibv_create_cq(ctx, 256, nullptr, nullptr, 0);
+  ibv_qp* sender = create_qp(pd, send_cq, IBV_QPT_RC, 1);
+  ibv_qp* receiver = create_qp(pd, recv_cq, IBV_QPT_RC, kDeepCount);
+  {
+    Buffer out(pd, std::size_t{kDeepCount} * kDeepBytes);
+    Buffer in(pd, std::size_t{kDeepCount} * kDeepBytes);
+    const bool made = have_gid && sender != nullptr && receiver != nullptr && out.mr != nullptr &&
+                      in.mr != nullptr &&
+                      connect_qp(sender, receiver->qp_num, gid, 0, 7, kStartPsn) &&
+                      connect_qp(receiver, sender->qp_num, gid, 0, 7, kStartPsn);
+    check(made, "poll_sleep_setup");
+    if (made) {
+      const long deep =
+          sends_and_sleeps(sender, send_cq, receiver, recv_cq, out, in, kDeepCount, kDeepBytes, 1);
+      long shallow = 0;
+      for (uint32_t round = 0; round < kShallowRounds && shallow >= 0; ++round) {
+        const long s = sends_and_sleeps(sender, send_cq, receiver, recv_cq, out, in, 1, 64,
+                                        static_cast<uint8_t>(round));
+        shallow = s < 0 ? -1 : shallow + s;
+      }
+      check(deep >= 0, "deep_queue_data_arrives");
+      check(shallow >= 0, "shallow_queue_data_arrives");
+      std::printf("poll_sleep deep %ld shallow %ld\n", deep, shallow);
+    }
+  }
+  if (sender != nullptr) ibv_destroy_qp(sender);
+  if (receiver != nullptr) ibv_destroy_qp(receiver);
+  if (send_cq != nullptr) ibv_destroy_cq(send_cq);
+  if (recv_cq != nullptr) ibv_destroy_cq(recv_cq);
+  ibv_dealloc_pd(pd);
   return 0;
 }
 
