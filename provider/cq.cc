@@ -119,6 +119,23 @@ uint64_t send_bytes_queued(Cq* cq, uint64_t enough) {
   return n;
 }
 
+// send_bytes_queued(cq) >= kQueuedBytesToSleep, counted at most every kRecountNs per CQ: a
+// context with 1,000 QPs takes microseconds to walk, and a yield point comes every microsecond
+// or two of empty polling. A stale answer sleeps or yields one yield point too many.
+constexpr int64_t kRecountNs = 100'000;
+
+bool sends_queued_deep(Cq* cq) {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  if (now - cq->sends_counted_ns.load(std::memory_order_relaxed) >= kRecountNs) {
+    cq->sends_counted_ns.store(now, std::memory_order_relaxed);
+    cq->sends_queued_deep.store(send_bytes_queued(cq, kQueuedBytesToSleep) >= kQueuedBytesToSleep,
+                                std::memory_order_relaxed);
+  }
+  return cq->sends_queued_deep.load(std::memory_order_relaxed);
+}
+
 void note_poll(bool found, Cq* cq) {
   if (found) {
     empty_polls = 0;
@@ -129,7 +146,7 @@ void note_poll(bool found, Cq* cq) {
     empty_polls = 0;
     shorten_slice_once();
     const uint32_t sleep_us = poll_sleep_us();
-    if (sleep_us != 0 && send_bytes_queued(cq, kQueuedBytesToSleep) >= kQueuedBytesToSleep) {
+    if (sleep_us != 0 && sends_queued_deep(cq)) {
       const int saved_errno = errno;
       const timespec pause{0, static_cast<long>(sleep_us) * 1000};
       nanosleep(&pause, nullptr);
