@@ -114,6 +114,19 @@ int post_one_recv(ibv_qp* qp, ibv_srq* srq, Buffer& buf, uint64_t id, uint32_t b
   return srq != nullptr ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad);
 }
 
+// Posts one signaled SEND of `bytes` from offset id * bytes of `buf` (RC, UC), wr_id `id`.
+int post_one_send(ibv_qp* qp, Buffer& buf, uint64_t id, uint32_t bytes) {
+  ibv_sge sge = buf.sge(id * bytes, bytes);
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
 // Posts receives one by one until one fails, letting the worker read the ring after the first
 // `expected`; returns how many were taken and the errno of the one refused.
 struct Filled {
@@ -305,15 +318,7 @@ void check_rc_loopback(ibv_context* ctx, ibv_pd* pd, const ibv_gid& gid) {
   std::printf("receiver took %u receives\n", f.taken);
   for (uint32_t i = 0; i < f.taken; ++i) {
     std::memset(out.data.data() + i * kMessageBytes, static_cast<int>(i + 1), kMessageBytes);
-    ibv_sge sge = out.sge(i * kMessageBytes, kMessageBytes);
-    ibv_send_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(sender, &wr, &bad) != 0) break;
+    if (post_one_send(sender, out, i, kMessageBytes) != 0) break;
   }
   std::vector<ibv_wc> sent, received;
   const bool all_sent = wait_completions(send_cq, f.taken, sent);
@@ -500,26 +505,11 @@ long voluntary_switches() {
 long sends_and_sleeps(ibv_qp* sender, ibv_cq* send_cq, ibv_qp* receiver, ibv_cq* recv_cq,
                       Buffer& out, Buffer& in, uint32_t count, uint32_t bytes, uint8_t seed) {
   for (uint32_t i = 0; i < count; ++i) {
-    ibv_sge sge = in.sge(std::size_t{i} * bytes, bytes);
-    ibv_recv_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (ibv_post_recv(receiver, &wr, &bad) != 0) return -1;
+    if (post_one_recv(receiver, nullptr, in, i, bytes) != 0) return -1;
     std::memset(out.data.data() + std::size_t{i} * bytes, static_cast<int>(seed + i), bytes);
   }
-  for (uint32_t i = 0; i < count; ++i) {
-    ibv_sge sge = out.sge(std::size_t{i} * bytes, bytes);
-    ibv_send_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    ibv_send_wr* bad = nullptr;
-    if (ibv_post_send(sender, &wr, &bad) != 0) return -1;
-  }
+  for (uint32_t i = 0; i < count; ++i)
+    if (post_one_send(sender, out, i, bytes) != 0) return -1;
   const long before = voluntary_switches();
   std::vector<ibv_wc> sent, received;
   const bool all_sent = wait_completions(send_cq, count, sent);
