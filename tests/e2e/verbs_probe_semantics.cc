@@ -529,12 +529,14 @@ long sends_and_sleeps(ibv_qp* sender, ibv_cq* send_cq, ibv_qp* receiver, ibv_cq*
 
 // A thread polling an empty CQ sleeps at its yield points only while at least 1 MiB of sends
 // is queued on the QPs completing into that CQ (provider/cq.cc, note_poll): 32 SENDs of 64 KiB
-// on a loopback pair, then 64 rounds of one 64-byte SEND. Prints the polling thread's sleeps
+// on a loopback pair (again, up to 5 times, until the poller slept), then 64 rounds of one
+// 64-byte SEND. Prints the polling thread's sleeps
 // (voluntary context switches) in each case; the data must arrive either way.
 int poll_sleep(ibv_context* ctx) {
   constexpr uint32_t kDeepCount = 32;
   constexpr uint32_t kDeepBytes = 64 * 1024;
   constexpr uint32_t kShallowRounds = 64;
+  constexpr uint32_t kDeepRounds = 5;
   ibv_pd* pd = ibv_alloc_pd(ctx);
   check(pd != nullptr, "alloc_pd");
   if (pd == nullptr) return 1;
@@ -553,8 +555,12 @@ int poll_sleep(ibv_context* ctx) {
                       connect_qp(receiver, sender->qp_num, gid, 0, 7, kStartPsn);
     check(made, "poll_sleep_setup");
     if (made) {
-      const long deep =
-          sends_and_sleeps(sender, send_cq, receiver, recv_cq, out, in, kDeepCount, kDeepBytes, 1);
+      // Up to kDeepRounds rounds, until one sleeps: a poller the host leaves unscheduled
+      // until every completion is in never reaches a yield point.
+      long deep = 0;
+      for (uint32_t round = 0; round < kDeepRounds && deep == 0; ++round)
+        deep = sends_and_sleeps(sender, send_cq, receiver, recv_cq, out, in, kDeepCount, kDeepBytes,
+                                static_cast<uint8_t>(round + 1));
       long shallow = 0;
       for (uint32_t round = 0; round < kShallowRounds && shallow >= 0; ++round) {
         const long s = sends_and_sleeps(sender, send_cq, receiver, recv_cq, out, in, 1, 64,
