@@ -148,7 +148,8 @@ void note_poll(bool found, Cq* cq) {
     const uint32_t sleep_us = poll_sleep_us();
     if (sleep_us != 0 && sends_queued_deep(cq)) {
       const int saved_errno = errno;
-      const timespec pause{0, static_cast<long>(sleep_us) * 1000};
+      const timespec pause{static_cast<time_t>(sleep_us / 1'000'000),
+                           static_cast<long>(sleep_us % 1'000'000) * 1000};
       nanosleep(&pause, nullptr);
       errno = saved_errno;
     } else {
