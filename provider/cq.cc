@@ -81,18 +81,17 @@ void shorten_slice_once() {
 
 // An empty poll's yield point may sleep instead of yielding: for XROCE_POLL_SLEEP_US
 // microseconds (0, the default: never; 20 measured best) when at least kQueuedBytesToSleep of
-// payload is posted and not yet
-// completed on the QPs that complete sends into the polled CQ. sched_yield gives the core only
-// to a thread queued on the same core, and under EEVDF not even always to that: a daemon worker
-// runnable on it, or woken onto it, waits behind the poller. With 1 MiB queued the next
-// completion is not urgent (about 0.6 ms of the device's rate on a 2-core host, several times a
-// sleep with its timer slack), and the core the poller leaves goes to the workers that produce
-// it: ib_write_bw and ib_read_bw 64 KB moved 24-43 % faster for a third of the poller's CPU
-// (bench/README.md, "A poller that sleeps"). A latency test has one small WQE outstanding, so it
-// never sleeps, nor does a thread that polls only receives. With 256 KiB instead, ib_write_bw
-// of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced why). Off by
-// default until a CI run's hang of the 1,000-QP program on a loaded host, once with it on and
-// never without, is understood (bench/README.md).
+// payload is posted and not yet completed on the QPs that complete sends into the polled CQ.
+// sched_yield gives the core only to a thread queued on the same core, and under EEVDF not even
+// always to that: a daemon worker runnable on it, or woken onto it, waits behind the poller. With 1
+// MiB queued the next completion is not urgent (about 0.6 ms of the device's rate on a 2-core host,
+// several times a sleep with its timer slack), and the core the poller leaves goes to the workers
+// that produce it: ib_write_bw and ib_read_bw 64 KB moved 24-43 % faster for a third of the
+// poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
+// outstanding, so it never sleeps, nor does a thread that polls only receives. With 256 KiB
+// instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced
+// why). Off by default until a CI run's hang of the 1,000-QP program on a loaded host, once with it
+// on and never without, is understood (bench/README.md).
 constexpr uint64_t kQueuedBytesToSleep = 1024 * 1024;
 constexpr uint32_t kPollSleepUs = 0;
 
@@ -102,8 +101,9 @@ uint32_t poll_sleep_us() {
 }
 
 // Payload bytes posted and not yet completed on the QPs whose send CQ is `cq`, counted until
-// `enough` (Qp::sq_bytes_before). Read without the QPs' locks: a stale value only changes
-// whether this one yield point sleeps.
+// `enough` (Qp::sq_bytes_before). Read without the QPs' locks, from the ring's published
+// producer index (stored after the bytes, so every WQE before it has its count): a stale value
+// only changes whether this one yield point sleeps.
 uint64_t send_bytes_queued(Cq* cq, uint64_t enough) {
   ContextState* state = to_context(cq->cq_ex.context)->state;
   ibv_cq* const ibcq = ibv_cq_ex_to_cq(&cq->cq_ex);
@@ -111,8 +111,8 @@ uint64_t send_bytes_queued(Cq* cq, uint64_t enough) {
   uint64_t n = 0;
   for (Qp* qp : state->qps) {
     if (qp->vqp.qp.send_cq != ibcq || !qp->sq.valid() || !qp->sq_bytes_before) continue;
+    const uint32_t next = qp->sq.header().producer.load(std::memory_order_acquire);
     const uint64_t posted = qp->sq_bytes_posted.load(std::memory_order_acquire);
-    const uint32_t next = __atomic_load_n(&qp->sq_next, __ATOMIC_RELAXED);
     const uint32_t completed = qp->sq.header().completed.load(std::memory_order_acquire);
     if (completed == next || next - completed > qp->sq.slot_count()) continue;
     n += posted -

@@ -119,8 +119,9 @@ struct Qp {
   uint32_t sq_next = 0;  // private producer indices
   uint32_t rq_next = 0;
   // Payload bytes posted to the send queue before each WQE (indexed by WQE index & mask) and
-  // in all, written under sq_lock as WQEs are published; read without it by a poller to know
-  // how much work the daemon has queued for this QP (cq.cc, note_poll). Atomic: lock-free.
+  // in all, written under sq_lock just before the WQEs are published (the ring's producer
+  // index); read without it by a poller to know how much work the daemon has queued for this QP
+  // (cq.cc, note_poll).
   std::unique_ptr<std::atomic<uint64_t>[]> sq_bytes_before;
   std::atomic<uint64_t> sq_bytes_posted{0};
   int doorbell_fd = -1;
