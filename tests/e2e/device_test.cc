@@ -46,6 +46,15 @@ class DeviceTest : public ::testing::Test {
     return host.exec(argv);
   }
 
+  // `verbs_probe xre0 MODE` on `host` with environment variable `name` set to `setting` (left
+  // unset when empty).
+  RunResult probe_with_setting(const Host& host, const std::string& mode, const std::string& name,
+                               const std::string& setting) {
+    std::vector<std::string> argv = {probe_bin(), "xre0", mode};
+    if (!setting.empty()) argv.insert(argv.begin(), {"env", name + "=" + setting});
+    return app(host, argv);
+  }
+
   nlohmann::json link_show(const Host& host) {
     auto r = host.exec({xroce_bin(), "link", "show", "--json"});
     return nlohmann::json::parse(r.output, nullptr, false);
@@ -383,6 +392,13 @@ TEST_F(DeviceTest, TransportVerbsMoveDataAndEnforceAccess) {
   }
 }
 
+// The text of `output` from the first `line` on ("" when there is none: sscanf then matches
+// nothing).
+const char* from_line(const std::string& output, const char* line) {
+  const auto at = output.find(line);
+  return at == std::string::npos ? "" : output.c_str() + at;
+}
+
 // A thread polling an empty CQ asks for a 100 us scheduler slice when it first yields its core
 // (provider/cq.cc: with the default slice each yield hands a nice-19 busy loop a whole slice);
 // XROCE_POLL_SLICE_US sets it, 0 leaves the thread alone, and a SCHED_BATCH thread is never
@@ -391,16 +407,13 @@ TEST_F(DeviceTest, APollingThreadAsksForAShortSchedulerSlice) {
   Host host("xre2e-slice", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);
   for (const std::string setting : {"", "0", "250"}) {
-    std::vector<std::string> argv = {probe_bin(), "xre0", "poll_slice"};
-    if (!setting.empty()) argv.insert(argv.begin(), {"env", "XROCE_POLL_SLICE_US=" + setting});
-    const auto r = app(host, argv);
+    const auto r = probe_with_setting(host, "poll_slice", "XROCE_POLL_SLICE_US", setting);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
     unsigned long long before = 0, after = 0, batch_before = 0, batch_after = 0;
-    const auto at = r.output.find("poll_slice other");
-    ASSERT_NE(at, std::string::npos) << r.output;
-    ASSERT_EQ(std::sscanf(r.output.c_str() + at, "poll_slice other %llu %llu batch %llu %llu",
-                          &before, &after, &batch_before, &batch_after),
+    ASSERT_EQ(std::sscanf(from_line(r.output, "poll_slice other"),
+                          "poll_slice other %llu %llu batch %llu %llu", &before, &after,
+                          &batch_before, &batch_after),
               4)
         << r.output;
     if (before == 0) GTEST_SKIP() << "the kernel reports no EEVDF slice (before Linux 6.12)";
@@ -421,16 +434,13 @@ TEST_F(DeviceTest, APollerSleepsOnlyWithAMegabyteOfSendsQueued) {
   Host host("xre2e-psleep", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);
   for (const std::string setting : {"20", "", "0"}) {
-    std::vector<std::string> argv = {probe_bin(), "xre0", "poll_sleep"};
-    if (!setting.empty()) argv.insert(argv.begin(), {"env", "XROCE_POLL_SLEEP_US=" + setting});
-    const auto r = app(host, argv);
+    const auto r = probe_with_setting(host, "poll_sleep", "XROCE_POLL_SLEEP_US", setting);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output.find("FAILED"), std::string::npos) << r.output;
     long deep = -1, shallow = -1;
-    const auto at = r.output.find("poll_sleep deep");
-    ASSERT_NE(at, std::string::npos) << r.output;
-    ASSERT_EQ(
-        std::sscanf(r.output.c_str() + at, "poll_sleep deep %ld shallow %ld", &deep, &shallow), 2)
+    ASSERT_EQ(std::sscanf(from_line(r.output, "poll_sleep deep"), "poll_sleep deep %ld shallow %ld",
+                          &deep, &shallow),
+              2)
         << r.output;
     if (setting == "20")
       EXPECT_GT(deep, 0) << "2 MiB queued: the poller sleeps\n" << r.output;
