@@ -29,7 +29,10 @@ namespace {
 
 constexpr uint32_t kMessageBytes = 64;
 constexpr int kPollBatch = 64;
-constexpr auto kRoundDeadline = std::chrono::seconds(120);
+// Shorter than the e2e harness's 120 s for the whole program, so that a round that hangs says
+// what it waits for (report_hang) instead of being killed silently.
+constexpr auto kRoundDeadline = std::chrono::seconds(60);
+constexpr uint32_t kQpsNamedInReport = 8;
 
 // What each side tells the other, then one QPN per QP.
 struct Hello {
@@ -288,8 +291,7 @@ class ManyQps {
     ibv_wc wc[kPollBatch];
     while (send_done < 2 * qps_ || receives_[r] < qps_) {
       if (std::chrono::steady_clock::now() > deadline) {
-        std::printf("round %u hung: %u of %u send completions, %u of %u receives\n", r, send_done,
-                    2 * qps_, receives_[r], qps_);
+        report_hang(r, send_done, writes, sends);
         return false;
       }
       const int ns = ibv_poll_cq(send_cq_, kPollBatch, wc);
@@ -307,6 +309,39 @@ class ManyQps {
       }
     }
     return true;
+  }
+
+  // What a hung round still waits for: the counts, then the first QPs missing a WRITE
+  // completion, a SEND completion or the peer's SEND, each with what ibv_query_qp says of it
+  // (the device's next send PSN and expected receive PSN: whether the transport got as far as
+  // the completion that is missing).
+  void report_hang(uint32_t r, uint32_t send_done, const std::vector<uint8_t>& writes,
+                   const std::vector<uint8_t>& sends) const {
+    std::printf("round %u hung: %u of %u send completions, %u of %u receives\n", r, send_done,
+                2 * qps_, receives_[r], qps_);
+    const auto name_missing = [&](const char* what, auto missing) {
+      uint32_t count = 0;
+      std::string first;
+      for (uint32_t q = 0; q < qps_; ++q) {
+        if (!missing(q)) continue;
+        if (count++ < kQpsNamedInReport) first += " " + describe(q);
+      }
+      if (count != 0) std::printf("  %u QPs without %s:%s\n", count, what, first.c_str());
+    };
+    name_missing("their WRITE completion", [&](uint32_t q) { return writes[q] == 0; });
+    name_missing("their SEND completion", [&](uint32_t q) { return sends[q] == 0; });
+    name_missing("the peer's SEND", [&](uint32_t q) { return received_[wr_id(q, r)] == 0; });
+    std::fflush(stdout);
+  }
+
+  std::string describe(uint32_t q) const {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    std::string d = std::to_string(q) + " (qpn " + std::to_string(qp_[q]->qp_num);
+    if (ibv_query_qp(qp_[q], &attr, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &init) != 0)
+      return d + ", query_qp failed)";
+    return d + " state " + std::to_string(attr.qp_state) + " sq_psn " +
+           std::to_string(attr.sq_psn) + " rq_psn " + std::to_string(attr.rq_psn) + ")";
   }
 
   bool take_send(const ibv_wc& wc, uint32_t r, std::vector<uint8_t>& writes,
