@@ -163,6 +163,8 @@ class ManyQps {
     }
     if (!barrier(tcp)) return 1;  // the peer's QPs are ready and hold every receive
     const auto start = std::chrono::steady_clock::now();
+    std::printf("many_qps: %u QPs connected in %.3f s\n", qps_,
+                std::chrono::duration<double>(start - created_).count());
     for (uint32_t r = 0; r < rounds_; ++r) {
       if (!round(r)) return 1;
     }
@@ -182,6 +184,7 @@ class ManyQps {
   }
 
   bool create() {
+    created_ = std::chrono::steady_clock::now();
     gid_index_ = ipv4_gid_index(ctx_, gid_);
     if (gid_index_ < 0) {
       std::printf("no IPv4 GID on port 1\n");
@@ -331,7 +334,6 @@ class ManyQps {
     name_missing("their WRITE completion", [&](uint32_t q) { return writes[q] == 0; });
     name_missing("their SEND completion", [&](uint32_t q) { return sends[q] == 0; });
     name_missing("the peer's SEND", [&](uint32_t q) { return received_[wr_id(q, r)] == 0; });
-    std::fflush(stdout);
   }
 
   std::string describe(uint32_t q) const {
@@ -403,6 +405,7 @@ class ManyQps {
   uint32_t peer_rkey_ = 0;
   uint64_t peer_target_ = 0;
   uint64_t verified_ = 0;
+  std::chrono::steady_clock::time_point created_;
   std::vector<uint8_t> received_ = std::vector<uint8_t>(size_t{qps_} * rounds_, 0);  // by wr_id
   std::vector<uint32_t> receives_ = std::vector<uint32_t>(rounds_, 0);               // per round
 };
@@ -428,10 +431,16 @@ int many_qps(ibv_context* ctx, int argc, char** argv) {
   const int tcp = server ? tcp_server(port) : tcp_client(argv[5], port);
   if (tcp < 0) return 1;
   int rc = 0;
+  std::chrono::steady_clock::time_point released;
   {
     ManyQps run(ctx, server ? 0 : 1, qps, rounds, bytes);
     rc = run.run(tcp);
+    released = std::chrono::steady_clock::now();
   }
+  // Where the time went when the harness's deadline ends a run: the teardown is a control call
+  // per object, each a round trip to the daemon's workers.
+  std::printf("many_qps: released %u QPs in %.3f s\n", qps,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count());
   close(tcp);
   return rc;
 }
