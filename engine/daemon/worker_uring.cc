@@ -90,11 +90,8 @@ void UringSleeper::unwatch_doorbell(int fd) {
 }
 
 void UringSleeper::submit_doorbell_change(int fd, bool watch) {
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  if (sqe == nullptr) {
-    io_uring_submit(&ring_);
-    sqe = io_uring_get_sqe(&ring_);
-  }
+  io_uring_sqe* sqe = next_sqe();
+  if (sqe == nullptr) return;
   const std::uint64_t tag = kTagDoorbell | static_cast<std::uint32_t>(fd);
   if (watch) {
     io_uring_prep_poll_multishot(sqe, fd, POLLIN);
@@ -106,8 +103,15 @@ void UringSleeper::submit_doorbell_change(int fd, bool watch) {
   io_uring_submit(&ring_);
 }
 
-void UringSleeper::arm_poll(int fd, std::uint64_t tag) {
+io_uring_sqe* UringSleeper::next_sqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (sqe != nullptr) return sqe;
+  (void)io_uring_submit(&ring_);
+  return io_uring_get_sqe(&ring_);
+}
+
+void UringSleeper::arm_poll(int fd, std::uint64_t tag) {
+  io_uring_sqe* sqe = next_sqe();
   if (sqe == nullptr) return;
   io_uring_prep_poll_add(sqe, fd, POLLIN);
   io_uring_sqe_set_data64(sqe, tag);
@@ -145,7 +149,7 @@ void UringSleeper::reap(Wakeup& woke) {
       std::uint64_t count = 0;
       if (cqe->res > 0) (void)!read(fd, &count, sizeof(count));  // the fd is non-blocking
       if ((cqe->flags & IORING_CQE_F_MORE) == 0 && doorbell_users_.contains(fd)) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        io_uring_sqe* sqe = next_sqe();
         if (sqe != nullptr) {
           io_uring_prep_poll_multishot(sqe, fd, POLLIN);
           io_uring_sqe_set_data64(sqe, tag);

@@ -52,6 +52,10 @@ class UringSleeper final : public Sleeper {
   std::optional<Wakeup> wait(const WaitSet& set, std::uint64_t wait_ns) override;
 
  private:
+  // A free SQE, submitting what is queued first when the SQ (kRingEntries) is full: a poll left
+  // unarmed for want of one would be a lost wakeup (the wake fd) or a doorbell no longer heard.
+  // nullptr only when the kernel takes nothing.
+  io_uring_sqe* next_sqe();
   void arm_poll(int fd, std::uint64_t tag);
   void submit_doorbell_change(int fd, bool watch);
   void reap(Wakeup& woke);
