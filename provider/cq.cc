@@ -90,8 +90,8 @@ void shorten_slice_once() {
 // poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
 // outstanding, so it never sleeps, nor does a thread that polls only receives. With 256 KiB
 // instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced
-// why). Off by default until a CI run's hang of the 1,000-QP program on a loaded host, once with it
-// on and never without, is understood (bench/README.md).
+// why). Off by default until a CI run's hang of the 1,000-QP program on a loaded host (one of three
+// fresh-clone CI runs with it on; none without) is understood (bench/README.md).
 constexpr uint64_t kQueuedBytesToSleep = 1024 * 1024;
 constexpr uint32_t kPollSleepUs = 0;
 
