@@ -324,6 +324,14 @@ class Device {
   // Runs fn on the QP's transport core, wherever it lives.
   void with_core(QueuePair& qp, const std::function<void(transport::Qp&)>& fn);
 
+  // Request PSNs all of this device's RC QPs may have unacknowledged together: a quarter of
+  // the frames a peer's AF_XDP receive ring holds at a 4096-byte MTU (AfXdpPortConfig::
+  // umem_frames / 2 = 2,048 chunks of 4 KiB, and such a frame takes two: 1,024 frames), so a
+  // peer whose worker falls behind for a while still has room for its own requests' ACKs and
+  // responses and other devices' traffic instead of dropping and making every QP go back N at
+  // once. Measured between two namespaces (ib_write_bw -q 1000, 4096-byte MTU): 512 still let
+  // the peer's ring drop (157 frames in one run), 256 did not; one QP's window (128) is below it.
+  static constexpr std::uint32_t kInflightBudgetPsns = 256;
   // What all of this device's RC QPs may have unacknowledged together (kInflightBudgetPsns).
   transport::InflightBudget& inflight_budget() { return *inflight_budget_; }
   const std::map<uint32_t, MemoryRegion>& memory_regions() const { return mrs_; }
@@ -354,14 +362,6 @@ class Device {
   uint64_t node_guid_;
   MemoryAccessFactory memory_;
   transport::KeyBits key_bits_;
-  // Request PSNs all of this device's RC QPs may have unacknowledged together: a quarter of
-  // the frames a peer's AF_XDP receive ring holds at a 4096-byte MTU (AfXdpPortConfig::
-  // umem_frames / 2 = 2,048 chunks of 4 KiB, and such a frame takes two: 1,024 frames), so a
-  // peer whose worker falls behind for a while still has room for its own requests' ACKs and
-  // responses and other devices' traffic instead of dropping and making every QP go back N at
-  // once. Measured between two namespaces (ib_write_bw -q 1000, 4096-byte MTU): 512 still let
-  // the peer's ring drop (157 frames in one run), 256 did not; one QP's window (128) is below it.
-  static constexpr std::uint32_t kInflightBudgetPsns = 256;
   std::shared_ptr<transport::InflightBudget> inflight_budget_ =
       std::make_shared<transport::InflightBudget>(kInflightBudgetPsns);
   QpRunner* runner_ = nullptr;

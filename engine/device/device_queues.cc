@@ -458,11 +458,7 @@ Result<uint32_t, int> Device::create_qp(ClientId owner, const QpRequest& r) {
   config.limits.max_pkeys = limits_.max_pkeys;
   config.xrc = domain;
   config.inflight_budget = inflight_budget_;
-  config.adaptive_rto_floor_ns = transport::kDaemonAdaptiveRtoFloorNs;
-  config.resend_probe_floor_ns = transport::kDaemonResendProbeFloorNs;
-  config.loss_window_min_psns = transport::kDaemonLossWindowMinPsns;
-  config.tail_probe_floor_ns = transport::kDaemonTailProbeFloorNs;
-  config.lossy_tail_probe_floor_ns = transport::kDaemonLossyTailProbeFloorNs;
+  transport::use_daemon_timers_and_windows(config);
   auto core =
       std::make_unique<transport::Qp>(config, pd != nullptr ? *pd->regions : *domain->no_regions,
                                       shared == nullptr ? nullptr : shared->srq.get());

@@ -142,6 +142,17 @@ struct QpConfig {
   std::shared_ptr<InflightBudget> inflight_budget;
 };
 
+// The timers and windows of the daemon's RC QPs (the kDaemon* values above), set on `config`:
+// engine/device creates every QP with them, and the in-process benchmark uses them so that its
+// figures are the daemon's (bench/datapath_bench.cc).
+inline void use_daemon_timers_and_windows(QpConfig& config) {
+  config.adaptive_rto_floor_ns = kDaemonAdaptiveRtoFloorNs;
+  config.resend_probe_floor_ns = kDaemonResendProbeFloorNs;
+  config.loss_window_min_psns = kDaemonLossWindowMinPsns;
+  config.tail_probe_floor_ns = kDaemonTailProbeFloorNs;
+  config.lossy_tail_probe_floor_ns = kDaemonLossyTailProbeFloorNs;
+}
+
 // kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);
 // it completes with `status` once every WQE before it has completed.
 enum class WqeStage : std::uint8_t { kPosted, kStarted, kExecuted, kDone };
