@@ -5,10 +5,14 @@
 // cross-memory attach into this process. One thread runs the two workers turn by turn, as the
 // simulator does, so a figure depends on the code, not on wakeups or the scheduler.
 //
-// BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers).
+// BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers). The
+// cases ending in /qN run N connected QPs on the same two workers, each over its own part of
+// the buffers (as perftest -q N does), with the daemon's device-wide in-flight budget and its
+// QP timers and windows: what many QPs cost a worker, apart from the host.
 //
-// Reports, per case (operation / message bytes / DMA path, MTU 4096, 32 messages in flight),
-// per data packet (WRITE: request packets; READ: response packets):
+// Reports, per case (operation / message bytes / DMA path [/ QPs], MTU 4096, 32 messages in
+// flight, or one per QP where there are more QPs), per data packet (WRITE: request packets;
+// READ: response packets):
 //   cpu_ns_per_pkt   the benchmark thread's CPU time (the figure on a shared host)
 //   wall_ns_per_pkt  wall time (adds what other processes took from this thread)
 //   frames_per_pkt   frames through the port (ACKs and READ requests included)
@@ -29,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +50,7 @@
 #endif
 
 #include "daemon/worker.h"
+#include "device/device.h"
 #include "device/dma.h"
 #include "transport/memory.h"
 #include "xroce/fd.h"
@@ -55,8 +61,9 @@ namespace {
 using namespace xroce;
 using daemon::Worker;
 
-constexpr std::size_t kBufferBytes = 1 << 22;  // each side's registered buffer
-constexpr std::uint32_t kInFlight = 32;        // messages posted and not yet completed
+constexpr std::size_t kBufferBytes = 1 << 22;  // each side's registered buffer, at least
+constexpr std::uint32_t kInFlight = 32;  // messages posted and not yet completed over all QPs, or
+                                         // one per QP where there are more
 constexpr std::uint64_t kLineRateMbps = 100'000;
 
 // --no-lend: the port lends no transmit buffers (the worker's own batch buffers, copied).
@@ -161,14 +168,15 @@ class SpinningSleeper final : public daemon::Sleeper {
   }
 };
 
-// The application's side of one QP: keeps kInFlight copies of one work request posted.
+// The application's side of one QP: keeps `in_flight` copies of one work request posted.
 class RepeatBinding final : public daemon::QpBinding {
  public:
-  RepeatBinding(transport::WorkRequest wr, wire::FrameAddress av) : wr_(std::move(wr)), av_(av) {}
+  RepeatBinding(transport::WorkRequest wr, wire::FrameAddress av, std::uint32_t in_flight)
+      : wr_(std::move(wr)), av_(av), in_flight_(in_flight) {}
   bool pull_work_on_worker(transport::Qp& qp) override {
     if (!posting) return false;
     bool any = false;
-    while (posted - completed < kInFlight) {
+    while (posted - completed < in_flight_) {
       wr_.wr_id = posted++;
       if (qp.post_send(wr_) != 0) std::abort();
       any = true;
@@ -190,6 +198,7 @@ class RepeatBinding final : public daemon::QpBinding {
  private:
   transport::WorkRequest wr_;
   wire::FrameAddress av_;
+  std::uint32_t in_flight_;
 };
 
 enum class Op { kWrite, kRead };
@@ -199,18 +208,27 @@ struct Case {
   Op op;
   std::uint32_t bytes;
   Dma dma;
+  std::uint32_t qps = 1;
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
-           (dma == Dma::kShared ? "shared" : "cma");
+           (dma == Dma::kShared ? "shared" : "cma") +
+           (qps > 1 ? "/q" + std::to_string(qps) : std::string());
+  }
+  // Messages each QP keeps posted.
+  std::uint32_t in_flight_per_qp() const { return std::max(1u, kInFlight / qps); }
+  // Each side's buffer: a message's room per QP (QP i at i * bytes).
+  std::size_t buffer_bytes() const {
+    return std::max(kBufferBytes, static_cast<std::size_t>(qps) * bytes);
   }
 };
 
 const std::vector<Case> kCases = {
-    {Op::kWrite, 64, Dma::kShared},    {Op::kWrite, 64, Dma::kCma},
-    {Op::kWrite, 4096, Dma::kShared},  {Op::kWrite, 4096, Dma::kCma},
-    {Op::kWrite, 65536, Dma::kShared}, {Op::kWrite, 65536, Dma::kCma},
-    {Op::kRead, 4096, Dma::kShared},   {Op::kRead, 65536, Dma::kShared},
-    {Op::kRead, 65536, Dma::kCma},
+    {Op::kWrite, 64, Dma::kShared},          {Op::kWrite, 64, Dma::kCma},
+    {Op::kWrite, 4096, Dma::kShared},        {Op::kWrite, 4096, Dma::kCma},
+    {Op::kWrite, 65536, Dma::kShared},       {Op::kWrite, 65536, Dma::kCma},
+    {Op::kRead, 4096, Dma::kShared},         {Op::kRead, 65536, Dma::kShared},
+    {Op::kRead, 65536, Dma::kCma},           {Op::kWrite, 65536, Dma::kShared, 64},
+    {Op::kWrite, 65536, Dma::kShared, 1000},
 };
 
 // The pidfd the DMA layer polls to learn that the client process exited. valgrind 3.19
@@ -231,10 +249,16 @@ struct Side {
   std::shared_ptr<device::ProcessMemory> memory;
   std::unique_ptr<transport::MemoryRegionTable> mrs;
   std::uint8_t* buffer = nullptr;
+  std::size_t buffer_bytes = 0;
   transport::MemoryRegion mr;
-  RepeatBinding* binding = nullptr;
+  std::vector<RepeatBinding*> bindings;  // one per QP, in QP order
+  // The device's bound on its RC QPs' unacknowledged PSNs (engine/device/device.h): the grants
+  // it deals decide which of many QPs send. Its release hook is not set: the benchmark's workers
+  // never sleep, and each turn looks at the QPs waiting for it.
+  std::shared_ptr<transport::InflightBudget> budget =
+      std::make_shared<transport::InflightBudget>(device::Device::kInflightBudgetPsns);
 
-  Side(Dma dma, std::unique_ptr<MemoryPort> p) {
+  Side(Dma dma, std::size_t bytes, std::unique_ptr<MemoryPort> p) : buffer_bytes(bytes) {
     port = p.get();
     daemon::WorkerConfig wc;
     wc.routes = &routes;
@@ -245,23 +269,23 @@ struct Side {
     worker = std::make_unique<Worker>(std::move(wc));
     worker->attach_to_this_thread();
     void* b =
-        mmap(nullptr, kBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) std::abort();
     buffer = static_cast<std::uint8_t*>(b);
-    std::memset(buffer, 0x5A, kBufferBytes);
+    std::memset(buffer, 0x5A, buffer_bytes);
     memory = std::make_shared<device::ProcessMemory>(
         getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
         Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
     if (dma == Dma::kShared) {
-      const int memfd = control::share_region(buffer, kBufferBytes);
+      const int memfd = control::share_region(buffer, buffer_bytes);
       if (memfd < 0 ||
-          memory->add_shared(memfd, reinterpret_cast<std::uint64_t>(buffer), kBufferBytes) != 0) {
+          memory->add_shared(memfd, reinterpret_cast<std::uint64_t>(buffer), buffer_bytes) != 0) {
         std::fprintf(stderr, "bench_datapath: the shared mapping could not be set up\n");
         std::exit(1);
       }
     }
     mrs = std::make_unique<transport::MemoryRegionTable>(*memory);
-    mr = mrs->register_region(reinterpret_cast<std::uint64_t>(buffer), kBufferBytes,
+    mr = mrs->register_region(reinterpret_cast<std::uint64_t>(buffer), buffer_bytes,
                               transport::access::kLocalWrite | transport::access::kRemoteWrite |
                                   transport::access::kRemoteRead);
   }
@@ -269,9 +293,15 @@ struct Side {
     worker.reset();  // its QP uses the memory below
     mrs.reset();
     memory.reset();
-    munmap(buffer, kBufferBytes);
+    munmap(buffer, buffer_bytes);
   }
   std::uint64_t addr() const { return reinterpret_cast<std::uint64_t>(buffer); }
+  std::uint64_t completed() const {
+    std::uint64_t n = 0;
+    for (const RepeatBinding* b : bindings)
+      n += b->completed;
+    return n;
+  }
 };
 
 wire::FrameAddress address(std::uint8_t src, std::uint8_t dst) {
@@ -312,30 +342,36 @@ struct Bench {
     auto pb = std::make_unique<MemoryPort>();
     pa->peer = pb.get();
     pb->peer = pa.get();
-    a = std::make_unique<Side>(c.dma, std::move(pa));
-    b = std::make_unique<Side>(c.dma, std::move(pb));
-    const wire::Qpn qa(0x11), qb(0x22);
-    transport::WorkRequest wr;
-    wr.opcode =
-        c.op == Op::kWrite ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kRdmaRead;
-    wr.send_flags = transport::send_flags::kSignaled;
-    wr.sg_list = {transport::Sge{a->addr(), c.bytes, a->mr.lkey}};
-    wr.remote_addr = b->addr();
-    wr.rkey = b->mr.rkey;
-    place(*a, qa, qb, address(1, 2), wr, true);
-    place(*b, qb, qa, address(2, 1), wr, false);
+    a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa));
+    b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb));
+    for (std::uint32_t i = 0; i < c.qps; ++i) {
+      const wire::Qpn qa(0x11 + i), qb(0x100000 + i);
+      const std::uint64_t offset = static_cast<std::uint64_t>(i) * c.bytes;
+      transport::WorkRequest wr;
+      wr.opcode =
+          c.op == Op::kWrite ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kRdmaRead;
+      wr.send_flags = transport::send_flags::kSignaled;
+      wr.sg_list = {transport::Sge{a->addr() + offset, c.bytes, a->mr.lkey}};
+      wr.remote_addr = b->addr() + offset;
+      wr.rkey = b->mr.rkey;
+      place(c, *a, qa, qb, address(1, 2), wr, true);
+      place(c, *b, qb, qa, address(2, 1), wr, false);
+    }
   }
 
-  static void place(Side& s, wire::Qpn qpn, wire::Qpn peer, const wire::FrameAddress& av,
-                    const transport::WorkRequest& wr, bool posting) {
+  // Each QP as the daemon configures it: its timers and windows, and the device's budget.
+  static void place(const Case& c, Side& s, wire::Qpn qpn, wire::Qpn peer,
+                    const wire::FrameAddress& av, const transport::WorkRequest& wr, bool posting) {
     transport::QpConfig cfg;
     cfg.qpn = qpn;
-    cfg.max_send_wr = kInFlight;
+    cfg.max_send_wr = c.in_flight_per_qp();
+    transport::use_daemon_timers_and_windows(cfg);
+    cfg.inflight_budget = s.budget;
     auto qp = std::make_unique<transport::Qp>(cfg, *s.mrs);
     connect(*qp, peer);
-    auto binding = std::make_unique<RepeatBinding>(wr, av);
+    auto binding = std::make_unique<RepeatBinding>(wr, av, c.in_flight_per_qp());
     binding->posting = posting;
-    s.binding = binding.get();
+    s.bindings.push_back(binding.get());
     s.routes.set(qpn, 0);
     s.worker->add_qp_on_worker(daemon::HostedQp{std::move(qp), std::move(binding)});
   }
@@ -343,6 +379,11 @@ struct Bench {
   void turn() {
     a->worker->run_once_on_worker();
     b->worker->run_once_on_worker();
+  }
+  // Buffers faulted in, windows open, and every QP past its first messages.
+  void warm_up(const Case& c) {
+    for (std::uint32_t i = 0; i < std::max(1000u, 10 * c.qps); ++i)
+      turn();
   }
   // Data packets so far: WRITE requests (a's frames) or READ responses (b's frames).
   std::uint64_t data_packets(Op op) const {
@@ -360,10 +401,9 @@ std::uint64_t clock_ns(clockid_t clock) {
 
 void BM_Datapath(benchmark::State& state, Case c) {
   Bench bench(c);
-  for (int i = 0; i < 1000; ++i)  // warm-up: buffers faulted in, the window open
-    bench.turn();
+  bench.warm_up(c);
   const std::uint64_t packets0 = bench.data_packets(c.op), frames0 = bench.frames();
-  const std::uint64_t done0 = bench.a->binding->completed;
+  const std::uint64_t done0 = bench.a->completed();
   const std::uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = clock_ns(CLOCK_MONOTONIC);
   for (auto _ : state)
     bench.turn();
@@ -375,7 +415,7 @@ void BM_Datapath(benchmark::State& state, Case c) {
     state.SkipWithError("no packet moved");
     return;
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(bench.a->binding->completed - done0) * c.bytes);
+  state.SetBytesProcessed(static_cast<std::int64_t>(bench.a->completed() - done0) * c.bytes);
   // CPU time is the figure on a shared host; wall time adds what other processes took. With
   // several threads (worker pairs) each figure is the threads' average; bytes_per_second is
   // their sum.
@@ -386,27 +426,45 @@ void BM_Datapath(benchmark::State& state, Case c) {
 }
 
 // --packets=N --case=NAME: exactly N data packets of one case with callgrind collecting (and
-// nothing else), after a warm-up; prints what ran.
-int run_counted(std::string_view name, std::uint64_t packets) {
-  for (const Case& c : kCases) {
-    if (c.name() != name) continue;
-    Bench bench(c);
-    for (int i = 0; i < 1000; ++i)
-      bench.turn();
-    const std::uint64_t start = bench.data_packets(c.op), frames0 = bench.frames();
-    std::uint64_t turns = 0;
-    CALLGRIND_TOGGLE_COLLECT;
-    while (bench.data_packets(c.op) - start < packets) {
-      bench.turn();
-      ++turns;
-    }
-    CALLGRIND_TOGGLE_COLLECT;
-    std::printf("case %s data_packets %llu frames %llu turns %llu\n", c.name().c_str(),
-                static_cast<unsigned long long>(bench.data_packets(c.op) - start),
-                static_cast<unsigned long long>(bench.frames() - frames0),
-                static_cast<unsigned long long>(turns));
-    return 0;
+// nothing else), after a warm-up; prints what ran. --case=all runs every case in turn (ctest's
+// bench.datapath_cases: each case moves its packets and completes every message it posts, or
+// the program fails). A case that stops moving packets fails rather than spin.
+int run_counted_case(const Case& c, std::uint64_t packets) {
+  Bench bench(c);
+  bench.warm_up(c);
+  const std::uint64_t start = bench.data_packets(c.op), frames0 = bench.frames();
+  const std::uint64_t max_turns = 1000 + packets * 10;  // a turn moves about 32 packets
+  std::uint64_t turns = 0;
+  CALLGRIND_TOGGLE_COLLECT;
+  while (bench.data_packets(c.op) - start < packets && turns < max_turns) {
+    bench.turn();
+    ++turns;
   }
+  CALLGRIND_TOGGLE_COLLECT;
+  const std::uint64_t moved = bench.data_packets(c.op) - start;
+  std::printf("case %s data_packets %llu frames %llu turns %llu\n", c.name().c_str(),
+              static_cast<unsigned long long>(moved),
+              static_cast<unsigned long long>(bench.frames() - frames0),
+              static_cast<unsigned long long>(turns));
+  if (moved < packets) {
+    std::fprintf(stderr, "bench_datapath: case %s moved %llu of %llu packets in %llu turns\n",
+                 c.name().c_str(), static_cast<unsigned long long>(moved),
+                 static_cast<unsigned long long>(packets), static_cast<unsigned long long>(turns));
+    return 1;
+  }
+  return 0;
+}
+
+int run_counted(std::string_view name, std::uint64_t packets) {
+  int rc = 0;
+  for (const Case& c : kCases) {
+    if (name == "all") {
+      rc |= run_counted_case(c, packets);
+    } else if (c.name() == name) {
+      return run_counted_case(c, packets);
+    }
+  }
+  if (name == "all") return rc;
   std::fprintf(stderr, "bench_datapath: no case %.*s; cases:", static_cast<int>(name.size()),
                name.data());
   for (const Case& c : kCases)
