@@ -8,7 +8,9 @@
 // BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers). The
 // cases ending in /qN run N connected QPs on the same two workers, each over its own part of
 // the buffers (as perftest -q N does), with the daemon's device-wide in-flight budget and its
-// QP timers and windows: what many QPs cost a worker, apart from the host.
+// QP timers and windows: what many QPs cost a worker, apart from the host. /q1000/samebuf runs
+// the 1,000 QPs over the same 64 KiB on each side, which the caches hold: against /q1000 it
+// tells the cost of the QPs from the cost of the memory they move.
 //
 // Reports, per case (operation / message bytes / DMA path [/ QPs], MTU 4096, 32 messages in
 // flight, or one per QP where there are more QPs), per data packet (WRITE: request packets;
@@ -209,16 +211,20 @@ struct Case {
   std::uint32_t bytes;
   Dma dma;
   std::uint32_t qps = 1;
+  bool same_buffer = false;  // every QP over the first message's room instead of its own
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
            (dma == Dma::kShared ? "shared" : "cma") +
-           (qps > 1 ? "/q" + std::to_string(qps) : std::string());
+           (qps > 1 ? "/q" + std::to_string(qps) : std::string()) + (same_buffer ? "/samebuf" : "");
+  }
+  std::uint64_t offset_of_qp(std::uint32_t i) const {
+    return same_buffer ? 0 : static_cast<std::uint64_t>(i) * bytes;
   }
   // Messages each QP keeps posted.
   std::uint32_t in_flight_per_qp() const { return std::max(1u, kInFlight / qps); }
   // Each side's buffer: a message's room per QP (QP i at i * bytes).
   std::size_t buffer_bytes() const {
-    return std::max(kBufferBytes, static_cast<std::size_t>(qps) * bytes);
+    return std::max(kBufferBytes, static_cast<std::size_t>(same_buffer ? 1 : qps) * bytes);
   }
 };
 
@@ -228,7 +234,7 @@ const std::vector<Case> kCases = {
     {Op::kWrite, 65536, Dma::kShared},       {Op::kWrite, 65536, Dma::kCma},
     {Op::kRead, 4096, Dma::kShared},         {Op::kRead, 65536, Dma::kShared},
     {Op::kRead, 65536, Dma::kCma},           {Op::kWrite, 65536, Dma::kShared, 64},
-    {Op::kWrite, 65536, Dma::kShared, 1000},
+    {Op::kWrite, 65536, Dma::kShared, 1000}, {Op::kWrite, 65536, Dma::kShared, 1000, true},
 };
 
 // The pidfd the DMA layer polls to learn that the client process exited. valgrind 3.19
@@ -346,7 +352,7 @@ struct Bench {
     b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb));
     for (std::uint32_t i = 0; i < c.qps; ++i) {
       const wire::Qpn qa(0x11 + i), qb(0x100000 + i);
-      const std::uint64_t offset = static_cast<std::uint64_t>(i) * c.bytes;
+      const std::uint64_t offset = c.offset_of_qp(i);
       transport::WorkRequest wr;
       wr.opcode =
           c.op == Op::kWrite ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kRdmaRead;
