@@ -170,11 +170,14 @@ class SpinningSleeper final : public daemon::Sleeper {
   }
 };
 
-// The application's side of one QP: keeps `in_flight` copies of one work request posted.
+// The application's side of one QP: keeps `in_flight` copies of one work request posted. As the
+// provider does, it sets its QP's ready bit (include/xroce/queues.h) when it has work, here when
+// a completion frees room for another post, so the worker pulls only the QPs that have some.
 class RepeatBinding final : public daemon::QpBinding {
  public:
-  RepeatBinding(transport::WorkRequest wr, wire::FrameAddress av, std::uint32_t in_flight)
-      : wr_(std::move(wr)), av_(av), in_flight_(in_flight) {}
+  RepeatBinding(transport::WorkRequest wr, wire::FrameAddress av, std::uint32_t in_flight,
+                daemon::ReadyBit ready)
+      : wr_(std::move(wr)), av_(av), in_flight_(in_flight), ready_(ready) {}
   bool pull_work_on_worker(transport::Qp& qp) override {
     if (!posting) return false;
     bool any = false;
@@ -189,7 +192,9 @@ class RepeatBinding final : public daemon::QpBinding {
   void complete_on_worker(const transport::Completion& c) override {
     if (c.status != transport::WcStatus::kSuccess) std::abort();  // a benchmark of failures is none
     ++completed;
+    if (posting) daemon::ReadyRings::mark_ready(ready_);
   }
+  daemon::ReadyBit ready_bit_on_worker() const override { return ready_; }
   void event_on_worker(const transport::AsyncEvent&) override {}
   const wire::FrameAddress* address_on_worker(std::uint32_t) override { return &av_; }
 
@@ -201,6 +206,7 @@ class RepeatBinding final : public daemon::QpBinding {
   transport::WorkRequest wr_;
   wire::FrameAddress av_;
   std::uint32_t in_flight_;
+  daemon::ReadyBit ready_;
 };
 
 enum class Op { kWrite, kRead };
@@ -258,6 +264,8 @@ struct Side {
   std::size_t buffer_bytes = 0;
   transport::MemoryRegion mr;
   std::vector<RepeatBinding*> bindings;  // one per QP, in QP order
+  // The ready bits of the side's "context", bit i for QP i (kReadyBits of them).
+  std::unique_ptr<queues::ContextPage> page = std::make_unique<queues::ContextPage>();
   // The device's bound on its RC QPs' unacknowledged PSNs (engine/device/device.h): the grants
   // it deals decide which of many QPs send. Its release hook is not set: the benchmark's workers
   // never sleep, and each turn looks at the QPs waiting for it.
@@ -375,7 +383,8 @@ struct Bench {
     cfg.inflight_budget = s.budget;
     auto qp = std::make_unique<transport::Qp>(cfg, *s.mrs);
     connect(*qp, peer);
-    auto binding = std::make_unique<RepeatBinding>(wr, av, c.in_flight_per_qp());
+    const daemon::ReadyBit ready{s.page.get(), static_cast<std::uint32_t>(s.bindings.size())};
+    auto binding = std::make_unique<RepeatBinding>(wr, av, c.in_flight_per_qp(), ready);
     binding->posting = posting;
     s.bindings.push_back(binding.get());
     s.routes.set(qpn, 0);
