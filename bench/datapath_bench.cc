@@ -442,13 +442,13 @@ void BM_Datapath(benchmark::State& state, Case c) {
 
 // --packets=N --case=NAME: exactly N data packets of one case with callgrind collecting (and
 // nothing else), after a warm-up; prints what ran. --case=all runs every case in turn (ctest's
-// bench.datapath_cases: each case moves its packets and completes every message it posts, or
-// the program fails). A case that stops moving packets fails rather than spin.
+// bench.datapath_cases: every case must move its packets, and every completion must be a
+// success, or the program fails). A case that stops moving packets fails rather than spin.
 int run_counted_case(const Case& c, std::uint64_t packets) {
   Bench bench(c);
   bench.warm_up(c);
   const std::uint64_t start = bench.data_packets(c.op), frames0 = bench.frames();
-  const std::uint64_t max_turns = 1000 + packets * 10;  // a turn moves about 32 packets
+  const std::uint64_t max_turns = 1000 + packets * 10;  // far beyond need: a turn moves 16-250
   std::uint64_t turns = 0;
   CALLGRIND_TOGGLE_COLLECT;
   while (bench.data_packets(c.op) - start < packets && turns < max_turns) {
