@@ -16,7 +16,7 @@
 # IMPAIR=device joins the namespaces with one veth and has each device drop LOSS of the packets it
 # receives (`xroce impair`) instead: no switch, so the rate is the devices' own, and the
 # switch line gives way to rx_impair_drops.
-#   [IMPAIR=switch|device] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   [IMPAIR=switch|device] [PORTS="afxdp udp"] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -26,6 +26,7 @@ seconds=${2:-5}
 shift 2 || shift $# || true
 losses=("$@")
 impair=${IMPAIR:-switch}
+read -r -a kinds <<<"${PORTS:-afxdp udp}"
 [[ $impair == switch || $impair == device ]] || { echo "IMPAIR is switch or device" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 bin=$(cd "$build/bin" && pwd)
@@ -108,8 +109,9 @@ counters() {  # the repair counters of both devices together
   done
 }
 
-# Until killed: every half second, the largest rtt_peak_us and rtt_us of the requester QPs (those
-# that measured a round trip) of device $2 in namespace $1, one "peak smoothed" line each.
+# Until killed: every half second, the largest rtt_peak_us and rtt_us and the smallest rtt_min_us
+# of the requester QPs (those that measured a round trip) of device $2 in namespace $1, one
+# "peak smoothed min" line each.
 sample_rtt() {  # namespace, device
   while :; do
     in_ns "$1" "$xroce" qp show "$2" --json 2>/dev/null | /usr/bin/python3 -c '
@@ -121,13 +123,15 @@ except ValueError:
 qps = qps.get("qps", []) if isinstance(qps, dict) else qps
 timed = [q for q in qps if q.get("rtt_samples", 0) > 0]
 if timed:
-    print(max(q["rtt_peak_us"] for q in timed), max(q["rtt_us"] for q in timed))
+    print(max(q["rtt_peak_us"] for q in timed), max(q["rtt_us"] for q in timed),
+          min(q["rtt_min_us"] for q in timed))
 ' || true
     sleep 0.5  # a sampling period, not a wait for a condition
   done
 }
 rtt_summary() {  # file of sample_rtt lines
-  awk '{ if ($1 > p) p = $1; if ($2 > s) s = $2 } END { printf "rtt_peak_us %.0f rtt_us %.0f", p, s }' "$1"
+  awk '{ if ($1 > p) p = $1; if ($2 > s) s = $2; if (NR == 1 || $3 < m) m = $3 }
+    END { printf "rtt_peak_us %.0f rtt_us %.0f rtt_min_us %.0f", p, s, m }' "$1"
 }
 
 # One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
@@ -148,9 +152,9 @@ bandwidth() {  # program
 }
 
 echo "impair: $impair; load: $(uptime)"
-for kind in afxdp udp; do
-  in_ns "$ns_a" "$xroce" link add xbl0 netdev va port $kind queues 1 >/dev/null
-  in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port $kind queues 1 >/dev/null
+for kind in "${kinds[@]}"; do
+  in_ns "$ns_a" "$xroce" link add xbl0 netdev va port "$kind" queues 1 >/dev/null
+  in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port "$kind" queues 1 >/dev/null
   for loss in "${losses[@]}"; do
     if [[ $impair == switch ]]; then
       start_switch "$loss"
