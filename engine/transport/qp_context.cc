@@ -165,9 +165,16 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   // (QpConfig::lossy_tail_probe_floor_ns). Not while other QPs of the device wait for its
   // InflightBudget: then the silence is the queue of a device that has more to send than it
   // lets out, and the RTO (whose expiry still probes first) is the timer.
+  // The resend probe that follows a tail probe's partial answer on a clean link (the loss window
+  // at its top: no loss seen) waits at least the tail probe's floor: there the silence was most
+  // likely a stall whose ACKs are still draining, not a loss.
   if (rtt.samples() != 0) {
     if (resend_probe && config.resend_probe_floor_ns != 0) {
-      rto_ns = std::min(rto_ns, std::max(config.resend_probe_floor_ns, 4 * rtt.min_ns()));
+      const std::uint64_t floor_ns =
+          tail_probe && !loss_window.reduced()
+              ? std::max(config.resend_probe_floor_ns, config.tail_probe_floor_ns)
+              : config.resend_probe_floor_ns;
+      rto_ns = std::min(rto_ns, std::max(floor_ns, 4 * rtt.min_ns()));
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
                last_sent_ackreq && !budget_contended() && tail_probe_is_cheap()) {
       const bool lossy = config.lossy_tail_probe_floor_ns != 0 && loss_window.reduced();

@@ -71,17 +71,22 @@ inline constexpr std::uint64_t kAdaptiveRtoFloorNs = 200'000;
 // covers the stalls before the first peak is measured (a QP's start). Still 6.7 times shorter
 // than perftest's 67 ms Local ACK Timeout (bench/README.md, "Loss").
 inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
-// The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns): only after a NAK, so
-// a stall longer than this costs one needless go-back-N there, never a resend on a clean link.
-inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 2'000'000;
-// The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns): the resend probe's, as
-// a needless probe costs one packet.
-inline constexpr std::uint64_t kDaemonTailProbeFloorNs = kDaemonResendProbeFloorNs;
+// The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns): a needless probe costs
+// one packet, and on a clean link this host's stalls outlast anything much shorter.
+inline constexpr std::uint64_t kDaemonTailProbeFloorNs = 2'000'000;
 // The daemon's tail probe floor while a QP's path loses packets (QpConfig::
 // lossy_tail_probe_floor_ns). At 2 % loss on the device's own rate (bench/README.md "Loss"),
 // about one NAK in fifty is lost and each waited for the tail probe's peak-sized timer (4-5 ms
 // on this host): a quarter of the time.
 inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 500'000;
+// The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns): the lossy tail
+// probe's, since it runs only after a NAK, on a path that has just lost a packet; a clean link
+// never starts it. Its expiry goes back N once more, so a stall longer than this costs one
+// needless go-back-N on a lossy path. At 2 ms a READ at 2 % loss spent 0.8-0.9 s of every 5 s
+// in it (380-460 expiries: a lost re-request or a replay's last response); at 500 us the
+// simulator's READ at 2 % loss with stalls moves 18 % more (bench/README.md "Loss";
+// SimWorkload.AtTheDaemonsTimersTheResendProbeWaitsForTheLossyFloor).
+inline constexpr std::uint64_t kDaemonResendProbeFloorNs = kDaemonLossyTailProbeFloorNs;
 
 // The daemon's floor of the loss window (QpConfig::loss_window_min_psns): 32 PSNs, 128 KiB at a
 // 4096-byte MTU. On the wire at 2 % loss (bench/README.md "Loss") a fixed window of 32 kept the
@@ -121,10 +126,10 @@ struct QpConfig {
   // whole window (in the spirit of TCP's tail loss probe, RFC 8985 7). Its answer tells lost
   // ACKs (the responder has everything: a duplicate is re-ACKed up to what it executed,
   // rxe_resp.c duplicate_request) from lost requests (what is acknowledged stops short of what
-  // was in flight: then the resend probe's timer, resend_probe_floor_ns, runs and a go-back-N
-  // follows unless the rest is acknowledged meanwhile). Silence after the probe waits for the
-  // RTO. It costs one packet where the RTO's go-back-N resends the window, so its timer can be
-  // half the RTO's (one peak, not two, and the resend probe's floor): the RTO must stay long
+  // was in flight: then the resend probe's timer runs, at least this floor while the loss window
+  // is at its top, and a go-back-N follows unless the rest is acknowledged meanwhile). Silence
+  // after the probe waits for the RTO. It costs one packet where the RTO's go-back-N resends the
+  // window, so its timer can be half the RTO's (one peak, not two): the RTO must stay long
   // enough for a stalled host never to resend a window needlessly. 0: no probe.
   std::uint64_t tail_probe_floor_ns = 0;
   // The tail probe's floor while the QP's loss window is below its top (losses seen and not yet

@@ -275,6 +275,72 @@ TEST_F(TailProbeTest, AShortAckThatIsNotTheProbesOwnWaitsForTheResendProbe) {
   EXPECT_EQ(qp->counters().timeouts, 0u);
 }
 
+// The daemon's resend probe floor is shorter than its tail probe's (kDaemonResendProbeFloorNs is
+// the lossy floor). After a tail probe's short answer on a clean path (the loss window at its
+// top) the resend probe waits at least the tail probe's floor: that silence was more likely a
+// stall whose ACKs are still draining, and they arrive within it, so nothing more is resent. On
+// a path that has lost packets the same answer waits only the resend probe's timer.
+class ShortAnswerTest : public TailProbeTest {
+ protected:
+  static constexpr std::uint64_t kTailFloorNs = 400'000;  // above kProbeNs and kProbeFloorNs
+  void make_with_short_resend_probe() {
+    QpOptions o;
+    o.adaptive_rto_floor_ns = kRtoFloorNs;
+    o.resend_probe_floor_ns = kProbeFloorNs;
+    o.tail_probe_floor_ns = kTailFloorNs;
+    o.lossy_tail_probe_floor_ns = kProbeFloorNs;
+    o.loss_window_min_psns = 2;
+    make_qp(o);
+  }
+};
+
+TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
+  make_with_short_resend_probe();
+  const std::uint64_t probe = send_into_silence();
+  EXPECT_EQ(probe, 100'000 + kTailFloorNs);
+  qp->handle_timeout(probe);
+  ASSERT_EQ(drain(probe).size(), 1u);
+  ASSERT_FALSE(qp->loss_window().reduced());
+  const std::uint64_t answered = probe + kRttNs;
+  receive(ack(kSqPsn + 2), {}, answered);
+  EXPECT_TRUE(drain(answered).empty());
+  EXPECT_EQ(qp->next_deadline(), answered + kTailFloorNs);
+  // The rest of the stalled ACKs, later than the resend probe's timer would have waited.
+  receive(ack(kSqPsn + 4), {}, answered + 2 * kProbeNs);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  EXPECT_EQ(qp->counters().retransmitted_packets, 1u);  // the probe
+}
+
+TEST_F(ShortAnswerTest, OnALossyPathItWaitsTheResendProbesTimer) {
+  make_with_short_resend_probe();
+  sample_once();
+  // A loss: the peer NAKs the second packet of a WRITE; the window halves.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 4u);
+  receive(ack(kSqPsn + 2, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
+  ASSERT_EQ(drain_resend(110'000).size(), 3u);
+  receive(ack(kSqPsn + 4), {}, 150'000);
+  ASSERT_EQ(completions().size(), 1u);
+  ASSERT_TRUE(qp->loss_window().reduced());
+  // Silence after the next WRITE: the lossy tail probe, then a short answer past its PSN.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(1'000'000).size(), 4u);
+  const std::uint64_t probe = qp->next_deadline().value_or(0);
+  ASSERT_LT(probe, 1'000'000 + kTailFloorNs);
+  qp->handle_timeout(probe);
+  const auto out = drain(probe);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 5);
+  const std::uint64_t answered = probe + kRttNs;
+  receive(ack(kSqPsn + 6), {}, answered);
+  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
+  qp->handle_timeout(answered + kProbeNs);
+  const auto resent = drain_resend(answered + kProbeNs);
+  ASSERT_EQ(resent.size(), 2u);
+  EXPECT_EQ(resent[0].psn(), kSqPsn + 7);
+}
+
 // On a path that lost packets (the loss window below its top), the tail probe's timer leaves out
 // the recent peak round trip (QpConfig::lossy_tail_probe_floor_ns): max(floor, 4 x the least,
 // 2 x the smoothed round trip).
