@@ -79,21 +79,21 @@ void shorten_slice_once() {
   errno = saved_errno;  // the application's errno is not ours to change
 }
 
-// An empty poll's yield point may sleep instead of yielding: for XROCE_POLL_SLEEP_US
-// microseconds (0, the default: never; 20 measured best) when at least kQueuedBytesToSleep of
-// payload is posted and not yet completed on the QPs that complete sends into the polled CQ.
-// sched_yield gives the core only to a thread queued on the same core, and under EEVDF not even
-// always to that: a daemon worker runnable on it, or woken onto it, waits behind the poller. With 1
-// MiB queued the next completion is not urgent (about 0.6 ms of the device's rate on a 2-core host,
-// several times a sleep with its timer slack), and the core the poller leaves goes to the workers
-// that produce it: ib_write_bw and ib_read_bw 64 KB moved 24-43 % faster for a third of the
-// poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
+// An empty poll's yield point sleeps instead of yielding: for XROCE_POLL_SLEEP_US microseconds
+// (20, the default, measured best; 0: never) when at least kQueuedBytesToSleep of payload is
+// posted and not yet completed on the QPs that complete sends into the polled CQ. sched_yield
+// gives the core only to a thread queued on the same core, and under EEVDF not even always to
+// that: a daemon worker runnable on it, or woken onto it, waits behind the poller. With 1 MiB
+// queued the next completion is not urgent (about 0.6 ms of the device's rate on a 2-core host,
+// several times a sleep with its timer slack), and the core the poller leaves goes to the
+// workers that produce it: ib_write_bw and ib_read_bw 64 KB moved 19-44 % faster for a third of
+// the poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
 // outstanding, so it never sleeps, nor does a thread that polls only receives. With 256 KiB
 // instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced
-// why). Off by default until a CI run's hang of the 1,000-QP program on a loaded host (one of three
-// fresh-clone CI runs with it on; none without) is understood (bench/README.md).
+// why). The one CI run that hung with it on (the 1,000-QP program, 2026-12-04) did not recur in
+// 42 runs of the many-QP e2e cases on a loaded host (bench/README.md).
 constexpr uint64_t kQueuedBytesToSleep = 1024 * 1024;
-constexpr uint32_t kPollSleepUs = 0;
+constexpr uint32_t kPollSleepUs = 20;
 
 uint32_t poll_sleep_us() {
   static const uint32_t us = env_count("XROCE_POLL_SLEEP_US", kPollSleepUs);
