@@ -184,6 +184,15 @@ ScenarioConfig bulk(std::uint64_t seed, const char* mix, double loss) {
   return c;
 }
 
+// The daemon's retransmission timers (transport/qp_context.h, use_daemon_timers_and_windows) on a
+// simulated QP pair.
+void use_daemon_timers(ScenarioConfig& c) {
+  c.rto_floor_us = kDaemonAdaptiveRtoFloorNs / 1000;
+  c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
+  c.tail_probe_floor_us = kDaemonTailProbeFloorNs / 1000;
+  c.lossy_tail_probe_floor_us = kDaemonLossyTailProbeFloorNs / 1000;
+}
+
 // At 2 % random loss every WRITE and READ completes with every byte verified, and the losses
 // are repaired by NAKs and the adaptive retransmission timer rather than the Local ACK Timeout.
 TEST(SimWorkload, TwoPercentLossWritesAndReadsCompleteEveryByte) {
@@ -288,10 +297,7 @@ TEST(SimWorkload, AtTheDaemonsTimersALossyPathIsRepairedWithoutWaitingForTheStal
     c.mtu = PathMtu::k4096;
     c.rate_gbps = 10;
     c.delay_us = 20;
-    c.rto_floor_us = kDaemonAdaptiveRtoFloorNs / 1000;
-    c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
-    c.tail_probe_floor_us = kDaemonTailProbeFloorNs / 1000;
-    c.lossy_tail_probe_floor_us = kDaemonLossyTailProbeFloorNs / 1000;
+    use_daemon_timers(c);
     c.stall_every_us = 20'000;
     c.stall_max_us = 5'000;
     const Summary with = run_scenario(c);
@@ -338,10 +344,7 @@ TEST(SimWorkload, AtTheDaemonsTimersTheResendProbeWaitsForTheLossyFloor) {
       c.ops = 2000;
       c.mtu = PathMtu::k4096;
       c.delay_us = 20;
-      c.rto_floor_us = kDaemonAdaptiveRtoFloorNs / 1000;
-      c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
-      c.tail_probe_floor_us = kDaemonTailProbeFloorNs / 1000;
-      c.lossy_tail_probe_floor_us = kDaemonLossyTailProbeFloorNs / 1000;
+      use_daemon_timers(c);
       c.stall_every_us = 20'000;
       c.stall_max_us = 5'000;
       const Summary short_floor = run_scenario(c);
@@ -384,10 +387,7 @@ ScenarioConfig stalling(std::uint64_t seed, const char* mix, double loss) {
   c.jitter_us = 50;
   c.stall_every_us = 2000;
   c.stall_max_us = kDaemonAdaptiveRtoFloorNs / 1000 / 2;
-  c.rto_floor_us = kDaemonAdaptiveRtoFloorNs / 1000;
-  c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
-  c.tail_probe_floor_us = kDaemonTailProbeFloorNs / 1000;
-  c.lossy_tail_probe_floor_us = kDaemonLossyTailProbeFloorNs / 1000;
+  use_daemon_timers(c);
   return c;
 }
 
