@@ -86,7 +86,7 @@ void shorten_slice_once() {
 // that: a daemon worker runnable on it, or woken onto it, waits behind the poller. With 1 MiB
 // queued the next completion is not urgent (about 0.6 ms of the device's rate on a 2-core host,
 // several times a sleep with its timer slack), and the core the poller leaves goes to the
-// workers that produce it: ib_write_bw and ib_read_bw 64 KB moved 19-44 % faster for a third of
+// workers that produce it: ib_write_bw and ib_read_bw 64 KB moved 3-46 % faster for a third of
 // the poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
 // outstanding, so it never sleeps, nor does a thread that polls only receives. With 256 KiB
 // instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced
