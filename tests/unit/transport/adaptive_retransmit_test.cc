@@ -187,13 +187,18 @@ TEST_F(ResendProbeTest, WithoutTheProbeTheSameLossWaitsTheRto) {
 // probe's timer).
 class TailProbeTest : public ResendProbeTest {
  protected:
-  void make_probing(std::uint32_t loss_window_min_psns = 0,
-                    std::shared_ptr<InflightBudget> budget = nullptr) {
+  // The RTO, the resend probe and the tail probe, the probes at kProbeFloorNs.
+  static QpOptions probing_options(std::uint32_t loss_window_min_psns = 0) {
     QpOptions o;
     o.adaptive_rto_floor_ns = kRtoFloorNs;
     o.resend_probe_floor_ns = kProbeFloorNs;
     o.tail_probe_floor_ns = kProbeFloorNs;
     o.loss_window_min_psns = loss_window_min_psns;
+    return o;
+  }
+  void make_probing(std::uint32_t loss_window_min_psns = 0,
+                    std::shared_ptr<InflightBudget> budget = nullptr) {
+    QpOptions o = probing_options(loss_window_min_psns);
     o.inflight_budget = std::move(budget);
     make_qp(o);
   }
@@ -284,12 +289,9 @@ class ShortAnswerTest : public TailProbeTest {
  protected:
   static constexpr std::uint64_t kTailFloorNs = 400'000;  // above kProbeNs and kProbeFloorNs
   void make_with_short_resend_probe() {
-    QpOptions o;
-    o.adaptive_rto_floor_ns = kRtoFloorNs;
-    o.resend_probe_floor_ns = kProbeFloorNs;
+    QpOptions o = probing_options(2);
     o.tail_probe_floor_ns = kTailFloorNs;
     o.lossy_tail_probe_floor_ns = kProbeFloorNs;
-    o.loss_window_min_psns = 2;
     make_qp(o);
   }
 };
@@ -345,12 +347,8 @@ TEST_F(ShortAnswerTest, OnALossyPathItWaitsTheResendProbesTimer) {
 // the recent peak round trip (QpConfig::lossy_tail_probe_floor_ns): max(floor, 4 x the least,
 // 2 x the smoothed round trip).
 TEST_F(TailProbeTest, OnALossyPathTheProbesTimerLeavesOutThePeak) {
-  QpOptions o;
-  o.adaptive_rto_floor_ns = kRtoFloorNs;
-  o.resend_probe_floor_ns = kProbeFloorNs;
-  o.tail_probe_floor_ns = kProbeFloorNs;
+  QpOptions o = probing_options(2);
   o.lossy_tail_probe_floor_ns = kProbeFloorNs;
-  o.loss_window_min_psns = 2;
   make_qp(o);
   // Two round trips, 40 us and 600 us: the peak is 600.
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
