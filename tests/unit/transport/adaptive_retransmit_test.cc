@@ -202,6 +202,18 @@ class TailProbeTest : public ResendProbeTest {
     o.inflight_budget = std::move(budget);
     make_qp(o);
   }
+  // A loss: a 4-packet WRITE posted at `at` whose first PSN is kSqPsn + `first`; the peer NAKs
+  // its second packet 10 us later, the three resent packets are acknowledged 40 us after that,
+  // and the loss window is reduced.
+  void lose_one_of_a_write(std::uint64_t wr_id, std::uint32_t first, std::uint64_t at) {
+    ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, wr_id, {sge(local, 4 * kMtu)})), 0);
+    ASSERT_EQ(drain(at).size(), 4u);
+    receive(ack(kSqPsn + first + 1, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, at + 10'000);
+    ASSERT_EQ(drain_resend(at + 10'000).size(), 3u);
+    receive(ack(kSqPsn + first + 3), {}, at + 50'000);
+    ASSERT_EQ(completions().size(), 1u);
+    ASSERT_TRUE(qp->loss_window().reduced());
+  }
   // One 40 us sample, then a 4-packet WRITE at 100 us that nothing answers. Returns when the
   // QP will probe.
   std::uint64_t send_into_silence() {
@@ -317,14 +329,7 @@ TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
 TEST_F(ShortAnswerTest, OnALossyPathItWaitsTheResendProbesTimer) {
   make_with_short_resend_probe();
   sample_once();
-  // A loss: the peer NAKs the second packet of a WRITE; the window halves.
-  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 1, {sge(local, 4 * kMtu)})), 0);
-  ASSERT_EQ(drain(100'000).size(), 4u);
-  receive(ack(kSqPsn + 2, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 110'000);
-  ASSERT_EQ(drain_resend(110'000).size(), 3u);
-  receive(ack(kSqPsn + 4), {}, 150'000);
-  ASSERT_EQ(completions().size(), 1u);
-  ASSERT_TRUE(qp->loss_window().reduced());
+  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
   // Silence after the next WRITE: the lossy tail probe, then a short answer past its PSN.
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
   ASSERT_EQ(drain(1'000'000).size(), 4u);
@@ -369,14 +374,7 @@ TEST_F(TailProbeTest, OnALossyPathTheProbesTimerLeavesOutThePeak) {
   receive(ack(kSqPsn + 5), {}, 1'050'000);
   ASSERT_EQ(completions().size(), 3u);
   EXPECT_FALSE(qp->loss_window().reduced());
-  // A loss: the peer NAKs the second packet of a WRITE; the window halves.
-  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 4, {sge(local, 4 * kMtu)})), 0);
-  ASSERT_EQ(drain(2'000'000).size(), 4u);
-  receive(ack(kSqPsn + 7, Aeth::nak(0, NakCode::kPsnSequenceError)), {}, 2'010'000);
-  ASSERT_EQ(drain_resend(2'010'000).size(), 3u);
-  receive(ack(kSqPsn + 9), {}, 2'050'000);
-  ASSERT_EQ(completions().size(), 1u);
-  ASSERT_TRUE(qp->loss_window().reduced());
+  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(4, 6, 2'000'000));
   // The same silence now: the lossy timer, well short of the peak.
   const std::uint64_t lossy = std::max({kProbeFloorNs, 4 * rtt.min_ns(), 2 * rtt.smoothed_ns()});
   ASSERT_LT(lossy, rtt.peak_ns());
