@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -79,31 +80,55 @@ void shorten_slice_once() {
   errno = saved_errno;  // the application's errno is not ours to change
 }
 
-// An empty poll's yield point sleeps instead of yielding: for XROCE_POLL_SLEEP_US microseconds
-// (20, the default, measured best; 0: never) when at least kQueuedBytesToSleep of payload is
-// posted and not yet completed on the QPs that complete sends into the polled CQ. sched_yield
-// gives the core only to a thread queued on the same core, and under EEVDF not even always to
-// that: a daemon worker runnable on it, or woken onto it, waits behind the poller. With 1 MiB
-// queued the next completion is not urgent (about 0.6 ms of the device's rate on a 2-core host,
-// several times a sleep with its timer slack), and the core the poller leaves goes to the
-// workers that produce it: ib_write_bw and ib_read_bw 64 KB moved 3-46 % faster for a third of
-// the poller's CPU (bench/README.md, "A poller that sleeps"). A latency test has one small WQE
-// outstanding, so it never sleeps, nor does a thread that polls only receives. With 256 KiB
-// instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 % (not traced
-// why). The one CI run that hung with it on (the 1,000-QP program, 2026-12-04) did not recur in
-// 42 runs of the many-QP e2e cases on a loaded host (bench/README.md).
+// An empty poll's yield point sleeps instead of yielding while at least kQueuedBytesToSleep of
+// payload is posted and not yet completed on the QPs that complete sends into the polled CQ.
+// sched_yield gives the core only to a thread queued on the same core, and under EEVDF not even
+// always to that: a daemon worker runnable on it, or woken onto it, waits behind the poller.
+// With 1 MiB queued the next completion is not urgent, and the core the poller leaves goes to
+// the workers that produce it (bench/README.md, "A poller that sleeps"). A latency test has one
+// small WQE outstanding, so it never sleeps, nor does a thread that polls only receives. With
+// 256 KiB instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 %
+// (not traced why).
+//
+// How long: by the queue (poll_sleep_for_queue), so a poller with more queued wakes less
+// often; every wake-up costs the workers a core for a while on a small host, and a fixed 20 us
+// sleep woke ib_write_bw's poller about 12,000 times a second. XROCE_POLL_SLEEP_US=N sleeps N us
+// whatever the queue (0: never sleep, only yield).
 constexpr uint64_t kQueuedBytesToSleep = 1024 * 1024;
-constexpr uint32_t kPollSleepUs = 20;
+// One microsecond of sleep per 16 KiB queued: a sleep lasts an eighth of the time the queue
+// takes to drain at 2 GB/s and half of it at 8 GB/s, so the device has work through the sleep
+// and its timer slack (50 us for a fair-class thread) at any rate it reaches on a host like this
+// one. 64 us at 1 MiB, kPollSleepMaxUs from 8 MiB (perftest's 128 WQEs of 64 KiB) up.
+constexpr uint64_t kQueuedBytesPerSleepUs = 16 * 1024;
+constexpr uint32_t kPollSleepMaxUs = 512;
+constexpr uint64_t kQueuedBytesForMaxSleep = uint64_t{kPollSleepMaxUs} * kQueuedBytesPerSleepUs;
+// XROCE_POLL_SLEEP_US unset: the sleep goes by the queue.
+constexpr uint32_t kPollSleepByQueue = UINT32_MAX;
 
-uint32_t poll_sleep_us() {
-  static const uint32_t us = env_count("XROCE_POLL_SLEEP_US", kPollSleepUs);
+// The sleep (us; 0: yield) for `queued` bytes of sends under the setting `fixed_us`.
+constexpr uint32_t poll_sleep_for_queue(uint64_t queued, uint32_t fixed_us) {
+  if (fixed_us == 0 || queued < kQueuedBytesToSleep) return 0;
+  if (fixed_us != kPollSleepByQueue) return fixed_us;
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(kPollSleepMaxUs, queued / kQueuedBytesPerSleepUs));
+}
+static_assert(poll_sleep_for_queue(kQueuedBytesToSleep - 1, kPollSleepByQueue) == 0);
+static_assert(poll_sleep_for_queue(kQueuedBytesToSleep, kPollSleepByQueue) == 64);
+static_assert(poll_sleep_for_queue(2 * kQueuedBytesToSleep, kPollSleepByQueue) == 128);
+static_assert(poll_sleep_for_queue(128 * 65536, kPollSleepByQueue) == kPollSleepMaxUs);
+static_assert(poll_sleep_for_queue(uint64_t{1} << 40, kPollSleepByQueue) == kPollSleepMaxUs);
+static_assert(poll_sleep_for_queue(kQueuedBytesToSleep, 20) == 20);
+static_assert(poll_sleep_for_queue(uint64_t{1} << 40, 0) == 0);
+
+uint32_t poll_sleep_setting() {
+  static const uint32_t us = env_count("XROCE_POLL_SLEEP_US", kPollSleepByQueue);
   return us;
 }
 
 // Payload bytes posted and not yet completed on the QPs whose send CQ is `cq`, counted until
 // `enough` (Qp::sq_bytes_before). Read without the QPs' locks, from the ring's published
 // producer index (stored after the bytes, so every WQE before it has its count): a stale value
-// only changes whether this one yield point sleeps.
+// only changes how long this one yield point sleeps.
 uint64_t send_bytes_queued(Cq* cq, uint64_t enough) {
   ContextState* state = to_context(cq->cq_ex.context)->state;
   ibv_cq* const ibcq = ibv_cq_ex_to_cq(&cq->cq_ex);
@@ -122,21 +147,26 @@ uint64_t send_bytes_queued(Cq* cq, uint64_t enough) {
   return n;
 }
 
-// send_bytes_queued(cq) >= kQueuedBytesToSleep, counted at most every kRecountNs per CQ: a
-// context with 1,000 QPs takes microseconds to walk, and a yield point comes every microsecond
-// or two of empty polling. A stale answer sleeps or yields one yield point too many.
+// The sleep for the sends queued on `cq` now (us; 0: yield), counted at most every kRecountNs per
+// CQ: a context with 1,000 QPs takes microseconds to walk, and a yield point comes every
+// microsecond or two of empty polling. A stale count is off by what the device completed since,
+// at most 100 us of its rate.
 constexpr int64_t kRecountNs = 100'000;
 
-bool sends_queued_deep(Cq* cq) {
+uint32_t poll_sleep_us(Cq* cq) {
+  const uint32_t setting = poll_sleep_setting();
+  if (setting == 0) return 0;
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const int64_t now = int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
   if (now - cq->sends_counted_ns.load(std::memory_order_relaxed) >= kRecountNs) {
     cq->sends_counted_ns.store(now, std::memory_order_relaxed);
-    cq->sends_queued_deep.store(send_bytes_queued(cq, kQueuedBytesToSleep) >= kQueuedBytesToSleep,
-                                std::memory_order_relaxed);
+    const uint64_t enough =
+        setting == kPollSleepByQueue ? kQueuedBytesForMaxSleep : kQueuedBytesToSleep;
+    cq->poll_sleep_us.store(poll_sleep_for_queue(send_bytes_queued(cq, enough), setting),
+                            std::memory_order_relaxed);
   }
-  return cq->sends_queued_deep.load(std::memory_order_relaxed);
+  return cq->poll_sleep_us.load(std::memory_order_relaxed);
 }
 
 void note_poll(bool found, Cq* cq) {
@@ -148,8 +178,8 @@ void note_poll(bool found, Cq* cq) {
   if (limit != 0 && ++empty_polls >= limit) {
     empty_polls = 0;
     shorten_slice_once();
-    const uint32_t sleep_us = poll_sleep_us();
-    if (sleep_us != 0 && sends_queued_deep(cq)) {
+    const uint32_t sleep_us = poll_sleep_us(cq);
+    if (sleep_us != 0) {
       const int saved_errno = errno;
       const timespec pause{static_cast<time_t>(sleep_us / 1'000'000),
                            static_cast<long>(sleep_us % 1'000'000) * 1000};

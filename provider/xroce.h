@@ -99,10 +99,11 @@ struct Cq {
   // next_poll found no next one. Judged from what the poll saw, never from the ring again, which
   // the daemon may have filled in between (that entry is the next poll's, not consumed unseen).
   bool holding_current = false;
-  // Whether at least 1 MiB of sends was queued on the QPs completing into this CQ when a poller
-  // last counted (cq.cc, note_poll), and when (CLOCK_MONOTONIC, ns): counted at most every 100 us,
-  // as counting walks the context's QPs. Relaxed atomics: pollers may share the CQ.
-  std::atomic<bool> sends_queued_deep{false};
+  // How long an empty poll's yield point sleeps (us; 0: it yields) for the sends queued on the
+  // QPs completing into this CQ when a poller last counted them (cq.cc, note_poll), and when
+  // (CLOCK_MONOTONIC, ns): counted at most every 100 us, as counting walks the context's QPs.
+  // Relaxed atomics: pollers may share the CQ.
+  std::atomic<uint32_t> poll_sleep_us{0};
   std::atomic<int64_t> sends_counted_ns{0};
 };
 

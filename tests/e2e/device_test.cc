@@ -427,9 +427,9 @@ TEST_F(DeviceTest, APollingThreadAsksForAShortSchedulerSlice) {
 
 // A thread polling an empty CQ sleeps at its yield points while 1 MiB or more of sends is queued
 // on the QPs completing into that CQ, and only then (provider/cq.cc, note_poll): with
-// XROCE_POLL_SLEEP_US=20 or unset (the default, 20), 2 MiB of SENDs on a loopback pair make the
-// poller sleep, 64 rounds of one 64-byte SEND never do. At 0 it never sleeps. The data arrives
-// in every case.
+// XROCE_POLL_SLEEP_US=20 or unset (the default: a sleep as long as the queue allows), 2 MiB of
+// SENDs on a loopback pair make the poller sleep, 64 rounds of one 64-byte SEND never do. At 0 it
+// never sleeps. The data arrives in every case.
 TEST_F(DeviceTest, APollerSleepsOnlyWithAMegabyteOfSendsQueued) {
   Host host("xre2e-psleep", next_subnet());
   ASSERT_EQ(host.add_device("xre0").status, 0);
