@@ -10,9 +10,11 @@
 # (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped out of
 # sequence), rx_port_drops (frames the hosts' receive rings dropped);
 # what the switch dropped (at random, queue full, its receive ring full); and, sampled from
-# `xroce qp show` twice a second while the program runs, the client's (the requester's) round
-# trips: the largest rtt_peak_us and rtt_us seen (transport/rtt.h). Needs root. Not a test: it
-# prints figures (bench/README.md).
+# `xroce qp show` every RTT_SAMPLE_S seconds (default 2; 0: never) while the program runs, the
+# client's (the requester's) round trips: the largest rtt_peak_us and rtt_us and the smallest
+# rtt_min_us seen (transport/rtt.h). A sample costs a python start and a daemon query: at two a
+# second the udp port's rate at 2 % loss measured 12 % lower than with none. Needs root. Not a
+# test: it prints figures (bench/README.md).
 # IMPAIR=device joins the namespaces with one veth and has each device drop LOSS of the packets it
 # receives (`xroce impair`) instead: no switch, so the rate is the devices' own, and the
 # switch line gives way to rx_impair_drops.
@@ -27,6 +29,7 @@ shift 2 || shift $# || true
 losses=("$@")
 impair=${IMPAIR:-switch}
 read -r -a kinds <<<"${PORTS:-afxdp udp}"
+rtt_period=${RTT_SAMPLE_S:-2}
 [[ $impair == switch || $impair == device ]] || { echo "IMPAIR is switch or device" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 bin=$(cd "$build/bin" && pwd)
@@ -109,10 +112,11 @@ counters() {  # the repair counters of both devices together
   done
 }
 
-# Until killed: every half second, the largest rtt_peak_us and rtt_us and the smallest rtt_min_us
-# of the requester QPs (those that measured a round trip) of device $2 in namespace $1, one
-# "peak smoothed min" line each.
+# Until killed: every $rtt_period seconds, the largest rtt_peak_us and rtt_us and the smallest
+# rtt_min_us of the requester QPs (those that measured a round trip) of device $2 in namespace
+# $1, one "peak smoothed min" line each.
 sample_rtt() {  # namespace, device
+  [[ $rtt_period != 0 ]] || return 0
   while :; do
     in_ns "$1" "$xroce" qp show "$2" --json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
@@ -126,7 +130,7 @@ if timed:
     print(max(q["rtt_peak_us"] for q in timed), max(q["rtt_us"] for q in timed),
           min(q["rtt_min_us"] for q in timed))
 ' || true
-    sleep 0.5  # a sampling period, not a wait for a condition
+    sleep "$rtt_period"  # a sampling period, not a wait for a condition
   done
 }
 rtt_summary() {  # file of sample_rtt lines
