@@ -85,10 +85,10 @@ void shorten_slice_once() {
 // sched_yield gives the core only to a thread queued on the same core, and under EEVDF not even
 // always to that: a daemon worker runnable on it, or woken onto it, waits behind the poller.
 // With 1 MiB queued the next completion is not urgent, and the core the poller leaves goes to
-// the workers that produce it (bench/README.md, "A poller that sleeps"). A latency test has one
-// small WQE outstanding, so it never sleeps, nor does a thread that polls only receives. With
-// 256 KiB instead, ib_write_bw of 4 KB messages (128 queued, 512 KiB) slept and lost 10-26 %
-// (not traced why).
+// the workers that produce it (bench/README.md, "A poller that sleeps" and "A sleep as long as
+// the queue allows"). A latency test has one small WQE outstanding, so it never sleeps, nor
+// does a thread that polls only receives. With 256 KiB instead, ib_write_bw of 4 KB messages
+// (128 queued, 512 KiB) slept and lost 10-26 % (not traced why).
 //
 // How long: by the queue (poll_sleep_for_queue), so a poller with more queued wakes less
 // often; every wake-up costs the workers a core for a while on a small host, and a fixed 20 us
