@@ -135,7 +135,8 @@ if timed:
 }
 rtt_summary() {  # file of sample_rtt lines
   awk '{ if ($1 > p) p = $1; if ($2 > s) s = $2; if (NR == 1 || $3 < m) m = $3 }
-    END { printf "rtt_peak_us %.0f rtt_us %.0f rtt_min_us %.0f", p, s, m }' "$1"
+    END { if (NR == 0) printf "round trips not sampled"
+          else printf "rtt_peak_us %.0f rtt_us %.0f rtt_min_us %.0f", p, s, m }' "$1"
 }
 
 # One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
