@@ -3,9 +3,12 @@
 # between two namespaces joined by a veth (MTU 9000), on each port kind; for each, the MB/s, the
 # ratio to -q 1 of the same kind in the same run, and the counters of both devices that tell a
 # clean run from a struggling one: sent_pkts, rx_port_drops, completer_retry_err (Local ACK
-# Timeouts), adaptive_retransmits, tail_probes, duplicate_request, rcvd_seq_err. Iterations per QP (-n) are those of the README's
-# earlier figures: 2000 for one QP, 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on;
-# ITERS_<QPS> (ITERS_64=...) overrides one.
+# Timeouts), adaptive_retransmits, tail_probes, duplicate_request, rcvd_seq_err. Iterations per
+# QP (-n): 40000 for one QP (2.6 GB, a second or more: the steady rate, as bench-device.sh
+# measures it; 2000 iterations, 128 MiB, ended before the rate had settled and made the ratios
+# look better than they were), 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on (1.3 GB;
+# perftest puts every QP on one CQ, and 1,000 x 20 WQEs is as deep as the device's 32,767
+# CQEs allow); ITERS_<QPS> (ITERS_64=...) overrides one.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
@@ -90,7 +93,7 @@ bandwidth() {  # qps iterations
 iterations() {  # qps: -n for that many QPs
   local var=ITERS_$1
   if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
-  if (($1 == 1)); then echo 2000; elif (($1 < 1000)); then echo $((12800 / $1)); else echo 20; fi
+  if (($1 == 1)); then echo 40000; elif (($1 < 1000)); then echo $((12800 / $1)); else echo 20; fi
 }
 
 printf '%-6s %6s %6s %10s %7s' port qps iters MB/s ratio
