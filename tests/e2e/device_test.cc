@@ -14,10 +14,12 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "fabric.h"
 #include "xroce/cpu_list.h"
+#include "xroce/sched_attr.h"
 
 namespace xroce::e2e {
 namespace {
@@ -280,6 +282,66 @@ TEST_F(DeviceTest, LinkAddCpusBindsTheWorkersToThoseCpus) {
   Workers expected{{0, last}, {0, first}, {1, last}};  // xre0's worker 0, then xre1's two
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(worker_cpus(host.daemon_pid()), expected);
+}
+
+// A NIC's packet work does not wait behind applications for a core: each worker runs at nice
+// -10 with a 100 us EEVDF slice (daemon/worker_uring.h), and the daemon's autogroup at nice -10
+// too, since across sessions the kernel weighs groups, not threads (without it a woken worker
+// waited out a busy-polling ib_write_lat's turn, 1.8-2.7 ms). Each is checked where this kernel
+// has it: the slice from 6.12 on, the autogroup where /proc/PID/autogroup exists.
+TEST_F(DeviceTest, WorkersAndTheDaemonsAutogroupRunAheadOfApplications) {
+  Host host("xre2e-prio", next_subnet());
+  ASSERT_EQ(host.add_device("xre0").status, 0);
+  const pid_t pid = host.daemon_pid();
+  const std::string proc = "/proc/" + std::to_string(pid);
+  // Each worker thread's tid and nice (field 19 of its stat, after the parenthesized comm).
+  const auto workers = [&] {
+    std::vector<std::pair<pid_t, int>> out;
+    for (const auto& task : std::filesystem::directory_iterator(proc + "/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name.rfind("xroced-w", 0) != 0) continue;
+      std::ifstream stat(task.path() / "stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      std::istringstream fields(text.substr(text.rfind(')') + 2));
+      std::string field;
+      for (int i = 3; i <= 19 && fields >> field; ++i) {
+      }
+      out.emplace_back(std::stoi(task.path().filename().string()), std::stoi(field));
+    }
+    return out;
+  };
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto w = workers();
+        return !w.empty() &&
+               std::all_of(w.begin(), w.end(), [](const auto& t) { return t.second == -10; });
+      },
+      std::chrono::seconds(5)))
+      << "worker nice values: " << ::testing::PrintToString(workers());
+  // Whether this kernel keeps a SCHED_OTHER slice (6.12+): tried on this thread and put back.
+  SchedAttr mine;
+  ASSERT_TRUE(get_sched_attr(mine));
+  SchedAttr probe = mine;
+  probe.sched_runtime = 200'000;
+  const bool slices =
+      set_sched_attr(probe) && get_sched_attr(probe) && probe.sched_runtime == 200'000;
+  ASSERT_TRUE(set_sched_attr(mine));
+  for (const auto& [tid, nice] : workers()) {
+    SchedAttr attr;
+    ASSERT_EQ(syscall(SYS_sched_getattr, tid, &attr, sizeof attr, 0), 0) << tid;
+    EXPECT_EQ(attr.sched_nice, -10) << tid;
+    if (slices) {
+      EXPECT_EQ(attr.sched_runtime, 100'000u) << tid;
+    }
+  }
+  std::ifstream autogroup(proc + "/autogroup");
+  if (autogroup) {
+    std::string line;  // "/autogroup-123 nice -10"
+    std::getline(autogroup, line);
+    EXPECT_NE(line.find(" nice -10"), std::string::npos) << line;
+  }
 }
 
 // `link add` returns once the port is ACTIVE: a verbs program started right after finds it so.
