@@ -72,8 +72,12 @@ UringSleeper::~UringSleeper() {
 }
 
 void UringSleeper::on_thread_start() {
-  // The process's group, written by each worker: the same value, so the order does not matter.
-  if (nice_ != 0) (void)set_autogroup_nice(nice_);
+  // The process's group, written by each worker (the same value, so the order does not matter),
+  // and only by a session leader: the group is the session's, so only a process that leads its
+  // own (xroced as `xroce link add` starts it) has it to itself. A process that shares its
+  // session (a test running workers in-process, xroced run from a terminal) would raise the
+  // shell's whole session.
+  if (nice_ != 0 && getsid(0) == getpid()) (void)set_autogroup_nice(nice_);
   // Each setting alone where both together are refused: an unprivileged daemon keeps its slice.
   if (set_thread_scheduling(nice_, slice_ns_)) return;
   if (nice_ != 0 && set_thread_scheduling(nice_, 0)) return;

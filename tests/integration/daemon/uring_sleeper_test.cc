@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/worker_uring.h"
@@ -47,6 +50,26 @@ TEST(UringSleeperTest, EveryDoorbellIsHeardAfterTheKernelEndsTheirPollsTogether)
   }
   for (const Fd& bell : bells)
     sleeper.unwatch_doorbell(bell.get());
+}
+
+// The daemon's autogroup gets the workers' nice only where the process leads its session
+// (worker_uring.cc): a test that runs workers in-process shares the session of whoever ran it,
+// and must leave that session's group as it found it. (That xroced does raise its own group is
+// DeviceTest.WorkersAndTheDaemonsAutogroupRunAheadOfApplications.)
+TEST(UringSleeperTest, AWorkerOutsideItsOwnSessionLeavesTheAutogroupAlone) {
+  if (getsid(0) == getpid()) GTEST_SKIP() << "this test process leads its session";
+  const auto autogroup = [] {
+    std::ifstream in("/proc/self/autogroup");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  const std::string before = autogroup();
+  if (before.empty()) GTEST_SKIP() << "no /proc/self/autogroup (CONFIG_SCHED_AUTOGROUP)";
+  UringSleeper sleeper;                                    // the daemon's default: nice -10
+  std::thread worker([&] { sleeper.on_thread_start(); });  // its nice stays on that thread
+  worker.join();
+  EXPECT_EQ(autogroup(), before);
 }
 
 }  // namespace
