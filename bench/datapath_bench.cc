@@ -11,10 +11,13 @@
 // QP timers and windows: what many QPs cost a worker, apart from the host. /q1000/samebuf runs
 // the 1,000 QPs over the same 64 KiB on each side, which the caches hold: against /q1000 it
 // tells the cost of the QPs from the cost of the memory they move.
+// /q1000/d16 keeps 16 messages posted on every QP, as ib_write_bw -q 1000 -t 16 does, where
+// the others keep one: there the device's budget decides how many messages a QP sends per turn
+// (its grant) and so how many ACKs the responder sends.
 //
-// Reports, per case (operation / message bytes / DMA path [/ QPs], MTU 4096, 32 messages in
-// flight, or one per QP where there are more QPs), per data packet (WRITE: request packets;
-// READ: response packets):
+// Reports, per case (operation / message bytes / DMA path [/ QPs] [/ messages per QP], MTU 4096,
+// 32 messages in flight, or one per QP where there are more QPs), per data packet (WRITE: request
+// packets; READ: response packets):
 //   cpu_ns_per_pkt   the benchmark thread's CPU time (the figure on a shared host)
 //   wall_ns_per_pkt  wall time (adds what other processes took from this thread)
 //   frames_per_pkt   frames through the port (ACKs and READ requests included)
@@ -218,16 +221,20 @@ struct Case {
   Dma dma;
   std::uint32_t qps = 1;
   bool same_buffer = false;  // every QP over the first message's room instead of its own
+  std::uint32_t depth = 0;   // messages each QP keeps posted; 0: kInFlight over all QPs
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
            (dma == Dma::kShared ? "shared" : "cma") +
-           (qps > 1 ? "/q" + std::to_string(qps) : std::string()) + (same_buffer ? "/samebuf" : "");
+           (qps > 1 ? "/q" + std::to_string(qps) : std::string()) +
+           (same_buffer ? "/samebuf" : "") + (depth > 0 ? "/d" + std::to_string(depth) : "");
   }
   std::uint64_t offset_of_qp(std::uint32_t i) const {
     return same_buffer ? 0 : static_cast<std::uint64_t>(i) * bytes;
   }
   // Messages each QP keeps posted.
-  std::uint32_t in_flight_per_qp() const { return std::max(1u, kInFlight / qps); }
+  std::uint32_t in_flight_per_qp() const {
+    return depth > 0 ? depth : std::max(1u, kInFlight / qps);
+  }
   // Each side's buffer: a message's room per QP (QP i at i * bytes).
   std::size_t buffer_bytes() const {
     return std::max(kBufferBytes, static_cast<std::size_t>(same_buffer ? 1 : qps) * bytes);
@@ -235,12 +242,19 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {Op::kWrite, 64, Dma::kShared},          {Op::kWrite, 64, Dma::kCma},
-    {Op::kWrite, 4096, Dma::kShared},        {Op::kWrite, 4096, Dma::kCma},
-    {Op::kWrite, 65536, Dma::kShared},       {Op::kWrite, 65536, Dma::kCma},
-    {Op::kRead, 4096, Dma::kShared},         {Op::kRead, 65536, Dma::kShared},
-    {Op::kRead, 65536, Dma::kCma},           {Op::kWrite, 65536, Dma::kShared, 64},
-    {Op::kWrite, 65536, Dma::kShared, 1000}, {Op::kWrite, 65536, Dma::kShared, 1000, true},
+    {Op::kWrite, 64, Dma::kShared},
+    {Op::kWrite, 64, Dma::kCma},
+    {Op::kWrite, 4096, Dma::kShared},
+    {Op::kWrite, 4096, Dma::kCma},
+    {Op::kWrite, 65536, Dma::kShared},
+    {Op::kWrite, 65536, Dma::kCma},
+    {Op::kRead, 4096, Dma::kShared},
+    {Op::kRead, 65536, Dma::kShared},
+    {Op::kRead, 65536, Dma::kCma},
+    {Op::kWrite, 65536, Dma::kShared, 64},
+    {Op::kWrite, 65536, Dma::kShared, 1000},
+    {Op::kWrite, 65536, Dma::kShared, 1000, true},
+    {Op::kWrite, 65536, Dma::kShared, 1000, false, 16},
 };
 
 // The pidfd the DMA layer polls to learn that the client process exited. valgrind 3.19
