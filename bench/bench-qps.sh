@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Many QPs: ib_write_bw (64 KiB WRITEs, 4096-byte MTU, -F) with -q 1, then each QP count given,
 # between two namespaces joined by a veth (MTU 9000), on each port kind; for each, the MB/s, the
-# ratio to -q 1 of the same kind in the same run, and the counters of both devices that tell a
-# clean run from a struggling one: sent_pkts, rx_port_drops, completer_retry_err (Local ACK
-# Timeouts), adaptive_retransmits, tail_probes, duplicate_request, rcvd_seq_err. Iterations per
-# QP (-n): 40000 for one QP (2.6 GB, a second or more: the steady rate, as bench-device.sh
-# measures it; 2000 iterations, 128 MiB, ended before the rate had settled and made the ratios
-# look better than they were), 12800 / QPS below 1,000 (200 for 64), 20 from 1,000 on (1.3 GB;
-# perftest puts every QP on one CQ, and 1,000 x 20 WQEs is as deep as the device's 32,767
-# CQEs allow); ITERS_<QPS> (ITERS_64=...) overrides one.
+# ratio to -q 1 of the same kind in the same round, and the counters of both devices that tell a
+# clean run from a struggling one: sent_pkts (the responder's are its ACKs), rx_port_drops,
+# completer_retry_err (Local ACK Timeouts), adaptive_retransmits, tail_probes,
+# duplicate_request, rcvd_seq_err. Every QP count moves the same bytes, 40,000 messages (2.6 GB,
+# a second or more: the steady rate): -n is 40000 / QPS per QP, and -t (messages each QP keeps
+# posted) is 128, or less where QPS x 128 would pass 16,384, since perftest puts every QP on one
+# CQ and the device has 32,767 CQEs (-q 1000 -t 16 -n 40). Short runs made the ratios wrong both
+# ways: one QP at 2,000 iterations (128 MiB) ended before its rate settled, and 1,000 QPs at 20
+# (1.3 GB, under a second) spent a tenth of the run starting. ITERS_<QPS> and DEPTH_<QPS>
+# (ITERS_64=...) override one; ROUNDS=N (default 1) runs the whole series N times, the QP counts
+# of a round right after its one-QP run, since this host's rate moves by half between minutes.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
@@ -72,9 +75,9 @@ print(" ".join(str(total[n]) for n in names))' "${names[@]}"
 }
 
 # One ib_write_bw run, server in a, client in b; prints its average MB/s (or FAILED).
-bandwidth() {  # qps iterations
+bandwidth() {  # qps iterations depth
   local port=18516
-  local args=(-x 0 -F -s 65536 -q "$1" -n "$2" -p "$port")
+  local args=(-x 0 -F -s 65536 -q "$1" -n "$2" -t "$3" -p "$port")
   in_ns "$ns_a" "$xroce" exec -- ib_write_bw -d xbq0 "${args[@]}" >"$out/srv.txt" 2>&1 &
   local srv=$!
   wait_listen "$ns_a" $port
@@ -93,30 +96,43 @@ bandwidth() {  # qps iterations
 iterations() {  # qps: -n for that many QPs
   local var=ITERS_$1
   if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
-  if (($1 == 1)); then echo 40000; elif (($1 < 1000)); then echo $((12800 / $1)); else echo 20; fi
+  echo $(((40000 + $1 - 1) / $1))
+}
+depth() {  # qps: -t for that many QPs
+  local var=DEPTH_$1
+  if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
+  local t=$((16384 / $1))
+  ((t > 128)) && t=128
+  ((t < 1)) && t=1
+  echo $t
 }
 
-printf '%-6s %6s %6s %10s %7s' port qps iters MB/s ratio
+printf '%-6s %5s %6s %6s %5s %10s %7s' port round qps iters depth MB/s ratio
 printf ' %s' "${names[@]}"
 echo
 for kind in "${ports[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbq0 netdev "$if_a" port "$kind" queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbq1 netdev "$if_b" port "$kind" queues 1 >/dev/null
-  one=
-  for qps in 1 "${qp_counts[@]}"; do
-    iters=$(iterations "$qps")
-    read -r -a before <<<"$(counters)"
-    echo "load before -q $qps on $kind: $(uptime)" >&2
-    mbps=$(bandwidth "$qps" "$iters")
-    read -r -a after <<<"$(counters)"
-    [[ $qps == 1 ]] && one=$mbps
-    ratio=-
-    if [[ $mbps != FAILED && -n $one && $one != FAILED ]]; then
-      ratio=$(awk -v a="$mbps" -v b="$one" 'BEGIN { printf "%.2f", a / b }')
-    fi
-    printf '%-6s %6s %6s %10s %7s' "$kind" "$qps" "$iters" "$mbps" "$ratio"
-    for i in "${!names[@]}"; do printf ' %s' $((after[i] - before[i])); done
-    echo
+  for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+    one=
+    for qps in 1 "${qp_counts[@]}"; do
+      iters=$(iterations "$qps")
+      tx_depth=$(depth "$qps")
+      ((tx_depth > iters)) && tx_depth=$iters
+      read -r -a before <<<"$(counters)"
+      echo "load before -q $qps on $kind: $(uptime)" >&2
+      mbps=$(bandwidth "$qps" "$iters" "$tx_depth")
+      read -r -a after <<<"$(counters)"
+      [[ $qps == 1 ]] && one=$mbps
+      ratio=-
+      if [[ $mbps != FAILED && -n $one && $one != FAILED ]]; then
+        ratio=$(awk -v a="$mbps" -v b="$one" 'BEGIN { printf "%.2f", a / b }')
+      fi
+      printf '%-6s %5s %6s %6s %5s %10s %7s' "$kind" "$round" "$qps" "$iters" "$tx_depth" \
+        "$mbps" "$ratio"
+      for i in "${!names[@]}"; do printf ' %s' $((after[i] - before[i])); done
+      echo
+    done
   done
   del_devices
 done
