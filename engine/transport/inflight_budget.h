@@ -47,8 +47,15 @@ struct BudgetHolding {
 
 class InflightBudget {
  public:
-  // The least share of a QP in demand, in PSNs: 64 KiB at a 4096-byte MTU, perftest's message.
-  static constexpr std::uint32_t kGrantPsns = 16;
+  // The least share of a QP in demand, in PSNs: two of perftest's 64 KiB messages at a
+  // 4096-byte MTU, so that a QP sends two messages per turn and the responder can answer both
+  // with one ACK (the second's AckReq coalesces the first's, Responder::queue_ack). With one
+  // message per grant every message took an ACK of its own and the sender switched QPs every
+  // 16 packets: ib_write_bw -q 1000 -t 16 -n 40 between two namespaces went from 0.59-0.68x
+  // the one-QP rate (udp) and 0.56-0.83x (afxdp) to 0.76-0.82x and 0.73-1.16x, four rounds each
+  // of bench/bench-qps.sh, alternating (bench/README.md "Grants of two messages"). 64 was no
+  // better than 32 in two rounds, and leaves only four QPs of a 256-PSN budget sending at once.
+  static constexpr std::uint32_t kGrantPsns = 32;
 
   explicit InflightBudget(std::uint32_t limit_psns) : limit_psns_(std::max(1u, limit_psns)) {}
   InflightBudget(const InflightBudget&) = delete;

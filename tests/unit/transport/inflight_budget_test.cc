@@ -21,19 +21,19 @@ BudgetHolding holds(std::uint32_t psns) {
 constexpr BudgetHolding kWaiting{0, true};
 
 TEST(InflightBudget, SharesTheLimitEvenlyAmongTheQpsInDemand) {
-  InflightBudget b(64);
-  EXPECT_EQ(b.share_psns(), 64u);
+  InflightBudget b(256);  // the device's limit; each share below stays above a grant
+  EXPECT_EQ(b.share_psns(), 256u);
   b.update({}, holds(4));  // one QP holds 4
   b.update({}, holds(1));  // a second holds 1
   EXPECT_EQ(b.active_qps(), 2u);
   EXPECT_EQ(b.in_flight_psns(), 5u);
-  EXPECT_EQ(b.share_psns(), 32u);
-  EXPECT_TRUE(b.may_take(31));
-  EXPECT_FALSE(b.may_take(32));
+  EXPECT_EQ(b.share_psns(), 128u);
+  EXPECT_TRUE(b.may_take(127));
+  EXPECT_FALSE(b.may_take(128));
   b.update({}, kWaiting);  // a third waits: it counts in the share
   EXPECT_EQ(b.active_qps(), 3u);
   EXPECT_EQ(b.waiting_qps(), 1u);
-  EXPECT_EQ(b.share_psns(), 21u);
+  EXPECT_EQ(b.share_psns(), 85u);
   b.update(kWaiting, holds(2));
   EXPECT_EQ(b.waiting_qps(), 0u);
   EXPECT_EQ(b.active_qps(), 3u);
