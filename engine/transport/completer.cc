@@ -46,11 +46,23 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
 // before the probe can still be on its way: go back now, as a NAK would have made it, rather
 // than after the resend probe's timer. Only for a SEND or WRITE at the head (a READ's probe is
 // answered by READ responses, whose gaps response_gap finds).
+// While the loss window is reduced (losses seen), an ACK past the probe's PSN that still leaves
+// PSNs before tail_probe_end unacknowledged counts as its answer too: the responder re-ACKs a
+// duplicate up to what it has executed (rxe_resp.c duplicate_request), which is past the probe
+// when it had taken more than the probe's PSN before it went silent behind a NAK that was lost.
+// Such an ACK could also be an ordinary one the responder sent late, after a stall longer than
+// the probe's timer; on a lossy path that is far less likely than the lost NAK, and a needless
+// go-back-N then costs one reduced window, where waiting costs the resend probe's timer (500 us
+// at the daemon's floor) on every lost NAK.
 void Completer::probe_answered(const Response& r) {
   if (!ctx_.tail_probe || ctx_.fatal_pending || r.info.operation != wire::Operation::kAck ||
-      !r.hdr.aeth->is_ack() || r.psn != ctx_.tail_probe_psn ||
-      ctx_.comp_psn != ctx_.tail_probe_psn + 1 || ctx_.sq_head == ctx_.sq_tail)
+      !r.hdr.aeth->is_ack() || ctx_.sq_head == ctx_.sq_tail)
     return;
+  const bool own_answer = r.psn == ctx_.tail_probe_psn && ctx_.comp_psn == ctx_.tail_probe_psn + 1;
+  const bool lossy_answer = ctx_.loss_window.reduced() &&
+                            ctx_.comp_psn.after(ctx_.tail_probe_psn) &&
+                            ctx_.comp_psn.before(ctx_.tail_probe_end);
+  if (!own_answer && !lossy_answer) return;
   const SendWqe& w = ctx_.wqe(ctx_.sq_head);
   if (w.stage != WqeStage::kStarted || w.is_read_or_atomic()) return;
   ++ctx_.counters.probe_gaps;

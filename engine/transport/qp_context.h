@@ -127,10 +127,12 @@ struct QpConfig {
   // ACKs (the responder has everything: a duplicate is re-ACKed up to what it executed,
   // rxe_resp.c duplicate_request) from lost requests (what is acknowledged stops short of what
   // was in flight: then the resend probe's timer runs, at least this floor while the loss window
-  // is at its top, and a go-back-N follows unless the rest is acknowledged meanwhile). Silence
-  // after the probe waits for the RTO. It costs one packet where the RTO's go-back-N resends the
-  // window, so its timer can be half the RTO's (one peak, not two): the RTO must stay long
-  // enough for a stalled host never to resend a window needlessly. 0: no probe.
+  // is at its top, and a go-back-N follows unless the rest is acknowledged meanwhile; while it is
+  // reduced, the go-back-N starts at once, Completer::probe_answered). Silence after the probe
+  // waits for the RTO, or while the loss window is reduced for the resend probe's timer. It costs
+  // one packet where the RTO's go-back-N resends the window, so its timer can be half the RTO's
+  // (one peak, not two): the RTO must stay long enough for a stalled host never to resend a window
+  // needlessly. 0: no probe.
   std::uint64_t tail_probe_floor_ns = 0;
   // The tail probe's floor while the QP's loss window is below its top (losses seen and not yet
   // made good by a window's worth of ACKs, transport/loss_window.h): min(RTO, max(this floor, 4 *

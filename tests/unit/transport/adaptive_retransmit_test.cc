@@ -326,7 +326,10 @@ TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
   EXPECT_EQ(qp->counters().retransmitted_packets, 1u);  // the probe
 }
 
-TEST_F(ShortAnswerTest, OnALossyPathItWaitsTheResendProbesTimer) {
+// On a lossy path an answer past the probe's PSN that leaves the rest unacknowledged is the
+// responder's re-ACK of a duplicate behind a lost NAK: the go-back-N starts at once, where a
+// clean path waits (OnACleanPathItWaitsTheTailProbesFloor).
+TEST_F(ShortAnswerTest, OnALossyPathAShortAnswerPastTheProbeGoesBackAtOnce) {
   make_with_short_resend_probe();
   sample_once();
   ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
@@ -341,11 +344,39 @@ TEST_F(ShortAnswerTest, OnALossyPathItWaitsTheResendProbesTimer) {
   EXPECT_EQ(out[0].psn(), kSqPsn + 5);
   const std::uint64_t answered = probe + kRttNs;
   receive(ack(kSqPsn + 6), {}, answered);
-  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
-  qp->handle_timeout(answered + kProbeNs);
-  const auto resent = drain_resend(answered + kProbeNs);
+  const auto resent = drain_resend(answered);
   ASSERT_EQ(resent.size(), 2u);
   EXPECT_EQ(resent[0].psn(), kSqPsn + 7);
+  EXPECT_EQ(resent[1].psn(), kSqPsn + 8);
+  EXPECT_EQ(qp->counters().probe_gaps, 1u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  receive(ack(kSqPsn + 8), {}, answered + kRttNs);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+}
+
+// On a lossy path a tail probe that nothing answers (the probe or its answer lost) waits the
+// resend probe's timer, not the RTO, and then goes back N.
+TEST_F(ShortAnswerTest, OnALossyPathAnUnansweredProbeWaitsTheResendProbesTimer) {
+  make_with_short_resend_probe();
+  sample_once();
+  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(1'000'000).size(), 4u);
+  const std::uint64_t probe = qp->next_deadline().value_or(0);
+  qp->handle_timeout(probe);
+  ASSERT_EQ(drain(probe).size(), 1u);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+  const std::uint64_t resend = std::max(kProbeFloorNs, 4 * qp->rtt().min_ns());
+  ASSERT_LT(resend, kRtoFloorNs);
+  EXPECT_EQ(qp->next_deadline(), probe + resend);
+  qp->handle_timeout(probe + resend);
+  const auto resent = drain_resend(probe + resend);
+  ASSERT_EQ(resent.size(), 4u);
+  EXPECT_EQ(resent[0].psn(), kSqPsn + 5);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  // A clean path keeps the RTO after its probe (LostAcksCostOneProbePacket).
 }
 
 // On a path that lost packets (the loss window below its top), the tail probe's timer leaves out
