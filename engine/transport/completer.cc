@@ -135,12 +135,15 @@ CompleterState Completer::retry_once() {
 // comp_psn runs, a response to that same READ (`in_head`) before the newest gapped response
 // means the responses went back: the replay the retry asked for (rxe_resp.c duplicate_request
 // replays a READ from the retried PSN) has begun, and without comp_psn, which was lost again.
-// That is a new loss, found now rather than by the resend probe's timer, and asks again. Only
-// the head READ's responses count: a later READ's replay also goes back to its own start, with
-// the head's replay still to come; and the same PSN again is not enough (a responder re-ACKs a
-// duplicate request with the PSN it acknowledged before).
+// That is a new loss, found now rather than by the resend probe's timer, and asks again. A
+// later READ's replay going back (not `in_head`, a READ response) shows it too: the retry sent
+// the head's request first and a responder takes requests in order (rxe_resp.c), so a later
+// READ's replay arriving while the head still waits means the head's request, or its whole
+// replay, was lost. The same PSN again is not enough (a responder re-ACKs a duplicate request
+// with the PSN it acknowledged before).
 CompleterState Completer::response_gap(const Response& r, bool in_head) {
-  replay_lost_ = in_head && retry_started_ && retry_psn_ == ctx_.comp_psn && gap_seen_ &&
+  replay_lost_ = (in_head || r.info.operation == wire::Operation::kReadResponse) &&
+                 retry_started_ && retry_psn_ == ctx_.comp_psn && gap_seen_ &&
                  r.psn.before(last_gap_psn_);
   gap_seen_ = true;
   last_gap_psn_ = r.psn;

@@ -410,6 +410,52 @@ TEST_F(RequesterTest, AReplayThatLostTheMissingPsnAgainIsAskedForAtOnce) {
   EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
 }
 
+// The retry resends the head READ's request and then the later READ's: when the later READ's
+// replay comes back (its responses go back before the newest gapped one) with nothing of the
+// head's before it, the head's request was lost on the way, and it is asked again at once.
+TEST_F(RequesterTest, ALaterReadsReplayAheadOfTheHeadsAsksForTheHeadAgainAtOnce) {
+  const std::uint64_t remote = local + 8192;
+  fill(remote, 4 * kMtu, 9);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 2 * kMtu)})), 0);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 2, {sge(local + 2 * kMtu, 2 * kMtu)})), 0);
+  ASSERT_EQ(drain(0).size(), 2u);
+  auto src = bytes(remote, 4 * kMtu);
+  const auto response = [&](std::uint32_t i, std::uint64_t now) {
+    const Opcode op = i % 2 == 0 ? Opcode::kRcReadResponseFirst : Opcode::kRcReadResponseLast;
+    receive(read_response(op, kSqPsn + i), src.subspan(i * kMtu, kMtu), now);
+  };
+  // The head's first response is lost: its second asks for both READs again from there.
+  response(1, 10);
+  auto out = drain(10);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  // The later READ's first responses go on: nothing more is asked.
+  response(2, 20);
+  response(3, 21);
+  EXPECT_TRUE(drain(21).empty());
+  // Its replay begins, and nothing of the head's came before it.
+  response(2, 30);
+  out = drain(30);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), kSqPsn);
+  EXPECT_EQ(qp->counters().replay_gap_retries, 1u);
+  // The rest of that replay goes forward: nothing more.
+  response(3, 31);
+  EXPECT_TRUE(drain(31).empty());
+  // The second retry's replay arrives whole: both READs complete with their data.
+  for (std::uint32_t i = 0; i < 4; ++i)
+    response(i, 40 + i);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->counters().replay_gap_retries, 1u);
+  auto dst = bytes(local, 4 * kMtu);
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
+}
+
 TEST_F(RequesterTest, ReadResponseWithTheWrongLengthIsABadResponse) {
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 100)})), 0);
   ASSERT_EQ(drain().size(), 1u);
