@@ -347,6 +347,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
     ctx_.tail_probe = true;
     ctx_.tail_probe_psn = ctx_.comp_psn;
     ctx_.tail_probe_end = ctx_.psn_high;
+    ctx_.tail_probe_expires_early = ctx_.loss_window.reduced() && !resent_unanswered_;
     ctx_.rtt.on_retry();
     req_.probe();
     ctx_.restart_adaptive_timer(now_ns);

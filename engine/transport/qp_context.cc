@@ -168,10 +168,10 @@ void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
   // The resend probe that follows a tail probe's partial answer on a clean link (the loss window
   // at its top: no loss seen) waits at least the tail probe's floor: there the silence was most
   // likely a stall whose ACKs are still draining, not a loss. A tail probe still unanswered on a
-  // lossy path waits the resend probe's timer too, not the RTO: the probe or its answer was
-  // most likely lost (each at the path's loss rate), and the RTO's floor is sized for a stalled
-  // host, far longer than the go-back-N its expiry then starts.
-  const bool lossy_probe_unanswered = tail_probe && !resend_probe && loss_window.reduced();
+  // lossy path waits the resend probe's timer too, not the RTO (tail_probe_expires_early): the
+  // probe or its answer was most likely lost (each at the path's loss rate), and the RTO's floor
+  // is sized for a stalled host, far longer than the go-back-N its expiry then starts.
+  const bool lossy_probe_unanswered = tail_probe && !resend_probe && tail_probe_expires_early;
   if (rtt.samples() != 0) {
     if ((resend_probe || lossy_probe_unanswered) && config.resend_probe_floor_ns != 0) {
       const std::uint64_t floor_ns =

@@ -240,6 +240,10 @@ struct QpContext {
   bool tail_probe = false;
   wire::Psn tail_probe_psn;  // the PSN the probe resent (comp_psn then)
   wire::Psn tail_probe_end;
+  // The probe went out with the loss window reduced and no go-back-N before it unanswered: its
+  // silence waits the resend probe's timer, not the RTO. Once per loss: after a go-back-N that
+  // drew no answer either (a stalled or gone peer) the RTO and its doubling decide again.
+  bool tail_probe_expires_early = false;
   // Whether the newest request packet sent asked for an acknowledgement (AckReq). A responder
   // answers nothing else (rxe_resp.c), so silence after a packet that did not ask (the pacer
   // holding the rest of a message) is no sign of loss, and no tail probe is timed from it.

@@ -376,6 +376,14 @@ TEST_F(ShortAnswerTest, OnALossyPathAnUnansweredProbeWaitsTheResendProbesTimer) 
   ASSERT_EQ(resent.size(), 4u);
   EXPECT_EQ(resent[0].psn(), kSqPsn + 5);
   EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+  // That go-back-N draws no answer either (a stalled peer, not a loss): the next probe's silence
+  // waits for the RTO again, so a peer that stays silent is not sent a window per timer.
+  const std::uint64_t probe2 = qp->next_deadline().value_or(0);
+  ASSERT_GT(probe2, probe + resend);
+  qp->handle_timeout(probe2);
+  ASSERT_EQ(drain(probe2).size(), 1u);
+  EXPECT_EQ(qp->counters().tail_probes, 2u);
+  EXPECT_GE(qp->next_deadline().value_or(0), probe2 + kRtoFloorNs);
   // A clean path keeps the RTO after its probe (LostAcksCostOneProbePacket).
 }
 
