@@ -306,6 +306,24 @@ class ShortAnswerTest : public TailProbeTest {
     o.lossy_tail_probe_floor_ns = kProbeFloorNs;
     make_qp(o);
   }
+  // A lossy path (one WRITE lost a packet and was repaired), then a 4-packet WRITE (PSNs
+  // kSqPsn + 5..8) that nothing answers: the lossy tail probe fires and its one packet, kSqPsn +
+  // 5, is sent. Returns when it was sent.
+  std::uint64_t probe_on_a_lossy_path() {
+    make_with_short_resend_probe();
+    sample_once();
+    EXPECT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
+    EXPECT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
+    EXPECT_EQ(drain(1'000'000).size(), 4u);
+    const std::uint64_t probe = qp->next_deadline().value_or(0);
+    EXPECT_LT(probe, 1'000'000 + kTailFloorNs);
+    qp->handle_timeout(probe);
+    const auto out = drain(probe);
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_TRUE(!out.empty() && out[0].psn() == kSqPsn + 5);
+    EXPECT_EQ(qp->counters().tail_probes, 1u);
+    return probe;
+  }
 };
 
 TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
@@ -330,18 +348,9 @@ TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
 // responder's re-ACK of a duplicate behind a lost NAK: the go-back-N starts at once, where a
 // clean path waits (OnACleanPathItWaitsTheTailProbesFloor).
 TEST_F(ShortAnswerTest, OnALossyPathAShortAnswerPastTheProbeGoesBackAtOnce) {
-  make_with_short_resend_probe();
-  sample_once();
-  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
-  // Silence after the next WRITE: the lossy tail probe, then a short answer past its PSN.
-  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
-  ASSERT_EQ(drain(1'000'000).size(), 4u);
-  const std::uint64_t probe = qp->next_deadline().value_or(0);
-  ASSERT_LT(probe, 1'000'000 + kTailFloorNs);
-  qp->handle_timeout(probe);
-  const auto out = drain(probe);
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].psn(), kSqPsn + 5);
+  const std::uint64_t probe = probe_on_a_lossy_path();
+  ASSERT_FALSE(HasFailure());
+  // The answer acknowledges one packet past the probe's PSN and not the rest.
   const std::uint64_t answered = probe + kRttNs;
   receive(ack(kSqPsn + 6), {}, answered);
   const auto resent = drain_resend(answered);
@@ -359,15 +368,8 @@ TEST_F(ShortAnswerTest, OnALossyPathAShortAnswerPastTheProbeGoesBackAtOnce) {
 // On a lossy path a tail probe that nothing answers (the probe or its answer lost) waits the
 // resend probe's timer, not the RTO, and then goes back N.
 TEST_F(ShortAnswerTest, OnALossyPathAnUnansweredProbeWaitsTheResendProbesTimer) {
-  make_with_short_resend_probe();
-  sample_once();
-  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
-  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
-  ASSERT_EQ(drain(1'000'000).size(), 4u);
-  const std::uint64_t probe = qp->next_deadline().value_or(0);
-  qp->handle_timeout(probe);
-  ASSERT_EQ(drain(probe).size(), 1u);
-  EXPECT_EQ(qp->counters().tail_probes, 1u);
+  const std::uint64_t probe = probe_on_a_lossy_path();
+  ASSERT_FALSE(HasFailure());
   const std::uint64_t resend = std::max(kProbeFloorNs, 4 * qp->rtt().min_ns());
   ASSERT_LT(resend, kRtoFloorNs);
   EXPECT_EQ(qp->next_deadline(), probe + resend);
