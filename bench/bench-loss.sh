@@ -6,7 +6,8 @@
 # Timeouts), adaptive_retransmits, resend_timeouts (of both, the expiries after a resend went
 # unanswered), tail_probes (single packets resent after silence with no NAK), probe_gaps (go-back-Ns a
 # probe's own short answer started), resend_repeats (first resent packets sent twice), replays_reordered
-# (duplicate READs whose replay the responder sent ahead of later READs' replies), rcvd_seq_err
+# (duplicate READs whose replay the responder sent ahead of later READs' replies), replay_gap_retries
+# (READ retries the responses started without a timer), rcvd_seq_err
 # (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped out of
 # sequence), rx_port_drops (frames the hosts' receive rings dropped);
 # what the switch dropped (at random, queue full, its receive ring full); and, sampled from
@@ -106,7 +107,7 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes probe_gaps resend_repeats replays_reordered rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done

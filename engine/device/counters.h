@@ -93,6 +93,10 @@ enum class Counter : std::uint8_t {
   // Replays of a duplicate READ or ATOMIC sent ahead of responses queued for later requests
   // (transport::QpCounters::replays_reordered).
   kReplaysReordered,
+  // READ retries started at once, not by a timer, because the responses went back without the
+  // missing PSN or a later READ's replay came ahead of the head READ's
+  // (transport::QpCounters::replay_gap_retries).
+  kReplayGapRetries,
   // Receive WQEs a responder found only by pulling its rings again when a request needed one
   // (transport::QpCounters::receives_pulled_late): each an RNR NAK or UD drop avoided.
   kReceivesPulledLate,
@@ -150,6 +154,7 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "probe_gaps",
     "resend_repeats",
     "replays_reordered",
+    "replay_gap_retries",
     "receives_pulled_late",
     "rx_impair_drops",
 };

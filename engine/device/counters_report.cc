@@ -47,6 +47,8 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kProbeGaps, now.probe_gaps, reported.probe_gaps);
   add_growth(block, Counter::kResendRepeats, now.resend_repeats, reported.resend_repeats);
   add_growth(block, Counter::kReplaysReordered, now.replays_reordered, reported.replays_reordered);
+  add_growth(block, Counter::kReplayGapRetries, now.replay_gap_retries,
+             reported.replay_gap_retries);
   add_growth(block, Counter::kReceivesPulledLate, now.receives_pulled_late,
              reported.receives_pulled_late);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);

@@ -31,6 +31,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.probe_gaps = 3;
   qp.resend_repeats = 7;
   qp.replays_reordered = 4;
+  qp.replay_gap_retries = 2;
   qp.receives_pulled_late = 6;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
@@ -49,6 +50,7 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kProbeGaps), 3u);
   EXPECT_EQ(at(v, Counter::kResendRepeats), 7u);
   EXPECT_EQ(at(v, Counter::kReplaysReordered), 4u);
+  EXPECT_EQ(at(v, Counter::kReplayGapRetries), 2u);
   EXPECT_EQ(at(v, Counter::kReceivesPulledLate), 6u);
 }
 
