@@ -51,6 +51,7 @@ EXPECTED_FILES = [
     "/usr/share/man/man8/xroce.8.gz", "/usr/share/man/man8/xroced.8.gz",
     "/usr/share/bash-completion/completions/xroce",
     "/lib/systemd/system/xroce@.service", "/lib/systemd/system/xroced.service",
+    "/lib/systemd/system/xroce.slice",
 ]
 
 
@@ -222,7 +223,8 @@ def test(deb: Path) -> None:
         man = host.run("man -w xroce xroced").stdout.split()
         assert man == ["/usr/share/man/man8/xroce.8.gz", "/usr/share/man/man8/xroced.8.gz"], man
         verify = host.run("systemd-analyze verify /lib/systemd/system/xroced.service "
-                          "/lib/systemd/system/xroce@.service 2>&1", check=False)
+                          "/lib/systemd/system/xroce@.service /lib/systemd/system/xroce.slice "
+                          "2>&1", check=False)
         assert verify.returncode == 0, f"systemd-analyze verify:\n{verify.stdout}"
         log(f"installed: {status}; {len(listed)} paths; man pages and units check out")
 
