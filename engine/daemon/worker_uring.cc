@@ -32,29 +32,6 @@ bool set_thread_scheduling(int nice, std::uint64_t slice_ns) {
   return set_sched_attr(attr);
 }
 
-// Gives the process's autogroup the nice value `nice`; false when the kernel has no autogroups
-// (CONFIG_SCHED_AUTOGROUP) or refuses (a negative value needs CAP_SYS_NICE). Harmless where the
-// kernel does not use the group: autogroups switched off (kernel.sched_autogroup_enabled), or a
-// process in a cgroup of its own (a systemd unit), whose cgroup's cpu.weight governs instead.
-//
-// Why: with autogroups (sched(7), "The autogroup feature"; on by default), the scheduler
-// weighs each session's group of threads against the other groups first, and only then the
-// threads inside one group. `xroce link add` starts the daemon in a session of its own, so a
-// worker's nice weighs only against the daemon's other threads, while the daemon's group
-// competes at nice 0 with the group of each application session: a woken worker then waits out
-// a busy-polling application's turn instead of preempting it. Traced with `perf sched` during
-// `ib_write_lat` on a 2-vCPU host: a worker woken by the request's arrival ran 1.8-2.7 ms later,
-// when the application's turn ended; the peer's tail probe fired first, and `ib_write_lat`'s p99
-// was 1.5-1.8 ms. The group's nice makes the daemon weigh as its workers do.
-bool set_autogroup_nice(int nice) {
-  const int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const std::string text = std::to_string(nice);
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  return ok;
-}
-
 }  // namespace
 
 UringSleeper::UringSleeper(std::uint64_t slice_ns, int nice) : slice_ns_(slice_ns), nice_(nice) {
@@ -72,12 +49,20 @@ UringSleeper::~UringSleeper() {
 }
 
 void UringSleeper::on_thread_start() {
-  // The process's group, written by each worker (the same value, so the order does not matter),
-  // and only by a session leader: the group is the session's, so only a process that leads its
-  // own (xroced as `xroce link add` starts it) has it to itself. A process that shares its
-  // session (a test running workers in-process, xroced run from a terminal) would raise the
-  // shell's whole session.
-  if (nice_ != 0 && getsid(0) == getpid()) (void)set_autogroup_nice(nice_);
+  // The daemon's autogroup gets the workers' nice. With autogroups (sched(7), "The autogroup
+  // feature"; on by default) the scheduler weighs each session's group of threads against the
+  // other groups first, and only then the threads inside one group. `xroce link add` starts the
+  // daemon in a session of its own, so a worker's nice alone weighs only against the daemon's
+  // other threads, while the daemon's group competes at nice 0 with the group of each
+  // application session: a woken worker then waits out a busy-polling application's turn
+  // instead of preempting it. Traced with `perf sched` during `ib_write_lat` on a 2-vCPU host: a
+  // worker woken by the request's arrival ran 1.8-2.7 ms later, when the application's turn
+  // ended; the peer's tail probe fired first, and `ib_write_lat`'s p99 was 1.5-1.8 ms.
+  // Written by each worker (the same value, so the order does not matter), and only by a session
+  // leader: the group is the session's, so only a process that leads its own (xroced as `xroce
+  // link add` starts it) has it to itself. A process that shares its session (a test running
+  // workers in-process, xroced run from a terminal) would raise the shell's whole session.
+  if (nice_ != 0 && getsid(0) == getpid()) (void)xroce::set_autogroup_nice(nice_);
   // Each setting alone where both together are refused: an unprivileged daemon keeps its slice.
   if (set_thread_scheduling(nice_, slice_ns_)) return;
   if (nice_ != 0 && set_thread_scheduling(nice_, 0)) return;

@@ -36,8 +36,8 @@ class UringSleeper final : public Sleeper {
   // At -10 a worker weighs ~9x a nice-0 thread (the kernel's sched_prio_to_weight); it sleeps
   // when idle on a loaded host (spin_allowed), so the weight goes to packet work only. Needs
   // CAP_SYS_NICE (the daemon runs as root); refused, the worker keeps nice 0. The daemon's
-  // autogroup gets the same nice (worker_uring.cc set_autogroup_nice): across sessions the
-  // kernel weighs groups, not threads.
+  // autogroup gets the same nice (on_thread_start): across sessions the kernel weighs groups,
+  // not threads.
   explicit UringSleeper(std::uint64_t slice_ns = kDefaultSliceNs, int nice = kDefaultNice);
   ~UringSleeper() override;
   UringSleeper(const UringSleeper&) = delete;

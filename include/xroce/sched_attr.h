@@ -1,13 +1,15 @@
-// struct sched_attr and the two system calls that read and write it, for the daemon's workers and
-// the provider's polling threads (an EEVDF slice is sched_attr's sched_runtime for SCHED_OTHER,
-// Linux 6.12+). <linux/sched/types.h> defines the struct, but its sched_param clashes with
-// glibc's, and glibc 2.36 wraps neither call.
+// struct sched_attr and the two system calls that read and write it, and the autogroup's nice, for
+// the daemon's workers and the provider's polling threads (an EEVDF slice is sched_attr's
+// sched_runtime for SCHED_OTHER, Linux 6.12+). <linux/sched/types.h> defines the struct, but its
+// sched_param clashes with glibc's, and glibc 2.36 wraps neither call.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <string>
 
 namespace xroce {
 
@@ -32,6 +34,22 @@ inline bool get_sched_attr(SchedAttr& attr) {
 }
 inline bool set_sched_attr(const SchedAttr& attr) {
   return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+}
+
+// Gives the process's autogroup (sched(7), "The autogroup feature": the scheduler weighs each
+// session's group of threads before the threads in it) the nice value `nice`; false when the
+// kernel has no autogroups (CONFIG_SCHED_AUTOGROUP) or refuses (a negative value needs
+// CAP_SYS_NICE). Harmless where the kernel does not use the group: autogroups switched off
+// (kernel.sched_autogroup_enabled), or a process in a cgroup of its own (a systemd unit), whose
+// cgroup's cpu.weight governs instead. The group is the session's: only a process that leads
+// its own should change it.
+inline bool set_autogroup_nice(int nice) {
+  const int fd = open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const std::string text = std::to_string(nice);
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
 }
 
 }  // namespace xroce
