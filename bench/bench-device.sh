@@ -8,15 +8,16 @@
 # In order: memcpy GB/s and the copy-limit line (copies per byte on each path); the raw frame
 # rate of each path with 4 KB frames (bench-ports.sh: kernel UDP sendmmsg/recvmmsg, the UDP
 # port, the AF_XDP port); iperf3 (one TCP stream) and its CPU seconds per GB; sockperf
-# ping-pong over UDP and TCP (14 B, its smallest message); then per port kind `ib_write_bw -s
-# 65536` (Gb/s, CPU seconds per GB of applications and both daemons, ratios to the raw rate of
-# the same path and to iperf3) and `ib_send_lat` / `ib_write_lat -s 2` (typical = perftest's
-# median, p99; ratios to sockperf UDP). Every latency is measured three times: with the host as
-# it is ("idle"), and with both cores kept out of idle by a spinner per core (an idle vCPU's
-# wakeup takes tens of us and would otherwise dominate every round trip), once a `nice 19` busy
-# loop ("busy": a fair-class task, which a woken task preempts only when the scheduler finds it
-# eligible, else it runs to the next tick) and once a SCHED_IDLE one ("busy-schedidle": preempted
-# by any woken task at once).
+# ping-pong over UDP and TCP (14 B, its smallest message) and the relay floor (the least
+# one-way latency of a daemon-shaped path here, bench/relay_floor.cc); then per port kind
+# `ib_write_bw -s 65536` (Gb/s, CPU seconds per GB of applications and both daemons, ratios to
+# the raw rate of the same path and to iperf3) and `ib_send_lat` / `ib_write_lat -s 2` (typical
+# = perftest's median, p99; ratios to sockperf UDP and to the relay floor). Every latency is
+# measured three times: with the host as it is ("idle"), and with both cores kept out of idle
+# by a spinner per core (an idle vCPU's wakeup takes tens of us and would otherwise dominate
+# every round trip), once a `nice 19` busy loop ("busy": a fair-class task, which a woken task
+# preempts only when the scheduler finds it eligible, else it runs to the next tick) and once a
+# SCHED_IDLE one ("busy-schedidle": preempted by any woken task at once).
 #
 # Environment: OUT_DIR (default .) receives bench-device.json and bench-device.svg;
 # MSGS (default 40000: a second or more at the rates reached, so the start does not dominate)
@@ -227,7 +228,7 @@ tcp_cpu=$(echo "$cpu / ($tcp_bytes / 1000000000)" | bc -l)
 printf '%-7s %-40s %9.2f Gb/s %10.2f\n' kernel "iperf3 TCP, 1 stream" "$tcp_gbps" "$tcp_cpu"
 record kernel "iperf3 TCP 1 stream" "$tcp_gbps" Gb/s "$cmd" cpu_s_per_gb="$tcp_cpu"
 
-declare -A sock_typ=()
+declare -A sock_typ=() relay_typ_of=()
 for busy in "${busy_modes[@]}"; do
   spin_start "$busy"
   for proto in udp tcp; do
@@ -248,6 +249,27 @@ for busy in "${busy_modes[@]}"; do
       "sockperf pp -i $ip_a ${flag[*]} -m 14 -t 5 (server sockperf sr)" avg="$avg" p99="$p99" \
       busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
   done
+  # The floor of a daemon-shaped path on this host (relay_floor.cc): two polling applications
+  # and two workers in processes of their own that sleep as xroced's do, 14 B over loopback UDP,
+  # each message acknowledged as an RC responder does ("relay-ack"; "relay-sleep" without the
+  # ACK), beside its own two-thread ping-pong on the same loopback. What the device adds above
+  # relay-ack is its own.
+  relay=("$build/bin/bench/xroce-relay-floor" --mode all --round-trips $((lat_iters * 5)) --json)
+  "${relay[@]}" >"$tmp/relay.json"
+  read -r relay_direct relay_noack relay_typ relay_p99 < <(/usr/bin/python3 -c '
+import json, sys
+m = {f["mode"]: f for f in json.load(open(sys.argv[1]))["one_way"]}
+print(m["direct"]["typical_us"], m["relay-sleep"]["typical_us"], m["relay-ack"]["typical_us"],
+      m["relay-ack"]["p99_us"])' "$tmp/relay.json")
+  relay_typ_of[$busy]=$relay_typ
+  printf '%-7s %-40s %11.1f us %10s  %.2fx its ping-pong (%.1f us), %.2fx sockperf udp; p99 %.1f us; without the ACK %.1f us\n' \
+    kernel "relay floor 14 B one way, $busy" "$relay_typ" "" "$(ratio "$relay_typ" "$relay_direct")" \
+    "$relay_direct" "$(ratio "$relay_typ" "${sock_typ[udp-$busy]}")" "$relay_p99" "$relay_noack"
+  record kernel "relay floor 14 B $busy" "$relay_typ" us "${relay[*]}" p99="$relay_p99" \
+    direct_us="$relay_direct" without_ack_us="$relay_noack" \
+    ratio_direct="$(ratio "$relay_typ" "$relay_direct")" \
+    ratio_sockperf_udp="$(ratio "$relay_typ" "${sock_typ[udp-$busy]}")" \
+    busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
   spin_stop
 done
 
@@ -313,12 +335,13 @@ for kind in "${kinds[@]}"; do
         continue
       fi
       read -r typ avg p99 < <(lat_row)
-      printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp; p99 %s us = %.1fx typical; avg %s us\n' \
+      printf '%-7s %-40s %11s us %10s  %.2fx sockperf udp, %.2fx the relay floor; p99 %s us = %.1fx typical; avg %s us\n' \
         "$kind" "$prog 2 B typical, $busy" "$typ" "" "$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
-        "$p99" "$(ratio "$p99" "$typ")" "$avg"
+        "$(ratio "$typ" "${relay_typ_of[$busy]}")" "$p99" "$(ratio "$p99" "$typ")" "$avg"
       record "$kind" "$prog 2 B $busy" "$typ" us \
         "$prog -d xbd1 -x 0 -s 2 -n $lat_iters -F $ip_a (xroce exec; server -d xbd0)" avg="$avg" \
         p99="$p99" ratio_sockperf_udp="$(ratio "$typ" "${sock_typ[udp-$busy]}")" \
+        ratio_relay_floor="$(ratio "$typ" "${relay_typ_of[$busy]}")" \
         busy="$([[ $busy == idle ]] && echo 0 || echo 1)" spinner="$busy"
     done
     spin_stop
