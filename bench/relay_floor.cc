@@ -23,9 +23,11 @@
 //                next message to the peer and leaves with it, as a delayed ACK would, so a
 //                ping-pong's reply carries it and the sending worker wakes once;
 //   relay-spin   the same workers never sleeping (xroced's when every runnable thread has a
-//                core).
-// What xroce adds to the relay (transport, encode, decode, the provider's rings) is its own
-// latency above relay-sleep; what relay-sleep adds to direct is the daemon's shape on this host.
+//                core); `all` runs it only where the host has four cores or more, since on
+//                fewer its four spinning threads take milliseconds a round trip.
+// What xroce adds to relay-ack (transport, encode, decode, the provider's rings) is its own
+// latency; what relay-ack adds to direct is the daemon's shape on this host (bench/README.md,
+// "The floor of a daemon's shape").
 #include <arpa/inet.h>
 #include <fmt/core.h>
 #include <netinet/in.h>
@@ -76,18 +78,30 @@ struct Options {
   bool json = false;
 };
 
-// The calling thread's nice and slice (0: the default); refused (no CAP_SYS_NICE, a kernel
-// before 6.12), the thread runs as it is and the run says so once.
-void set_scheduling(int nice, std::uint64_t slice_us) {
+bool set_nice_and_slice(int nice, std::uint64_t slice_us) {
   xroce::SchedAttr attr;
   attr.sched_policy = SCHED_OTHER;
   attr.sched_nice = nice;
   attr.sched_runtime = slice_us * 1000;
-  if (xroce::set_sched_attr(attr)) return;
+  return xroce::set_sched_attr(attr);
+}
+
+// The calling thread's nice and slice (0: the default). Where both together are refused (a
+// negative nice without CAP_SYS_NICE, a slice before Linux 6.12), each alone, as xroced's
+// workers fall back (UringSleeper::on_thread_start); what was refused is said once per process.
+void set_scheduling(int nice, std::uint64_t slice_us) {
+  if (set_nice_and_slice(nice, slice_us)) return;
+  const int err = errno;
+  const char* refused = nice != 0 ? "nice and slice" : "slice";
+  if (nice != 0 && set_nice_and_slice(nice, 0)) {
+    refused = "slice";
+  } else if (nice != 0 && set_nice_and_slice(0, slice_us)) {
+    refused = "nice";
+  }
   static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    std::fprintf(stderr, "xroce-relay-floor: nice %d, slice %llu us refused: %s\n", nice,
-                 static_cast<unsigned long long>(slice_us), strerror(errno));
+    std::fprintf(stderr, "xroce-relay-floor: nice %d, slice %llu us: the %s refused (%s)\n", nice,
+                 static_cast<unsigned long long>(slice_us), refused, strerror(err));
 }
 
 struct Figures {
@@ -112,8 +126,8 @@ class Fd {
   int fd_;
 };
 
-// A UDP socket on 127.0.0.1, bound to a port the kernel picks and connected to `peer_port`
-// once that is known.
+// A UDP socket on 127.0.0.1, bound to a port the kernel picks; connect_to sends it to its
+// peer's.
 struct Endpoint {
   Fd fd{socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)};
   std::uint16_t port = 0;
