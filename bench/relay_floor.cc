@@ -78,30 +78,19 @@ struct Options {
   bool json = false;
 };
 
-bool set_nice_and_slice(int nice, std::uint64_t slice_us) {
-  xroce::SchedAttr attr;
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_nice = nice;
-  attr.sched_runtime = slice_us * 1000;
-  return xroce::set_sched_attr(attr);
-}
-
-// The calling thread's nice and slice (0: the default). Where both together are refused (a
-// negative nice without CAP_SYS_NICE, a slice before Linux 6.12), each alone, as xroced's
-// workers fall back (UringSleeper::on_thread_start); what was refused is said once per process.
+// The calling thread's nice and slice as xroced's workers set theirs (each alone where both
+// together are refused, xroce::set_nice_and_slice); what was refused is said once per process.
 void set_scheduling(int nice, std::uint64_t slice_us) {
-  if (set_nice_and_slice(nice, slice_us)) return;
-  const int err = errno;
-  const char* refused = nice != 0 ? "nice and slice" : "slice";
-  if (nice != 0 && set_nice_and_slice(nice, 0)) {
-    refused = "slice";
-  } else if (nice != 0 && set_nice_and_slice(0, slice_us)) {
-    refused = "nice";
-  }
+  const xroce::NiceAndSlice applied = xroce::set_nice_and_slice(nice, slice_us * 1000);
+  if (applied == xroce::NiceAndSlice::kBoth) return;
+  const char* refused = applied == xroce::NiceAndSlice::kNiceOnly    ? "slice"
+                        : applied == xroce::NiceAndSlice::kSliceOnly ? "nice"
+                        : nice != 0                                  ? "nice and slice"
+                                                                     : "slice";
   static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    std::fprintf(stderr, "xroce-relay-floor: nice %d, slice %llu us: the %s refused (%s)\n", nice,
-                 static_cast<unsigned long long>(slice_us), refused, strerror(err));
+    std::fprintf(stderr, "xroce-relay-floor: nice %d, slice %llu us: the %s refused\n", nice,
+                 static_cast<unsigned long long>(slice_us), refused);
 }
 
 struct Figures {

@@ -21,17 +21,6 @@ constexpr std::uint64_t kTagDoorbell = 3ull << 32;  // | fd: a multishot poll on
 constexpr std::uint64_t kTagMask = ~0ull << 32;
 constexpr unsigned kRingEntries = 8;
 
-// Sets the calling thread's nice value and EEVDF slice (0: the default) in one call; false
-// when the kernel refuses (a negative nice needs CAP_SYS_NICE; before 6.12 SCHED_OTHER ignores
-// or rejects sched_runtime).
-bool set_thread_scheduling(int nice, std::uint64_t slice_ns) {
-  SchedAttr attr;
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_nice = nice;
-  attr.sched_runtime = slice_ns;
-  return set_sched_attr(attr);
-}
-
 }  // namespace
 
 UringSleeper::UringSleeper(std::uint64_t slice_ns, int nice) : slice_ns_(slice_ns), nice_(nice) {
@@ -64,9 +53,7 @@ void UringSleeper::on_thread_start() {
   // workers in-process, xroced run from a terminal) would raise the shell's whole session.
   if (nice_ != 0 && getsid(0) == getpid()) (void)xroce::set_autogroup_nice(nice_);
   // Each setting alone where both together are refused: an unprivileged daemon keeps its slice.
-  if (set_thread_scheduling(nice_, slice_ns_)) return;
-  if (nice_ != 0 && set_thread_scheduling(nice_, 0)) return;
-  (void)set_thread_scheduling(0, slice_ns_);
+  (void)xroce::set_nice_and_slice(nice_, slice_ns_);
 }
 
 void UringSleeper::notify() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,6 +35,27 @@ inline bool get_sched_attr(SchedAttr& attr) {
 }
 inline bool set_sched_attr(const SchedAttr& attr) {
   return syscall(SYS_sched_setattr, 0, &attr, 0) == 0;
+}
+
+// What set_nice_and_slice could apply.
+enum class NiceAndSlice { kBoth, kNiceOnly, kSliceOnly, kNeither };
+
+// Sets the calling thread's nice value and EEVDF slice (SCHED_OTHER; slice_ns 0: the default)
+// in one call; where the kernel refuses both together (a negative nice needs CAP_SYS_NICE;
+// before 6.12 SCHED_OTHER ignores or rejects sched_runtime), each alone, nice first, so an
+// unprivileged thread still gets its slice.
+inline NiceAndSlice set_nice_and_slice(int nice, std::uint64_t slice_ns) {
+  const auto set = [](int n, std::uint64_t s) {
+    SchedAttr attr;
+    attr.sched_policy = SCHED_OTHER;
+    attr.sched_nice = n;
+    attr.sched_runtime = s;
+    return set_sched_attr(attr);
+  };
+  if (set(nice, slice_ns)) return NiceAndSlice::kBoth;
+  if (nice != 0 && set(nice, 0)) return NiceAndSlice::kNiceOnly;
+  if (nice != 0 && set(0, slice_ns)) return NiceAndSlice::kSliceOnly;
+  return NiceAndSlice::kNeither;
 }
 
 // Gives the process's autogroup (sched(7), "The autogroup feature": the scheduler weighs each
