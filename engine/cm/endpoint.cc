@@ -429,12 +429,13 @@ void Endpoint::destroy(std::uint64_t now_ns, CommId id) {
       send_rej(now_ns, id, static_cast<std::uint16_t>(RejReason::kConsumerDefined), {}, {});
       break;
     case CmState::kEstablished:
-      send_dreq(now_ns, id, {});
-      c->retransmit.reset();  // one DREQ; the peer's DREP is not waited for
-      enter_timewait(now_ns, *c);
+      send_dreq(now_ns, id, {});  // retried until the DREP, as one still outstanding below
       break;
     case CmState::kDreqSent:
-      enter_timewait(now_ns, *c);
+      // ib_destroy_cm_id cancels the DREQ's retries and enters timewait; over a lossy path that
+      // leaves the peer established for ever if the one DREQ is lost (rping -C's client
+      // disconnects and destroys at once; its server waits for DISCONNECTED). The retries go
+      // on: the DREP, or the last retry, moves the connection to timewait, without events.
       break;
     case CmState::kDreqRcvd:
       send_drep(now_ns, id, {});
@@ -445,7 +446,7 @@ void Endpoint::destroy(std::uint64_t now_ns, CommId id) {
     default:
       break;
   }
-  if (c->state == CmState::kTimewait) {
+  if (c->state == CmState::kTimewait || c->state == CmState::kDreqSent) {
     c->destroyed = true;
   } else {
     erase(id);

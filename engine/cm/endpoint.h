@@ -16,7 +16,11 @@
 // destroys a connection leaves on the wire what ib_destroy_cm_id leaves: a REJ (timeout or
 // consumer-defined) during the handshake, a DREQ once established, a DREP for a received DREQ,
 // and the connection stays in TimeWait for its timewait time so that late or retried messages
-// are answered (DREP again, REJ stale connection) and never reach a new connection.
+// are answered (DREP again, REJ stale connection) and never reach a new connection. One thing
+// differs from ib_destroy_cm_id: a DREQ outstanding at destroy time keeps its retries (the
+// kernel cancels them) until the DREP or its last retry, so that a peer whose consumer waits for
+// DISCONNECTED (rping's server, any rdma_cm server) learns of it even when the one DREQ a
+// disconnect-then-destroy consumer sends is lost.
 #pragma once
 
 #include <cstdint>
@@ -197,7 +201,7 @@ class Endpoint {
   int send_sidr_rep(std::uint64_t now_ns, CommId id, const SidrRepParams& params);
   int set_context(CommId id, std::uint64_t context);
   // The consumer is done with the id (ib_destroy_cm_id): sends what the state requires and
-  // reports no more events for it; it lingers only while in timewait.
+  // reports no more events for it; it lingers only while its DREQ is retried and in timewait.
   void destroy(std::uint64_t now_ns, CommId id);
 
   // The received REQ of a passive connection (for its path and parameters), if any.

@@ -260,6 +260,77 @@ TEST(CmEndpoint, DestroyingAnEstablishedConnectionSendsADreq) {
   EXPECT_FALSE(has(l.events_a, CmEventType::kTimewaitExit));  // destroyed: no events
 }
 
+// rping -C's client disconnects and destroys its id at once; its server waits for DISCONNECTED.
+// If that one DREQ is lost, ib_destroy_cm_id's cancelled retries would leave the server waiting
+// for ever: here the destroyed connection retries it until the DREP, reporting nothing.
+TEST(CmEndpoint, ADreqLostBeforeDestroyIsRetriedUntilTheDrep) {
+  for (const bool disconnect_first : {true, false}) {
+    SCOPED_TRACE(disconnect_first ? "rdma_disconnect, then destroy" : "destroy only");
+    Link l;
+    ASSERT_EQ(l.b.listen(kService, 5), 0);
+    const CommId id = l.connect();
+    const CommId b_id = l.events_b[0].id;
+    ASSERT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
+    l.pump();
+    ASSERT_EQ(l.a.send_rtu(l.now, id, {}), 0);
+    l.pump();
+    int dreqs_lost = 0;
+    l.deliver = [&](bool a_to_b, const CmMad& m) {
+      if (a_to_b && std::holds_alternative<DreqMsg>(m.message) && dreqs_lost < 2) {
+        ++dreqs_lost;
+        return false;
+      }
+      return true;
+    };
+    if (disconnect_first) {
+      ASSERT_EQ(l.a.send_dreq(l.now, id, {}), 0);
+    }
+    l.a.destroy(l.now, id);
+    l.pump();
+    EXPECT_EQ(dreqs_lost, 1);
+    EXPECT_FALSE(has(l.events_b, CmEventType::kDreqReceived));
+    // Retry by retry (the timeout comes from the peer's REP) until b hears one.
+    for (int retry = 0; retry < 5 && !has(l.events_b, CmEventType::kDreqReceived); ++retry) {
+      const auto deadline = l.a.next_deadline();
+      ASSERT_TRUE(deadline);
+      l.advance_to(*deadline);
+    }
+    EXPECT_EQ(dreqs_lost, 2);
+    EXPECT_EQ(count<DreqMsg>(l.sent_by_a), 3);
+    ASSERT_TRUE(has(l.events_b, CmEventType::kDreqReceived));
+    l.b.destroy(l.now, b_id);  // its consumer saw DISCONNECTED: DREP
+    l.pump();
+    EXPECT_EQ(count<DrepMsg>(l.sent_by_b), 1);
+    EXPECT_EQ(l.a.counters().mads_dropped, 0u);
+    l.advance_to(l.now + 30 * 4608 * kMs);
+    EXPECT_EQ(count<DreqMsg>(l.sent_by_a), 3);  // the DREP ended the retries
+    EXPECT_EQ(l.a.connection_count(), 0u);      // timewait over, erased
+    EXPECT_EQ(l.b.connection_count(), 0u);
+    EXPECT_TRUE(l.events_a.size() == 1 && l.events_a[0].type == CmEventType::kRepReceived);
+  }
+}
+
+// A peer that never answers: the destroyed connection gives its DREQ up after its retries and
+// is erased after timewait, reporting nothing.
+TEST(CmEndpoint, ADestroyedConnectionsDreqRetriesEnd) {
+  Link l;
+  ASSERT_EQ(l.b.listen(kService, 5), 0);
+  const CommId id = l.connect();
+  const CommId b_id = l.events_b[0].id;
+  ASSERT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
+  l.pump();
+  ASSERT_EQ(l.a.send_rtu(l.now, id, {}), 0);
+  l.pump();
+  l.deliver = [](bool a_to_b, const CmMad&) { return !a_to_b; };  // b is unreachable
+  l.a.destroy(l.now, id);
+  l.pump();
+  l.advance_to(l.now + 1000 * 4608 * kMs);
+  EXPECT_EQ(count<DreqMsg>(l.sent_by_a), 1 + 3);  // max_cm_retries 3 in this link's config
+  EXPECT_EQ(l.a.connection_count(), 0u);
+  EXPECT_FALSE(l.a.next_deadline());
+  EXPECT_EQ(l.events_a.size(), 1u);  // the REP only
+}
+
 TEST(CmEndpoint, DestroyDuringHandshakeRejects) {
   Link l;
   ASSERT_EQ(l.b.listen(kService, 5), 0);
