@@ -97,6 +97,22 @@ RepParams rep22() {
   return p;
 }
 
+struct Established {
+  CommId a_id, b_id;
+};
+
+// b listens, a connects, b replies with QPN 0x22 and a sends the RTU: both established.
+Established establish(Link& l) {
+  EXPECT_EQ(l.b.listen(kService, 5), 0);
+  const CommId a_id = l.connect();
+  const CommId b_id = l.events_b.at(0).id;
+  EXPECT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
+  l.pump();
+  EXPECT_EQ(l.a.send_rtu(l.now, a_id, {}), 0);
+  l.pump();
+  return {a_id, b_id};
+}
+
 bool has(const std::vector<CmEvent>& events, CmEventType type) {
   for (const auto& e : events)
     if (e.type == type) return true;
@@ -238,13 +254,7 @@ TEST(CmEndpoint, PeerVanishingAfterRepLeavesNothingBehind) {
 
 TEST(CmEndpoint, DestroyingAnEstablishedConnectionSendsADreq) {
   Link l;
-  ASSERT_EQ(l.b.listen(kService, 5), 0);
-  const CommId id = l.connect();
-  const CommId b_id = l.events_b[0].id;
-  ASSERT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
-  l.pump();
-  ASSERT_EQ(l.a.send_rtu(l.now, id, {}), 0);
-  l.pump();
+  const auto [id, b_id] = establish(l);
   l.a.destroy(l.now, id);  // the process was killed
   l.pump();
   EXPECT_EQ(count<DreqMsg>(l.sent_by_a), 1);
@@ -267,13 +277,7 @@ TEST(CmEndpoint, ADreqLostBeforeDestroyIsRetriedUntilTheDrep) {
   for (const bool disconnect_first : {true, false}) {
     SCOPED_TRACE(disconnect_first ? "rdma_disconnect, then destroy" : "destroy only");
     Link l;
-    ASSERT_EQ(l.b.listen(kService, 5), 0);
-    const CommId id = l.connect();
-    const CommId b_id = l.events_b[0].id;
-    ASSERT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
-    l.pump();
-    ASSERT_EQ(l.a.send_rtu(l.now, id, {}), 0);
-    l.pump();
+    const auto [id, b_id] = establish(l);
     int dreqs_lost = 0;
     l.deliver = [&](bool a_to_b, const CmMad& m) {
       if (a_to_b && std::holds_alternative<DreqMsg>(m.message) && dreqs_lost < 2) {
@@ -314,13 +318,7 @@ TEST(CmEndpoint, ADreqLostBeforeDestroyIsRetriedUntilTheDrep) {
 // is erased after timewait, reporting nothing.
 TEST(CmEndpoint, ADestroyedConnectionsDreqRetriesEnd) {
   Link l;
-  ASSERT_EQ(l.b.listen(kService, 5), 0);
-  const CommId id = l.connect();
-  const CommId b_id = l.events_b[0].id;
-  ASSERT_EQ(l.b.send_rep(l.now, b_id, rep22()), 0);
-  l.pump();
-  ASSERT_EQ(l.a.send_rtu(l.now, id, {}), 0);
-  l.pump();
+  const auto [id, b_id] = establish(l);
   l.deliver = [](bool a_to_b, const CmMad&) { return !a_to_b; };  // b is unreachable
   l.a.destroy(l.now, id);
   l.pump();
