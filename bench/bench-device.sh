@@ -77,23 +77,12 @@ for ns in "$ns_a" "$ns_b"; do in_ns "$ns" ip link set lo up; done
 in_ns "$ns_a" ip link set "$if_a" mtu 9000 up
 in_ns "$ns_b" ip link set "$if_b" mtu 9000 up
 
-# record KIND TEST VALUE UNIT COMMAND [KEY=NUMBER...]: one figure for the JSON and the chart.
+# record KIND TEST VALUE UNIT COMMAND [KEY=VALUE...]: one figure for the JSON and the chart.
 record() {
   local kind=$1 test=$2 value=$3 unit=$4 cmd=$5
   shift 5
-  /usr/bin/python3 - "$kind" "$test" "$value" "$unit" "$cmd" "$(load)" "$@" >>"$figures" <<'PY'
-import json, sys
-kind, test, value, unit, cmd, load, *extra = sys.argv[1:]
-f = {"kind": kind, "test": test, "value": float(value), "unit": unit, "command": cmd,
-     "load": [float(x) for x in load.split()]}
-for kv in extra:
-    k, v = kv.split("=", 1)
-    try:
-        f[k] = float(v)
-    except ValueError:  # a name (spinner=busy)
-        f[k] = v
-print(json.dumps(f))
-PY
+  json_row kind="$kind" test="$test" value="$value" unit="$unit" command="$cmd" load="$(load)" \
+    "$@" >>"$figures"
 }
 ratio() { echo "$1 / $2" | bc -l; }
 

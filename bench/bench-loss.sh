@@ -19,6 +19,9 @@
 # IMPAIR=device joins the namespaces with one veth and has each device drop LOSS of the packets it
 # receives (`xroce impair`) instead: no switch, so the rate is the devices' own, and the
 # switch line gives way to rx_impair_drops.
+# JSON_OUT=FILE also writes every run there (port, loss, program, mbps, ratio_clean: the MB/s
+# against the same program's at loss 0 on the same port in this run, when one was measured
+# first; and the counters' growth by name; bench/goals.py reads it), with the commit and load.
 #   [IMPAIR=switch|device] [PORTS="afxdp udp"] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
@@ -158,6 +161,10 @@ bandwidth() {  # program
 }
 
 echo "impair: $impair; load: $(uptime)"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+rows=$out/rows.jsonl
+: >"$rows"
+declare -A clean_mbps=()
 for kind in "${kinds[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbl0 netdev va port "$kind" queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port "$kind" queues 1 >/dev/null
@@ -176,8 +183,24 @@ for kind in "${kinds[@]}"; do
       mbps=$(bandwidth $program)
       kill "$sampler" 2>/dev/null || true
       wait "$sampler" 2>/dev/null || true
-      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$(counters);" \
+      after=$(counters)
+      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$after;" \
         "client $(rtt_summary "$out/rtt.txt")"
+      read -r -a b <<<"$before"
+      read -r -a a <<<"$after"
+      grown=()
+      for ((i = 0; i < ${#a[@]}; i += 2)); do grown+=("${a[i]}=$((a[i + 1] - b[i + 1]))"); done
+      lossy=1
+      awk -v l="$loss" 'BEGIN { exit !(l + 0 == 0) }' && lossy=0
+      ((lossy)) || clean_mbps[$kind.$program]=$mbps
+      ratio=-
+      clean=${clean_mbps[$kind.$program]:-}
+      if ((lossy)) && [[ -n $clean && $clean != FAILED && $mbps != FAILED ]]; then
+        ratio=$(awk -v a="$mbps" -v b="$clean" 'BEGIN { printf "%.3f", a / b }')
+      fi
+      json_row port="$kind" loss="$loss" program="$program" seconds="$seconds" impair="$impair" \
+        mbps="$mbps" ratio_clean="$ratio" load="$(cut -d' ' -f1-3 /proc/loadavg)" \
+        "${grown[@]}" >>"$rows"
     done
     [[ $impair == switch ]] || continue
     stop_switch
@@ -191,3 +214,7 @@ print("  switch:", " ".join("%s %d" % (k, sum(p.get(k, 0) for p in ports))
   done
   del_devices
 done
+if [[ -n ${JSON_OUT:-} ]]; then
+  json_document bench/bench-loss.sh "$load_start" "$rows" >"$JSON_OUT"
+  echo "wrote $JSON_OUT"
+fi

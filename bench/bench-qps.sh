@@ -12,6 +12,8 @@
 # (1.3 GB, under a second) spent a tenth of the run starting. ITERS_<QPS> and DEPTH_<QPS>
 # (ITERS_64=...) override one; ROUNDS=N (default 1) runs the whole series N times, the QP counts
 # of a round right after its one-QP run, since this host's rate moves by half between minutes.
+# JSON_OUT=FILE also writes every row there (port, round, qps, iters, depth, mbps, ratio, and the
+# counters' growth by name; bench/goals.py reads it), with the commit and the host's load.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
@@ -107,6 +109,9 @@ depth() {  # qps: -t for that many QPs
   echo $t
 }
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+rows=$out/rows.jsonl
+: >"$rows"
 printf '%-6s %5s %6s %6s %5s %10s %7s' port round qps iters depth MB/s ratio
 printf ' %s' "${names[@]}"
 echo
@@ -130,10 +135,18 @@ for kind in "${ports[@]}"; do
       fi
       printf '%-6s %5s %6s %6s %5s %10s %7s' "$kind" "$round" "$qps" "$iters" "$tx_depth" \
         "$mbps" "$ratio"
-      for i in "${!names[@]}"; do printf ' %s' $((after[i] - before[i])); done
+      grown=()
+      for i in "${!names[@]}"; do grown+=("${names[i]}=$((after[i] - before[i]))"); done
+      printf ' %s' "${grown[@]#*=}"
       echo
+      json_row port="$kind" round="$round" qps="$qps" iters="$iters" depth="$tx_depth" \
+        mbps="$mbps" ratio="$ratio" load="$(cut -d' ' -f1-3 /proc/loadavg)" "${grown[@]}" >>"$rows"
     done
   done
   del_devices
 done
 echo "load after: $(uptime)" >&2
+if [[ -n ${JSON_OUT:-} ]]; then
+  json_document bench/bench-qps.sh "$load_start" "$rows" >"$JSON_OUT"
+  echo "wrote $JSON_OUT" >&2
+fi

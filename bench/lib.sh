@@ -45,3 +45,46 @@ wait_listen() {
   echo "nothing listens on $2 in $1" >&2
   return 1
 }
+
+# json_row KEY=VALUE...: one JSON object on one line, for a script's rows file. A value that
+# reads as an integer or a number is one; several numbers separated by spaces are a list (a load
+# average); anything else is a string ("FAILED", "-", a command line).
+json_row() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, re, sys
+number = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+def value(text):
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if number.match(text):
+        return float(text)
+    words = text.split()
+    if len(words) > 1 and all(number.match(w) for w in words):
+        return [float(w) for w in words]
+    return text
+row = {}
+for kv in sys.argv[1:]:
+    k, v = kv.split("=", 1)
+    row[k] = value(v)
+print(json.dumps(row))
+PY
+}
+
+# json_document SCRIPT LOAD_START ROWS_FILE: the document a script's JSON_OUT receives: the
+# script, the commit, the date, the host (kernel, cores), its load at the start and now, and the
+# rows json_row wrote.
+json_document() {
+  /usr/bin/python3 - "$1" "$2" "$(cut -d' ' -f1-3 /proc/loadavg)" "$3" \
+    "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+import json, os, platform, sys, time
+script, start, end, rows, commit = sys.argv[1:]
+json.dump({
+    "script": script, "commit": commit,
+    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "kernel": platform.release(), "cores": os.cpu_count(),
+    "load_start": [float(x) for x in start.split()], "load_end": [float(x) for x in end.split()],
+    "rows": [json.loads(line) for line in open(rows)],
+}, sys.stdout, indent=1)
+print()
+PY
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""Issue 19's goals against the figures of one bench-goals.sh run: one row per goal and port
+kind (and per latency mode, QP count, round), the figure, the target, and whether it was met.
+
+Reads what the wire benchmarks wrote: bench-device.sh's bench-device.json (bandwidth against the
+raw path and iperf3, CPU per byte against TCP's, latency against sockperf UDP and p99 against
+typical), bench-qps.sh's JSON_OUT (many QPs against one, and retransmissions on a clean link)
+and bench-loss.sh's JSON_OUT (2 % loss against the clean rate). A file not given, or a figure
+a file does not hold, gives no row: the table says what was measured, never a default.
+
+  bench/goals.py [--device FILE] [--qps FILE] [--loss FILE] [--json OUT]
+
+Prints the table, then "goals: N met, N not met"; --json writes the rows and those counts.
+Exit status 0 whether goals were met or not (a benchmark, not a test); 2 on unreadable input.
+"""
+import argparse
+import json
+import sys
+
+# The issue's thresholds, by goal.
+RAW_RATIO = 0.9  # ib_write_bw >= 0.9x the raw frame rate of the same path
+IPERF_RATIO = 1.0  # ... and >= 1.0x iperf3 once the path allows it
+CPU_RATIO = 1.5  # CPU s/GB <= 1.5x TCP's
+LATENCY_RATIO = 1.0  # typical <= 1.0x sockperf UDP, as the host is and with cores kept busy
+P99_RATIO = 3.0  # p99 <= 3x typical
+QPS_RATIO = 0.9  # aggregate >= 90 % of the one-QP rate
+LOSS_RATIO = 0.5  # >= 50 % of the lossless rate at 2 % loss
+LOSS = 0.02
+# Counters that grow only when a packet is sent again: none may on a clean link.
+RETRANSMISSIONS = ("adaptive_retransmits", "tail_probes", "completer_retry_err")
+
+
+def row(goal, port, measured, target, met, detail=""):
+    return {"goal": goal, "port": port, "measured": measured, "target": target, "met": met,
+            "detail": detail}
+
+
+def device_rows(doc):
+    figures = doc.get("figures", [])
+    rows = []
+    tcp = next((f for f in figures if f["kind"] == "kernel" and f["test"].startswith("iperf3")),
+               None)
+    raw = {}
+    for f in figures:
+        if f["test"].startswith("raw 4 KB frames"):
+            raw[f["kind"]] = max(raw.get(f["kind"], 0.0), f["value"])
+    for f in figures:
+        if f["kind"] in ("host", "kernel") or f["test"] != "ib_write_bw 64 KB":
+            continue
+        port = f["kind"]
+        if f.get("ratio_raw", 0) > 0:
+            rows.append(row("ib_write_bw 64 KB vs the raw path", port, f["ratio_raw"],
+                            f">= {RAW_RATIO}x", f["ratio_raw"] >= RAW_RATIO,
+                            f"{f['value']:.2f} Gb/s, raw {raw.get(port, 0):.2f}"))
+        if tcp is not None:
+            allows = raw.get(port, 0) >= tcp["value"]
+            detail = f"{f['value']:.2f} Gb/s, iperf3 {tcp['value']:.2f}"
+            if not allows:
+                detail += "; raw path below iperf3" if port in raw else "; raw path not measured"
+            rows.append(row("ib_write_bw 64 KB vs iperf3", port, f["ratio_iperf3"],
+                            f">= {IPERF_RATIO}x", f["ratio_iperf3"] >= IPERF_RATIO, detail))
+            rows.append(row("ib_write_bw CPU s/GB vs TCP's", port, f["ratio_cpu_tcp"],
+                            f"<= {CPU_RATIO}x", f["ratio_cpu_tcp"] <= CPU_RATIO,
+                            f"{f['cpu_s_per_gb']:.2f} s/GB, TCP {tcp['cpu_s_per_gb']:.2f}"))
+    for f in figures:
+        test = f["test"]
+        if f["kind"] in ("host", "kernel") or "2 B" not in test or test.startswith("loopback"):
+            continue
+        prog, spinner = test.split(" 2 B ")[0], f.get("spinner", test.rsplit(" ", 1)[-1])
+        if "ratio_sockperf_udp" in f:
+            rows.append(row(f"{prog} 2 B typical vs sockperf UDP, {spinner}", f["kind"],
+                            f["ratio_sockperf_udp"], f"<= {LATENCY_RATIO}x",
+                            f["ratio_sockperf_udp"] <= LATENCY_RATIO,
+                            f"{f['value']:.1f} us" + (
+                                f", {f['ratio_relay_floor']:.2f}x the relay floor"
+                                if f.get("ratio_relay_floor") else "")))
+        if f.get("value", 0) > 0 and "p99" in f:
+            p99 = f["p99"] / f["value"]
+            rows.append(row(f"{prog} 2 B p99 vs typical, {spinner}", f["kind"], p99,
+                            f"<= {P99_RATIO}x", p99 <= P99_RATIO,
+                            f"p99 {f['p99']:.1f} us, typical {f['value']:.1f}"))
+    return rows
+
+
+def qps_rows(doc):
+    rows = []
+    for r in doc.get("rows", []):
+        if r["qps"] == 1:
+            continue
+        label = f"ib_write_bw -q {r['qps']} vs -q 1, round {r['round']}"
+        if r["mbps"] == "FAILED":
+            rows.append(row(label, r["port"], None, f">= {QPS_RATIO}x", False, "did not complete"))
+            continue
+        resent = {name: r.get(name, 0) for name in RETRANSMISSIONS}
+        rows.append(row(label, r["port"], r["ratio"], f">= {QPS_RATIO}x",
+                        r["ratio"] != "-" and r["ratio"] >= QPS_RATIO, f"{r['mbps']:.0f} MB/s"))
+        rows.append(row(f"-q {r['qps']} retransmissions on a clean link, round {r['round']}",
+                        r["port"], sum(resent.values()), "0", sum(resent.values()) == 0,
+                        ", ".join(f"{k} {v}" for k, v in resent.items())))
+    return rows
+
+
+def loss_rows(doc):
+    rows = []
+    clean = {(r["port"], r["program"]): r["mbps"] for r in doc.get("rows", [])
+             if float(r["loss"]) == 0}
+    for r in doc.get("rows", []):
+        if float(r["loss"]) == 0 and r["mbps"] != "FAILED":
+            # The same rule as the QP counts': nothing is sent again on a clean link.
+            resent = {name: r.get(name, 0) for name in RETRANSMISSIONS}
+            rows.append(row(f"{r['program']} retransmissions on a clean link", r["port"],
+                            sum(resent.values()), "0", sum(resent.values()) == 0,
+                            ", ".join(f"{k} {v}" for k, v in resent.items())))
+        if abs(float(r["loss"]) - LOSS) > 1e-9:
+            continue
+        label = f"{r['program']} at {LOSS:.0%} loss vs clean"
+        if r["mbps"] == "FAILED" or r["ratio_clean"] == "-":
+            rows.append(row(label, r["port"], None, f">= {LOSS_RATIO}x", False,
+                            "did not complete" if r["mbps"] == "FAILED" else "no clean run"))
+            continue
+        rows.append(row(label, r["port"], r["ratio_clean"], f">= {LOSS_RATIO}x",
+                        r["ratio_clean"] >= LOSS_RATIO,
+                        f"{r['mbps']:.0f} of {clean[(r['port'], r['program'])]:.0f} MB/s, "
+                        f"Local ACK Timeouts {r.get('completer_retry_err', 0)}"))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device")
+    ap.add_argument("--qps")
+    ap.add_argument("--loss")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    rows, sources = [], {}
+    for name, path, make in (("device", args.device, device_rows), ("qps", args.qps, qps_rows),
+                             ("loss", args.loss, loss_rows)):
+        if not path:
+            continue
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"goals.py: {path}: {e}", file=sys.stderr)
+            return 2
+        sources[name] = {k: doc.get(k) for k in ("commit", "date", "load_start", "load_end")}
+        rows += make(doc)
+    for name, s in sources.items():
+        print(f"{name}: commit {s['commit']}, {s['date']}, load {s['load_start']} -> {s['load_end']}")
+    print(f"{'goal':<58} {'port':<6} {'measured':>9} {'target':>8}  met  detail")
+    for r in rows:
+        m = r["measured"]
+        shown = "-" if m is None else (f"{m:.2f}x" if isinstance(m, float) else str(m))
+        print(f"{r['goal']:<58} {r['port']:<6} {shown:>9} {r['target']:>8}  "
+              f"{'yes' if r['met'] else 'no ':<4} {r['detail']}")
+    met = sum(r["met"] for r in rows)
+    print(f"goals: {met} met, {len(rows) - met} not met")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sources": sources, "rows": rows, "met": met, "not_met": len(rows) - met},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
