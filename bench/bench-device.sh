@@ -53,7 +53,6 @@ tmp=$(mktemp -d)
 figures=$tmp/figures.jsonl
 spinners=()
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 cleanup() {
   local rc=$?
@@ -81,7 +80,7 @@ in_ns "$ns_b" ip link set "$if_b" mtu 9000 up
 record() {
   local kind=$1 test=$2 value=$3 unit=$4 cmd=$5
   shift 5
-  json_row kind="$kind" test="$test" value="$value" unit="$unit" command="$cmd" load="$(load)" \
+  json_row kind="$kind" test="$test" value="$value" unit="$unit" command="$cmd" load="$(load_average)" \
     "$@" >>"$figures"
 }
 ratio() { echo "$1 / $2" | bc -l; }
@@ -145,8 +144,8 @@ spin_stop() {
   spinners=()
 }
 
-echo "bench-device.sh: $(date -u +%FT%TZ), $(uname -r), $(nproc) cores, load average $(load)"
-start_load=$(load)
+echo "bench-device.sh: $(date -u +%FT%TZ), $(uname -r), $(nproc) cores, load average $(load_average)"
+start_load=$(load_average)
 
 # --- memcpy and the copy limit ------------------------------------------------------------
 # A 64 MiB bytearray slice assignment is one libc memcpy; best of 5.
@@ -405,7 +404,7 @@ for kind in ${SCALE_KINDS-afxdp}; do
   done
 done
 
-end_load=$(load)
+end_load=$(load_average)
 echo "load average at the end: $end_load on $(nproc) cores; workers bound to CPUs: ${worker_cpus:-none}"
 
 /usr/bin/python3 - "$figures" "$out_dir/bench-device.json" "$start_load" "$end_load" \

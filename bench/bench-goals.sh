@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every goal of issue 19 ("faster than TCP on the same link, and 1,000 QPs at full rate") from one
+# The device's performance goals (bench/README.md "Against every goal in one run": bandwidth
+# against the raw path and TCP, latency against UDP, 1,000 QPs, 2 % loss) from one
 # run of the three wire benchmarks, then one table of goal, figure, target and whether it was met
 # (bench/goals.py):
 #   bench-device.sh  bandwidth against the raw path and iperf3, CPU per byte against TCP's, and
@@ -12,21 +13,23 @@
 # Each writes its JSON into OUT_DIR (default ./bench-goals-DATE): bench-device.json and .svg,
 # qps.json, loss.json, and goals.json with the table's rows. Not a test: figures on a shared
 # host move between minutes, so every ratio is to a baseline of the same run. Needs root; about
-# 15 minutes on two cores. Wire benchmarks run one at a time on a shared host:
+# three minutes on two cores. Wire benchmarks run one at a time on a shared host:
 #   flock /tmp/xroce-bench.lock bench/bench-goals.sh [BUILD_DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$here/lib.sh"
 build=$(cd "${1:-build}" && pwd)
 out=${OUT_DIR:-bench-goals-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-echo "=== bench-device.sh ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "=== bench-device.sh ($(date -u +%T), load $(load_average))"
 OUT_DIR=$out LOOPBACK=0 SCALE_KINDS='' BUSY_MODES=${BUSY_MODES:-idle busy-schedidle} \
   "$here/bench-device.sh" "$build" afxdp udp
-echo "=== bench-qps.sh ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "=== bench-qps.sh ($(date -u +%T), load $(load_average))"
 JSON_OUT=$out/qps.json ROUNDS=${QPS_ROUNDS:-1} "$here/bench-qps.sh" "$build" 64 1000
-echo "=== bench-loss.sh ($(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "=== bench-loss.sh ($(date -u +%T), load $(load_average))"
 JSON_OUT=$out/loss.json IMPAIR=device RTT_SAMPLE_S=0 "$here/bench-loss.sh" "$build" 5 0 0.02
 echo "=== goals ($(date -u +%T))"
 /usr/bin/python3 "$here/goals.py" --device "$out/bench-device.json" --qps "$out/qps.json" \

@@ -161,7 +161,7 @@ bandwidth() {  # program
 }
 
 echo "impair: $impair; load: $(uptime)"
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+load_start=$(load_average)
 rows=$out/rows.jsonl
 : >"$rows"
 declare -A clean_mbps=()
@@ -199,7 +199,7 @@ for kind in "${kinds[@]}"; do
         ratio=$(awk -v a="$mbps" -v b="$clean" 'BEGIN { printf "%.3f", a / b }')
       fi
       json_row port="$kind" loss="$loss" program="$program" seconds="$seconds" impair="$impair" \
-        mbps="$mbps" ratio_clean="$ratio" load="$(cut -d' ' -f1-3 /proc/loadavg)" \
+        mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
         "${grown[@]}" >>"$rows"
     done
     [[ $impair == switch ]] || continue

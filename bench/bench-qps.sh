@@ -109,7 +109,7 @@ depth() {  # qps: -t for that many QPs
   echo $t
 }
 
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+load_start=$(load_average)
 rows=$out/rows.jsonl
 : >"$rows"
 printf '%-6s %5s %6s %6s %5s %10s %7s' port round qps iters depth MB/s ratio
@@ -140,7 +140,7 @@ for kind in "${ports[@]}"; do
       printf ' %s' "${grown[@]#*=}"
       echo
       json_row port="$kind" round="$round" qps="$qps" iters="$iters" depth="$tx_depth" \
-        mbps="$mbps" ratio="$ratio" load="$(cut -d' ' -f1-3 /proc/loadavg)" "${grown[@]}" >>"$rows"
+        mbps="$mbps" ratio="$ratio" load="$(load_average)" "${grown[@]}" >>"$rows"
     done
   done
   del_devices

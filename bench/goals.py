@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 19's goals against the figures of one bench-goals.sh run: one row per goal and port
+"""The device's performance goals against the figures of one bench-goals.sh run: one row per goal and port
 kind (and per latency mode, QP count, round), the figure, the target, and whether it was met.
 
 Reads what the wire benchmarks wrote: bench-device.sh's bench-device.json (bandwidth against the
@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-# The issue's thresholds, by goal.
+# The goals' thresholds (bench/README.md "Against every goal in one run").
 RAW_RATIO = 0.9  # ib_write_bw >= 0.9x the raw frame rate of the same path
 IPERF_RATIO = 1.0  # ... and >= 1.0x iperf3 once the path allows it
 CPU_RATIO = 1.5  # CPU s/GB <= 1.5x TCP's
@@ -33,6 +33,13 @@ RETRANSMISSIONS = ("adaptive_retransmits", "tail_probes", "completer_retry_err")
 def row(goal, port, measured, target, met, detail=""):
     return {"goal": goal, "port": port, "measured": measured, "target": target, "met": met,
             "detail": detail}
+
+
+def clean_link_row(goal, r):
+    """Nothing is sent again on a clean link: the RETRANSMISSIONS counters of row `r`."""
+    resent = {name: r.get(name, 0) for name in RETRANSMISSIONS}
+    return row(goal, r["port"], sum(resent.values()), "0", sum(resent.values()) == 0,
+               ", ".join(f"{k} {v}" for k, v in resent.items()))
 
 
 def device_rows(doc):
@@ -91,12 +98,10 @@ def qps_rows(doc):
         if r["mbps"] == "FAILED":
             rows.append(row(label, r["port"], None, f">= {QPS_RATIO}x", False, "did not complete"))
             continue
-        resent = {name: r.get(name, 0) for name in RETRANSMISSIONS}
         rows.append(row(label, r["port"], r["ratio"], f">= {QPS_RATIO}x",
                         r["ratio"] != "-" and r["ratio"] >= QPS_RATIO, f"{r['mbps']:.0f} MB/s"))
-        rows.append(row(f"-q {r['qps']} retransmissions on a clean link, round {r['round']}",
-                        r["port"], sum(resent.values()), "0", sum(resent.values()) == 0,
-                        ", ".join(f"{k} {v}" for k, v in resent.items())))
+        rows.append(clean_link_row(
+            f"-q {r['qps']} retransmissions on a clean link, round {r['round']}", r))
     return rows
 
 
@@ -106,11 +111,7 @@ def loss_rows(doc):
              if float(r["loss"]) == 0}
     for r in doc.get("rows", []):
         if float(r["loss"]) == 0 and r["mbps"] != "FAILED":
-            # The same rule as the QP counts': nothing is sent again on a clean link.
-            resent = {name: r.get(name, 0) for name in RETRANSMISSIONS}
-            rows.append(row(f"{r['program']} retransmissions on a clean link", r["port"],
-                            sum(resent.values()), "0", sum(resent.values()) == 0,
-                            ", ".join(f"{k} {v}" for k, v in resent.items())))
+            rows.append(clean_link_row(f"{r['program']} retransmissions on a clean link", r))
         if abs(float(r["loss"]) - LOSS) > 1e-9:
             continue
         label = f"{r['program']} at {LOSS:.0%} loss vs clean"

@@ -46,6 +46,9 @@ wait_listen() {
   return 1
 }
 
+# The host's load average over 1, 5 and 15 minutes, as "A B C": every figure is reported with it.
+load_average() { cut -d' ' -f1-3 /proc/loadavg; }
+
 # json_row KEY=VALUE...: one JSON object on one line, for a script's rows file. A value that
 # reads as an integer or a number is one; several numbers separated by spaces are a list (a load
 # average); anything else is a string ("FAILED", "-", a command line).
@@ -74,7 +77,7 @@ PY
 # script, the commit, the date, the host (kernel, cores), its load at the start and now, and the
 # rows json_row wrote.
 json_document() {
-  /usr/bin/python3 - "$1" "$2" "$(cut -d' ' -f1-3 /proc/loadavg)" "$3" \
+  /usr/bin/python3 - "$1" "$2" "$(load_average)" "$3" \
     "$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
 import json, os, platform, sys, time
 script, start, end, rows, commit = sys.argv[1:]
