@@ -396,6 +396,11 @@ void register_sim(CLI::App& app, ExitStatus& status) {
                   "this (0 = never)");
   cmd->add_option("--stall-max-us", c.stall_max_us,
                   "Length of a stall, uniform up to this: no frame taken, sent or timer fired");
+  cmd->add_option("--path-stall-every-us", c.path_stall_every_us,
+                  "Each host's outgoing link holds its frames (a descheduled relay) at intervals "
+                  "uniform up to twice this (0 = never); the NICs and their timers run on");
+  cmd->add_option("--path-stall-max-us", c.path_stall_max_us,
+                  "Length of a path stall, uniform up to this; held frames arrive in order");
   cmd->add_option("--mix", f->mix,
                   "all, or kind[=weight],... of send, send_imm, send_inv, write, write_imm, "
                   "read, cas, faa, atomic_write, flush, mw_write, uc_send, uc_write, "

@@ -67,6 +67,11 @@ struct PortState {
   std::uint64_t queue_bytes = 0;
   bool busy = false;        // a frame is being serialised
   TimeNs last_arrival = 0;  // FIFO order on the wire: jitter never reorders
+  // LinkConfig::stall_every_ns: frames that would arrive in [stall_start, stall_end) arrive at
+  // stall_end.
+  Rng stall_rng;
+  TimeNs stall_start = 0;
+  TimeNs stall_end = 0;
   std::deque<HeldFrame> held;
   std::uint32_t frames_held_downstream = 0;  // > 0: this port is paused
   TimeNs pause_started = 0;
@@ -293,6 +298,19 @@ struct Network::Impl {
     admit_held(id, now);
   }
 
+  // Where the link's stalls (LinkConfig::stall_every_ns) put a frame due at `arrival`. Arrivals
+  // come in order, so the stalls are drawn forward as they pass.
+  static TimeNs after_stall(PortState& p, TimeNs arrival) {
+    const LinkConfig& link = p.config.link;
+    if (link.stall_every_ns == 0) return arrival;
+    while (arrival >= p.stall_end) {
+      p.stall_start = p.stall_end + p.stall_rng.between(0, 2 * link.stall_every_ns);
+      p.stall_end = p.stall_start + p.stall_rng.between(0, link.stall_max_ns);
+      if (arrival < p.stall_start) return arrival;
+    }
+    return arrival >= p.stall_start ? p.stall_end : arrival;
+  }
+
   void put_on_wire(PortId id, Packet packet, TimeNs done) {
     PortState& p = port(id);
     const LinkConfig& link = p.config.link;
@@ -308,6 +326,7 @@ struct Network::Impl {
     TimeNs arrival = done + link.propagation_ns;
     if (link.jitter_ns > 0) arrival += p.rng.between(0, link.jitter_ns);
     arrival = std::max(arrival, p.last_arrival);
+    arrival = after_stall(p, arrival);
     const bool duplicate = p.rng.bernoulli(imp.duplicate);
     if (p.rng.bernoulli(imp.reorder)) {
       // Held back: later frames may overtake it; they do not wait for it.
@@ -375,6 +394,7 @@ struct Network::Impl {
     p.peer = peer;
     p.config = config;
     p.rng.reseed(port_seed(seed, id));
+    p.stall_rng.reseed(port_seed(seed ^ 0x57A11ED, id));
     ports.push_back(std::move(p));
     node(owner).ports.push_back(id);
     return id;

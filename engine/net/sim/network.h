@@ -81,6 +81,13 @@ struct LinkConfig {
   std::uint64_t rate_bps = 100'000'000'000;  // serialisation rate; 0 = infinite (no delay)
   TimeNs propagation_ns = 1 * kNsPerUs;
   TimeNs jitter_ns = 0;  // extra delay uniform in [0, jitter]; never reorders (FIFO kept)
+  // A path that stops now and then, as a relay process (a user-space switch, a bridge's
+  // softirq) that is descheduled: at intervals uniform in [0, 2 * stall_every_ns] the link holds
+  // every frame that would arrive for a time uniform in [0, stall_max_ns], then delivers them in
+  // order. 0 = never. Its draws come from their own stream, so a link without stalls draws the
+  // same losses and jitter as before.
+  TimeNs stall_every_ns = 0;
+  TimeNs stall_max_ns = 0;
   std::uint32_t overhead_bytes = 0;  // added per frame for serialisation only (24 = preamble,
                                      // FCS and inter-frame gap of real Ethernet)
   Impairments impair;

@@ -72,7 +72,7 @@ std::string Mix::to_string() const {
 }
 
 std::string reproduce_command(const ScenarioConfig& c) {
-  char buf[768];
+  char buf[1024];
   std::snprintf(
       buf, sizeof buf,
       "xroce sim --seed %llu --ops %llu --nodes %u --qps %u --uc-qps %u --mix %s --mtu %u "
@@ -81,7 +81,8 @@ std::string reproduce_command(const ScenarioConfig& c) {
       "--inflight-budget %u --rto-floor-us %llu --resend-probe-floor-us %llu "
       "--loss-window-min-psns %u --tail-probe-floor-us %llu --lossy-tail-probe-floor-us %llu "
       "--nic-queue-bytes %llu --jitter-us %llu "
-      "--stall-every-us %llu --stall-max-us %llu",
+      "--stall-every-us %llu --stall-max-us %llu --path-stall-every-us %llu "
+      "--path-stall-max-us %llu",
       static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops), c.nodes,
       c.qps, c.uc_qps, c.mix.to_string().c_str(), mtu_bytes(c.mtu), c.loss, c.reorder, c.dup,
       c.corrupt, static_cast<unsigned long long>(c.delay_us), c.rate_gbps, c.max_msg_bytes,
@@ -93,7 +94,9 @@ std::string reproduce_command(const ScenarioConfig& c) {
       static_cast<unsigned long long>(c.nic_queue_bytes),
       static_cast<unsigned long long>(c.jitter_us),
       static_cast<unsigned long long>(c.stall_every_us),
-      static_cast<unsigned long long>(c.stall_max_us));
+      static_cast<unsigned long long>(c.stall_max_us),
+      static_cast<unsigned long long>(c.path_stall_every_us),
+      static_cast<unsigned long long>(c.path_stall_max_us));
   return buf;
 }
 

@@ -47,8 +47,9 @@ std::uint8_t Driver::pick_timeout_exp() const {
   const double window_bytes = 128.0 * (mtu_bytes(cfg_.mtu) + 80);
   const double flows_into_a_node = 2.0 * (cfg_.qps + cfg_.uc_qps) * (cfg_.nodes - 1);
   const double queued_ns = flows_into_a_node * window_bytes * 8 / rate_bps * 1e9;
-  const double rtt_ns = queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000 +
-                        2.0 * static_cast<double>(cfg_.jitter_us + cfg_.stall_max_us) * 1000;
+  const double rtt_ns =
+      queued_ns + 4.0 * cfg_.delay_us * 1000 + 20'000 +
+      2.0 * static_cast<double>(cfg_.jitter_us + cfg_.stall_max_us + cfg_.path_stall_max_us) * 1000;
   return timeout_exp_covering(rtt_ns);
 }
 
@@ -58,6 +59,8 @@ void Driver::build_network() {
       cfg_.rate_gbps > 0 ? static_cast<std::uint64_t>(cfg_.rate_gbps * 1e9) : 0;
   host_egress.link.propagation_ns = cfg_.delay_us * 1000;
   host_egress.link.jitter_ns = cfg_.jitter_us * 1000;
+  host_egress.link.stall_every_ns = cfg_.path_stall_every_us * 1000;
+  host_egress.link.stall_max_ns = cfg_.path_stall_max_us * 1000;
   host_egress.link.impair.loss = cfg_.loss;
   host_egress.link.impair.duplicate = cfg_.dup;
   host_egress.link.impair.corrupt = cfg_.corrupt;

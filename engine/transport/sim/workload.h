@@ -100,6 +100,13 @@ struct ScenarioConfig {
   std::uint64_t jitter_us = 0;
   std::uint64_t stall_every_us = 0;
   std::uint64_t stall_max_us = 0;
+  // A path that stops while both NICs run (net::sim::LinkConfig::stall_every_ns), as a relay
+  // between them that is descheduled: each host's outgoing link holds what it carries at
+  // intervals uniform in [0, 2 * path_stall_every_us] for a time uniform in [0,
+  // path_stall_max_us], then delivers it in order. Unlike a NIC's stall, the sender's timers run
+  // meanwhile, and what was held arrives after they fired.
+  std::uint64_t path_stall_every_us = 0;
+  std::uint64_t path_stall_max_us = 0;
   std::uint32_t max_msg_bytes = 16384;
   std::uint32_t max_outstanding = 8;              // per QP and direction
   std::uint64_t time_limit_ns = 600'000'000'000;  // virtual time before declaring a stall

@@ -170,6 +170,58 @@ TEST(NetsimImpairments, JitterDelaysButNeverReorders) {
   EXPECT_GT(delayed, kFrames / 2);
 }
 
+// A link that stalls (LinkConfig::stall_every_ns) holds what would arrive during a stall and
+// delivers it at the stall's end, in order; between stalls it is the plain link. One frame per
+// microsecond for 100 ms, stalls of up to 1 ms every 2 ms on average.
+TEST(NetsimImpairments, AStallingLinkHoldsFramesAndDeliversThemInOrderAtTheStallsEnd) {
+  const auto run = [](TimeNs stall_every_ns) {
+    Network net(kSeed);
+    const NodeId a = net.add_host(host_config(1));
+    const NodeId b = net.add_host(host_config(2));
+    PortConfig c;
+    c.link.rate_bps = 100'000'000'000;
+    c.link.propagation_ns = 1'000;
+    c.link.stall_every_ns = stall_every_ns;
+    c.link.stall_max_ns = 1'000'000;
+    net.connect(a, b, c);
+    for (std::uint32_t i = 0; i < kFrames; ++i) {
+      net.run_until(TimeNs{i} * 1'000);
+      net.send(TimeNs{i} * 1'000, a, make_frame({.psn = i}));
+    }
+    net.run_until_idle();
+    std::vector<Delivery> out;
+    while (auto d = net.receive(b))
+      out.push_back(std::move(*d));
+    return out;
+  };
+  const std::vector<Delivery> plain = run(0);
+  const std::vector<Delivery> stalled = run(2'000'000);
+  ASSERT_EQ(plain.size(), kFrames);
+  ASSERT_EQ(stalled.size(), kFrames);
+  std::uint64_t held = 0, stalls = 0;
+  TimeNs longest = 0;
+  for (std::uint32_t i = 0; i < kFrames; ++i) {
+    ASSERT_EQ(stalled[i].id, i);
+    ASSERT_EQ(stalled[i].frame, plain[i].frame);
+    ASSERT_GE(stalled[i].at, plain[i].at);
+    if (stalled[i].at == plain[i].at) continue;
+    ++held;
+    longest = std::max(longest, stalled[i].at - plain[i].at);
+    // A held frame arrives with everything else the stall held: at its end, together.
+    if (i > 0 && stalled[i - 1].at != stalled[i].at) ++stalls;
+    if (i > 0 && stalled[i - 1].at == plain[i - 1].at) {
+      EXPECT_LT(stalled[i].at - plain[i].at, 1'000'001u);
+    }
+  }
+  // About 100 ms / 2.5 ms stalls of 0.5 ms on average: a fifth of the frames held.
+  EXPECT_GT(stalls, 20u);
+  EXPECT_LT(stalls, 80u);
+  EXPECT_GT(held, kFrames / 10);
+  EXPECT_LT(held, kFrames / 3);
+  EXPECT_LE(longest, 1'000'000u);
+  EXPECT_GT(longest, 500'000u);
+}
+
 TEST(NetsimImpairments, CountersAddUpWithEverythingOn) {
   const LinkRun run =
       run_point_to_point({.loss = 0.02, .duplicate = 0.01, .corrupt = 0.005, .reorder = 0.02});
