@@ -37,32 +37,36 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
 }
 
 // A tail probe resent tail_probe_psn, asking for an ACK, and what it asked about is not all
-// acknowledged yet (ctx_.tail_probe, which only a timer sets). Where this ACK acknowledges exactly
-// that PSN and what followed it stays unacknowledged, it is the probe's own answer, and the rest
-// was lost: the responder, which NAKs a gap once and drops what follows it silently (rxe_resp.c
-// check_psn), took the probe in sequence, so its NAK of that gap was what went missing; or it
-// had everything up to the probe and re-ACKed it as a duplicate (docs/protocol.md §3.6), so what
-// followed was lost. Packets of one QP keep their order on the path, so no ACK for anything sent
-// before the probe can still be on its way: go back now, as a NAK would have made it, rather
-// than after the resend probe's timer. Only for a SEND or WRITE at the head (a READ's probe is
-// answered by READ responses, whose gaps response_gap finds).
-// While the loss window is reduced (losses seen), an ACK past the probe's PSN that still leaves
-// PSNs before tail_probe_end unacknowledged counts as its answer too: the responder re-ACKs a
-// duplicate up to what it has executed (rxe_resp.c duplicate_request), which is past the probe
-// when it had taken more than the probe's PSN before it went silent behind a NAK that was lost.
-// Such an ACK could also be an ordinary one the responder sent late, after a stall longer than
-// the probe's timer; on a lossy path that is far less likely than the lost NAK, and a needless
-// go-back-N then costs one reduced window, where waiting costs the resend probe's timer (500 us
-// at the daemon's floor) on every lost NAK.
+// acknowledged yet (ctx_.tail_probe, which only a timer sets). While the loss window is reduced
+// (losses seen), an ACK of exactly that PSN that leaves what followed it unacknowledged is taken
+// for the probe's own answer, and the rest for lost: the responder, which NAKs a gap once and
+// drops what follows it silently (rxe_resp.c check_psn), took the probe in sequence, so its NAK
+// of that gap was what went missing; or it had everything up to the probe and re-ACKed it as a
+// duplicate (docs/protocol.md §3.6), so what followed was lost. Go back now, as a NAK would have
+// made it, rather than after the resend probe's timer. Only for a SEND or WRITE at the head (a
+// READ's probe is answered by READ responses, whose gaps response_gap finds).
+// An ACK past the probe's PSN that still leaves PSNs before tail_probe_end unacknowledged counts
+// as its answer too: the responder re-ACKs a duplicate up to what it has executed (rxe_resp.c
+// duplicate_request), which is past the probe when it had taken more than the probe's PSN before
+// it went silent behind a NAK that was lost.
+// Either ACK could also be an ordinary one the responder sent before the probe reached it, held
+// on the path (a relay or a host descheduled) longer than the probe's timer: one QP's packets
+// keep their order, but an ACK already on its way when the probe left can come after it. On a
+// path that is losing packets a lost NAK is far more likely, and a needless go-back-N costs one
+// reduced window where waiting costs the resend probe's timer (500 us at the daemon's floor) on
+// every lost NAK. On a clean path (the loss window at its top) the stall is the likely one, and
+// a go-back-N there would resend a whole window of duplicates and reduce the window, which makes
+// the next stall's probe go back too: there the answer only arms the resend probe, which waits at
+// least the tail probe's floor (QpContext::restart_adaptive_timer) for the rest of the held ACKs.
 void Completer::probe_answered(const Response& r) {
   if (!ctx_.tail_probe || ctx_.fatal_pending || r.info.operation != wire::Operation::kAck ||
       !r.hdr.aeth->is_ack() || ctx_.sq_head == ctx_.sq_tail)
     return;
+  if (!ctx_.loss_window.reduced()) return;  // a clean path: the resend probe's timer decides
   const bool own_answer = r.psn == ctx_.tail_probe_psn && ctx_.comp_psn == ctx_.tail_probe_psn + 1;
-  const bool lossy_answer = ctx_.loss_window.reduced() &&
-                            ctx_.comp_psn.after(ctx_.tail_probe_psn) &&
-                            ctx_.comp_psn.before(ctx_.tail_probe_end);
-  if (!own_answer && !lossy_answer) return;
+  const bool past_probe =
+      ctx_.comp_psn.after(ctx_.tail_probe_psn) && ctx_.comp_psn.before(ctx_.tail_probe_end);
+  if (!own_answer && !past_probe) return;
   const SendWqe& w = ctx_.wqe(ctx_.sq_head);
   if (w.stage != WqeStage::kStarted || w.is_read_or_atomic()) return;
   ++ctx_.counters.probe_gaps;

@@ -412,6 +412,42 @@ TEST(SimWorkload, StallsAndJitterNeverGoBackNOnACleanLinkWithTheDaemonsFloor) {
   EXPECT_GT(resent_at_sim_floor, 0u) << "the stalls never outlasted a 200 us RTO";
 }
 
+// A path that holds frames past the tail probe's floor while both NICs run, as a user-space
+// switch or relay that is descheduled (bench/README.md "A tail probe's answer held on the path"):
+// the requester's timer fires, its probe leaves, and the ACKs the responder sent before the probe
+// reached it arrive after the probe left, the first of them often for exactly the probe's PSN. On
+// a clean link that ACK only arms the resend probe (Completer::probe_answered), and the held ACKs
+// behind it answer the rest: each stall costs one probe packet and no go-back-N. Small messages,
+// so that every packet asks for an ACK and a held ACK can name any PSN.
+TEST(SimWorkload, APathThatStallsCostsOneProbePacketPerStallOnACleanLink) {
+  const std::uint64_t n = seeds(6);
+  std::uint64_t probes = 0;
+  for (std::uint64_t seed = 7001; seed < 7001 + n; ++seed) {
+    for (const char* mix : {"write", "send"}) {
+      ScenarioConfig c = bulk(seed, mix, 0);
+      c.ops = 4000;
+      c.max_msg_bytes = 4096;
+      c.mtu = PathMtu::k4096;
+      c.delay_us = 20;
+      use_daemon_timers(c);
+      c.path_stall_every_us = 3'000;
+      c.path_stall_max_us = kDaemonAdaptiveRtoFloorNs / 1000 / 2;
+      const Summary s = run_scenario(c);
+      ASSERT_TRUE(s.ok()) << describe(c, s);
+      ASSERT_EQ(s.completed, s.posted) << describe(c, s);
+      ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
+      EXPECT_EQ(s.probe_gaps, 0u) << describe(c, s);
+      EXPECT_EQ(s.adaptive_retransmits + s.timeouts, 0u) << describe(c, s);
+      EXPECT_EQ(s.retransmitted_packets, s.tail_probes) << describe(c, s);  // one packet each
+      probes += s.tail_probes;
+    }
+  }
+  std::printf("a path stalling up to %llu us: %llu tail probes, each one packet\n",
+              static_cast<unsigned long long>(kDaemonAdaptiveRtoFloorNs / 1000 / 2),
+              static_cast<unsigned long long>(probes));
+  EXPECT_GT(probes, 0u) << "no stall outlasted the tail probe's floor";
+}
+
 TEST(SimWorkload, StallsAndJitterAtTwoPercentLossCompleteEveryByte) {
   const std::uint64_t n = seeds(6);
   std::uint64_t adaptive = 0;

@@ -247,24 +247,49 @@ TEST_F(TailProbeTest, LostAcksCostOneProbePacket) {
   EXPECT_EQ(qp->counters().retransmitted_packets, 1u);
 }
 
-TEST_F(TailProbeTest, TheProbesOwnShortAnswerGoesBackAtOnce) {
+// On a clean path (the loss window at its top) an ACK of exactly the probe's PSN that leaves the
+// rest unacknowledged may be the responder's ordinary ACK, sent before the probe reached it and
+// held on the path past the probe's timer (a descheduled relay): the rest is resent only after
+// the resend probe's timer, and the held ACKs that follow within it resend nothing.
+TEST_F(TailProbeTest, OnACleanPathAnAckOfExactlyTheProbesPsnWaitsForTheResendProbe) {
   make_probing(2);
   const std::uint64_t probe = send_into_silence();
   qp->handle_timeout(probe);
   ASSERT_EQ(drain(probe).size(), 1u);
-  // The responder had lost everything (its NAK was lost too): it executes the probe alone and
-  // acknowledges exactly its PSN. Nothing sent before the probe can still be answered (one
-  // QP's packets keep their order), so the rest is resent now, not after the resend probe.
+  ASSERT_FALSE(qp->loss_window().reduced());
+  const std::uint64_t answered = probe + kRttNs / 4;
+  receive(ack(kSqPsn + 1), {}, answered);
+  EXPECT_TRUE(drain(answered).empty());
+  EXPECT_EQ(qp->counters().probe_gaps, 0u);
+  EXPECT_EQ(qp->next_deadline(), answered + kProbeNs);
+  // The rest of what the path held: everything was received.
+  receive(ack(kSqPsn + 4), {}, answered + 1'000);
+  ASSERT_EQ(completions().size(), 1u);
+  EXPECT_TRUE(drain(answered + 1'000).empty());
+  EXPECT_EQ(qp->counters().retransmitted_packets, 1u);  // the probe
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  EXPECT_FALSE(qp->loss_window().reduced());
+}
+
+// The same answer when nothing else comes: the resend probe's timer goes back N.
+TEST_F(TailProbeTest, OnACleanPathTheProbesOwnShortAnswerGoesBackAfterTheResendProbe) {
+  make_probing(2);
+  const std::uint64_t probe = send_into_silence();
+  qp->handle_timeout(probe);
+  ASSERT_EQ(drain(probe).size(), 1u);
   const std::uint64_t answered = probe + kRttNs;
   receive(ack(kSqPsn + 1), {}, answered);
-  const auto out = drain_resend(answered);
+  EXPECT_TRUE(drain(answered).empty());
+  ASSERT_EQ(qp->next_deadline(), answered + kProbeNs);
+  qp->handle_timeout(answered + kProbeNs);
+  const auto out = drain_resend(answered + kProbeNs);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].psn(), kSqPsn + 2);
   EXPECT_EQ(out[2].psn(), kSqPsn + 4);
-  EXPECT_EQ(qp->counters().probe_gaps, 1u);
-  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  EXPECT_EQ(qp->counters().probe_gaps, 0u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
   EXPECT_EQ(qp->loss_window().reductions(), 1u);
-  receive(ack(kSqPsn + 4), {}, answered + kRttNs);
+  receive(ack(kSqPsn + 4), {}, answered + kProbeNs + kRttNs);
   ASSERT_EQ(completions().size(), 1u);
   EXPECT_EQ(qp->counters().timeouts, 0u);
 }
@@ -363,6 +388,27 @@ TEST_F(ShortAnswerTest, OnALossyPathAShortAnswerPastTheProbeGoesBackAtOnce) {
   const auto c = completions();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+}
+
+// On a lossy path an ACK of exactly the probe's PSN that leaves the rest unacknowledged is the
+// probe's own answer: the responder took the probe in sequence behind a NAK that was lost, or
+// had nothing past it. The go-back-N starts at once (probe_gaps).
+TEST_F(ShortAnswerTest, OnALossyPathTheProbesOwnShortAnswerGoesBackAtOnce) {
+  const std::uint64_t probe = probe_on_a_lossy_path();
+  ASSERT_FALSE(HasFailure());
+  const std::uint64_t answered = probe + kRttNs;
+  receive(ack(kSqPsn + 5), {}, answered);
+  const auto resent = drain_resend(answered);
+  ASSERT_EQ(resent.size(), 3u);
+  EXPECT_EQ(resent[0].psn(), kSqPsn + 6);
+  EXPECT_EQ(resent[2].psn(), kSqPsn + 8);
+  EXPECT_EQ(qp->counters().probe_gaps, 1u);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  receive(ack(kSqPsn + 8), {}, answered + kRttNs);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(qp->counters().timeouts, 0u);
 }
 
 // On a lossy path a tail probe that nothing answers (the probe or its answer lost) waits the
