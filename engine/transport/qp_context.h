@@ -71,9 +71,14 @@ inline constexpr std::uint64_t kAdaptiveRtoFloorNs = 200'000;
 // covers the stalls before the first peak is measured (a QP's start). Still 6.7 times shorter
 // than perftest's 67 ms Local ACK Timeout (bench/README.md, "Loss").
 inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
-// The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns): a needless probe costs
-// one packet, and on a clean link this host's stalls outlast anything much shorter.
-inline constexpr std::uint64_t kDaemonTailProbeFloorNs = 2'000'000;
+// The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns) on a clean link. Above one
+// scheduler tick (4 ms at Debian's HZ=250): on a host with fewer cores than busy threads a woken
+// worker can wait a whole tick behind a process that only yields (bench/README.md "The tail
+// probe above a tick"), and at 2 ms each such wait cost a probe, 17 in 60 s of clean
+// `ib_write_bw`/`ib_read_bw` against 1 at 5 ms. The cost falls on a tail loss on a clean link
+// alone: a loss a NAK reports needs no probe, and once the loss window is reduced the lossy
+// floor below applies.
+inline constexpr std::uint64_t kDaemonTailProbeFloorNs = 5'000'000;
 // The daemon's tail probe floor while a QP's path loses packets (QpConfig::
 // lossy_tail_probe_floor_ns). At 2 % loss on the device's own rate (bench/README.md "Loss"),
 // about one NAK in fifty is lost and each waited for the tail probe's peak-sized timer (4-5 ms

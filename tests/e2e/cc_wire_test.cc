@@ -16,7 +16,7 @@
 // rate of 1000 Mbit/s; the receiver spaces CNPs by 500 µs. The transport timeout is long (-u 20, 4
 // s) because a CPU-starved switch can hold tens of ms of queue: the test is about congestion
 // control, and a timeout would show up as a retransmission, which it asserts never happens. A
-// tail probe (one packet again after 2 ms without an acknowledgement) is allowed, a few at most:
+// tail probe (one packet again after 5 ms without an acknowledgement) is allowed, a few at most:
 // a starved host stalls that long, and the probe is the transport doing its job.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -350,7 +350,7 @@ TEST(CcWire, TwoSendersThroughAMarkingSwitchGetCnpsSlowDownAndRecover) {
     });
     EXPECT_LT(lowest->rate_mbps, kLineRateMbit * 0.5) << s;
     // Nothing is lost (out_of_seq_request is 0 below), so nothing is sent again but a tail
-    // probe: one packet after 2 ms in which nothing was acknowledged, which a CPU-starved switch
+    // probe: one packet after 5 ms in which nothing was acknowledged, which a CPU-starved switch
     // or receiver causes by design (on a 2-core host a woken worker can wait a whole 4 ms tick
     // behind a polling process: bench/README.md "Against every goal in one run"). When the first
     // ACK the stall held back acknowledges exactly the probe's PSN, a clean path waits for the
