@@ -24,19 +24,34 @@ struct LinkRun {
   PortStats stats;
 };
 
-// kFrames frames a -> b over a 100 Gb/s, 1 us link with `impair`; frame i carries PSN i.
-LinkRun run_point_to_point(const Impairments& impair, TimeNs jitter_ns = 0) {
+// How the link of run_point_to_point runs besides its impairments, and how far apart its frames
+// are sent (0: all at once).
+struct LinkShape {
+  TimeNs jitter_ns = 0;
+  TimeNs stall_every_ns = 0;
+  TimeNs stall_max_ns = 0;
+  TimeNs spacing_ns = 0;
+};
+
+// kFrames frames a -> b over a 100 Gb/s, 1 us link with `impair`; frame i carries PSN i and is
+// sent at i * shape.spacing_ns.
+LinkRun run_point_to_point(const Impairments& impair, const LinkShape& shape = {}) {
   Network net(kSeed);
   const NodeId a = net.add_host(host_config(1));
   const NodeId b = net.add_host(host_config(2));
   PortConfig c;
   c.link.rate_bps = 100'000'000'000;
   c.link.propagation_ns = 1'000;
-  c.link.jitter_ns = jitter_ns;
+  c.link.jitter_ns = shape.jitter_ns;
+  c.link.stall_every_ns = shape.stall_every_ns;
+  c.link.stall_max_ns = shape.stall_max_ns;
   c.link.impair = impair;
   const Link link = net.connect(a, b, c);
-  for (std::uint32_t i = 0; i < kFrames; ++i)
-    net.send(0, a, make_frame({.psn = i}));
+  for (std::uint32_t i = 0; i < kFrames; ++i) {
+    const TimeNs at = TimeNs{i} * shape.spacing_ns;
+    if (at != 0) net.run_until(at);
+    net.send(at, a, make_frame({.psn = i}));
+  }
   net.run_until_idle();
   LinkRun run;
   while (auto d = net.receive(b))
@@ -155,7 +170,7 @@ TEST(NetsimImpairments, ReorderingHoldsFramesBackAtItsRate) {
 
 TEST(NetsimImpairments, JitterDelaysButNeverReorders) {
   const LinkRun plain = run_point_to_point({});
-  const LinkRun jittery = run_point_to_point({}, 500);
+  const LinkRun jittery = run_point_to_point({}, {.jitter_ns = 500});
   ASSERT_EQ(jittery.deliveries.size(), kFrames);
   std::uint64_t delayed = 0;
   for (std::uint32_t i = 0; i < kFrames; ++i) {
@@ -174,28 +189,11 @@ TEST(NetsimImpairments, JitterDelaysButNeverReorders) {
 // delivers it at the stall's end, in order; between stalls it is the plain link. One frame per
 // microsecond for 100 ms, stalls of up to 1 ms every 2 ms on average.
 TEST(NetsimImpairments, AStallingLinkHoldsFramesAndDeliversThemInOrderAtTheStallsEnd) {
-  const auto run = [](TimeNs stall_every_ns) {
-    Network net(kSeed);
-    const NodeId a = net.add_host(host_config(1));
-    const NodeId b = net.add_host(host_config(2));
-    PortConfig c;
-    c.link.rate_bps = 100'000'000'000;
-    c.link.propagation_ns = 1'000;
-    c.link.stall_every_ns = stall_every_ns;
-    c.link.stall_max_ns = 1'000'000;
-    net.connect(a, b, c);
-    for (std::uint32_t i = 0; i < kFrames; ++i) {
-      net.run_until(TimeNs{i} * 1'000);
-      net.send(TimeNs{i} * 1'000, a, make_frame({.psn = i}));
-    }
-    net.run_until_idle();
-    std::vector<Delivery> out;
-    while (auto d = net.receive(b))
-      out.push_back(std::move(*d));
-    return out;
-  };
-  const std::vector<Delivery> plain = run(0);
-  const std::vector<Delivery> stalled = run(2'000'000);
+  const std::vector<Delivery> plain = run_point_to_point({}, {.spacing_ns = 1'000}).deliveries;
+  const std::vector<Delivery> stalled =
+      run_point_to_point(
+          {}, {.stall_every_ns = 2'000'000, .stall_max_ns = 1'000'000, .spacing_ns = 1'000})
+          .deliveries;
   ASSERT_EQ(plain.size(), kFrames);
   ASSERT_EQ(stalled.size(), kFrames);
   std::uint64_t held = 0, stalls = 0;

@@ -349,6 +349,27 @@ class ShortAnswerTest : public TailProbeTest {
     EXPECT_EQ(qp->counters().tail_probes, 1u);
     return probe;
   }
+  // On a lossy path a tail probe's short answer, an ACK of kSqPsn + `acked` (the probe's PSN,
+  // kSqPsn + 5, or past it) that leaves the rest of the WRITE (through kSqPsn + 8)
+  // unacknowledged, goes back N at once (probe_gaps): what follows `acked` is resent now, and
+  // the WRITE then completes.
+  void expect_short_answer_goes_back_at_once(std::uint32_t acked) {
+    const std::uint64_t probe = probe_on_a_lossy_path();
+    ASSERT_FALSE(HasFailure());
+    const std::uint64_t answered = probe + kRttNs;
+    receive(ack(kSqPsn + acked), {}, answered);
+    const auto resent = drain_resend(answered);
+    ASSERT_EQ(resent.size(), 8u - acked);
+    EXPECT_EQ(resent.front().psn(), kSqPsn + acked + 1);
+    EXPECT_EQ(resent.back().psn(), kSqPsn + 8);
+    EXPECT_EQ(qp->counters().probe_gaps, 1u);
+    EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+    receive(ack(kSqPsn + 8), {}, answered + kRttNs);
+    const auto c = completions();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(qp->counters().timeouts, 0u);
+  }
 };
 
 TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
@@ -369,46 +390,17 @@ TEST_F(ShortAnswerTest, OnACleanPathItWaitsTheTailProbesFloor) {
   EXPECT_EQ(qp->counters().retransmitted_packets, 1u);  // the probe
 }
 
-// On a lossy path an answer past the probe's PSN that leaves the rest unacknowledged is the
-// responder's re-ACK of a duplicate behind a lost NAK: the go-back-N starts at once, where a
-// clean path waits (OnACleanPathItWaitsTheTailProbesFloor).
+// An answer past the probe's PSN that leaves the rest unacknowledged is the responder's re-ACK
+// of a duplicate behind a lost NAK; a clean path waits (OnACleanPathItWaitsTheTailProbesFloor).
 TEST_F(ShortAnswerTest, OnALossyPathAShortAnswerPastTheProbeGoesBackAtOnce) {
-  const std::uint64_t probe = probe_on_a_lossy_path();
-  ASSERT_FALSE(HasFailure());
-  // The answer acknowledges one packet past the probe's PSN and not the rest.
-  const std::uint64_t answered = probe + kRttNs;
-  receive(ack(kSqPsn + 6), {}, answered);
-  const auto resent = drain_resend(answered);
-  ASSERT_EQ(resent.size(), 2u);
-  EXPECT_EQ(resent[0].psn(), kSqPsn + 7);
-  EXPECT_EQ(resent[1].psn(), kSqPsn + 8);
-  EXPECT_EQ(qp->counters().probe_gaps, 1u);
-  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
-  receive(ack(kSqPsn + 8), {}, answered + kRttNs);
-  const auto c = completions();
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  expect_short_answer_goes_back_at_once(6);
 }
 
-// On a lossy path an ACK of exactly the probe's PSN that leaves the rest unacknowledged is the
-// probe's own answer: the responder took the probe in sequence behind a NAK that was lost, or
-// had nothing past it. The go-back-N starts at once (probe_gaps).
+// An ACK of exactly the probe's PSN is the probe's own answer: the responder took the probe in
+// sequence behind a NAK that was lost, or had nothing past it; a clean path waits
+// (TailProbeTest.OnACleanPathAnAckOfExactlyTheProbesPsnWaitsForTheResendProbe).
 TEST_F(ShortAnswerTest, OnALossyPathTheProbesOwnShortAnswerGoesBackAtOnce) {
-  const std::uint64_t probe = probe_on_a_lossy_path();
-  ASSERT_FALSE(HasFailure());
-  const std::uint64_t answered = probe + kRttNs;
-  receive(ack(kSqPsn + 5), {}, answered);
-  const auto resent = drain_resend(answered);
-  ASSERT_EQ(resent.size(), 3u);
-  EXPECT_EQ(resent[0].psn(), kSqPsn + 6);
-  EXPECT_EQ(resent[2].psn(), kSqPsn + 8);
-  EXPECT_EQ(qp->counters().probe_gaps, 1u);
-  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
-  receive(ack(kSqPsn + 8), {}, answered + kRttNs);
-  const auto c = completions();
-  ASSERT_EQ(c.size(), 1u);
-  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
-  EXPECT_EQ(qp->counters().timeouts, 0u);
+  expect_short_answer_goes_back_at_once(5);
 }
 
 // On a lossy path a tail probe that nothing answers (the probe or its answer lost) waits the
