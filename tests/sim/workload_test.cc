@@ -435,9 +435,7 @@ TEST(SimWorkload, APathThatStallsCostsOneProbePacketPerStallOnACleanLink) {
       c.path_stall_every_us = 3'000;
       c.path_stall_max_us = kDaemonAdaptiveRtoFloorNs / 1000 * 8 / 10;
       const Summary s = run_scenario(c);
-      ASSERT_TRUE(s.ok()) << describe(c, s);
-      ASSERT_EQ(s.completed, s.posted) << describe(c, s);
-      ASSERT_EQ(s.data_errors + s.completion_errors + s.lost, 0u) << describe(c, s);
+      ASSERT_NO_FATAL_FAILURE(expect_complete(c, s));
       EXPECT_EQ(s.probe_gaps, 0u) << describe(c, s);
       EXPECT_EQ(s.adaptive_retransmits + s.timeouts, 0u) << describe(c, s);
       EXPECT_EQ(s.retransmitted_packets, s.tail_probes) << describe(c, s);  // one packet each
