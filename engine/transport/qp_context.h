@@ -74,7 +74,7 @@ inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
 // The daemon's floor of the tail probe (QpConfig::tail_probe_floor_ns) on a clean link. Above one
 // scheduler tick (4 ms at Debian's HZ=250): on a host with fewer cores than busy threads a woken
 // worker can wait a whole tick behind a process that only yields (bench/README.md "The tail
-// probe above a tick"), and at 2 ms each such wait cost a probe, 17 in 60 s of clean
+// probe above a tick"), and at 2 ms each such wait cost a probe: 27 in twenty clean 5 s runs of
 // `ib_write_bw`/`ib_read_bw` against 1 at 5 ms. The cost falls on a tail loss on a clean link
 // alone: a loss a NAK reports needs no probe, and once the loss window is reduced the lossy
 // floor below applies.
