@@ -374,14 +374,24 @@ std::uint32_t AfXdpPort::post_lent(std::uint32_t pair, TxFrame frame) {
   return descs;
 }
 
+// Copy mode keeps the transmit ring's need_wakeup flag set for good, so the flag alone would
+// kick at every flush, a worker's every turn, its idle spinning turns too: a system call that
+// runs the generic transmit path to find nothing (about 200,000 a second during ib_write_bw,
+// bench/README.md "Kicks that found nothing"). What the kernel has taken (its consumer index at
+// our producer's) needs no kick: it is being sent, and its completions come without one.
+bool AfXdpPort::tx_ring_taken() const {
+  return __atomic_load_n(tx_.consumer, __ATOMIC_ACQUIRE) == tx_.cached_prod;
+}
+
 void AfXdpPort::wake_tx() {
-  if (!xsk_ring_prod__needs_wakeup(&tx_)) return;
+  if (!xsk_ring_prod__needs_wakeup(&tx_) || tx_ring_taken()) return;
   // Copy mode transmits at most a small batch per call and says EAGAIN while more wait.
   for (int i = 0; i < kMaxTxKicks; ++i) {
+    ++stats_.tx_kicks;
     if (sendto(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0) break;
     if (errno != EAGAIN && errno != EBUSY) break;
     // Stop once the kernel has taken every descriptor (it may still be busy sending them).
-    if (*tx_.consumer == tx_.cached_prod) break;
+    if (tx_ring_taken()) break;
   }
 }
 

@@ -80,6 +80,7 @@ class AfXdpPort final : public Port {
   void fill(std::span<const std::uint64_t> addrs);
   void reclaim_completions();
   void wake_tx();
+  bool tx_ring_taken() const;
   bool take_multi_buffer(std::uint32_t idx, std::uint32_t descs, RxFrame& out);
   bool join_in_place(std::uint32_t idx, RxFrame& out);
   // Reserves and fills one tx descriptor per chunk a frame built in lent pair `pair` touches

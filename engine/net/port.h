@@ -75,6 +75,9 @@ struct PortStats {
   // port copied into place because they did not land in a buffer of their own.
   std::uint64_t rx_gro_datagrams = 0;
   std::uint64_t rx_gro_copied = 0;
+  // System calls that asked the kernel to send what the transmit ring holds (AF_XDP copy mode:
+  // the `sendto` kick, each moving at most 32 descriptors).
+  std::uint64_t tx_kicks = 0;
 };
 
 // Every PortStats field by the name it has in `xroce stat`'s "port" object and the exporter's
@@ -97,6 +100,7 @@ inline constexpr PortStatField kPortStatFields[] = {
     {"tx_gso_sends", &PortStats::tx_gso_sends},
     {"rx_gro_datagrams", &PortStats::rx_gro_datagrams},
     {"rx_gro_copied", &PortStats::rx_gro_copied},
+    {"tx_kicks", &PortStats::tx_kicks},
 };
 static_assert(sizeof(kPortStatFields) / sizeof(kPortStatFields[0]) ==
                   sizeof(PortStats) / sizeof(std::uint64_t),

@@ -321,6 +321,38 @@ TEST(AfXdpLending, FramesBuiltInLentBuffersArriveBitExact) {
   EXPECT_TRUE(b.run([&](net::Port& p) { return receive_n(p, 1, 200ms); }).empty());
 }
 
+// Copy mode keeps the transmit ring's need_wakeup flag set, so the port kicks (a `sendto`) only
+// while the kernel has not taken every descriptor: frames sent cost kicks, at most one per frame
+// (each kick moves up to 32 descriptors), and flushing a ring the kernel has emptied, as a
+// worker does at every turn, costs none.
+TEST(AfXdpKicks, FlushingARingTheKernelHasTakenMakesNoSystemCall) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("kick");
+  NsPort a(net.a(), net.b(), PortKind::kAfXdp);
+  NsPort b(net.b(), net.a(), PortKind::kAfXdp);
+  if (!a.ok() || !b.ok()) GTEST_SKIP() << "AF_XDP unavailable: " << a.error() << b.error();
+  std::mt19937 rng(test_seed());
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < 64; ++i) {
+    frames.push_back(make_frame(net.a(), net.b(), false, i % 2 ? 4170 : 512,
+                                static_cast<std::uint16_t>(0xC000 + i), 0x02, rng));
+  }
+  ASSERT_TRUE(a.run([&](net::Port& p) { return send_all(p, frames, kDeadline); }))
+      << "seed " << test_seed();
+  const auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
+  ASSERT_EQ(got.size(), frames.size()) << "seed " << test_seed();
+  EXPECT_EQ(got, frames) << "seed " << test_seed();
+  const std::uint64_t kicks = a.port().stats().tx_kicks;
+  EXPECT_GE(kicks, 1u);
+  EXPECT_LE(kicks, frames.size());
+  a.run([](net::Port& p) {
+    for (int i = 0; i < 1000; ++i)
+      (void)p.flush();
+  });
+  EXPECT_EQ(a.port().stats().tx_kicks, kicks) << "a flush with nothing left to send kicked";
+  EXPECT_EQ(b.port().stats().tx_kicks, 0u) << "a port that sent nothing kicked";
+}
+
 // A UDP port writes every frame into the socket itself: it lends nothing.
 TEST(AfXdpLending, AUdpPortLendsNothing) {
   SKIP_UNLESS_ROOT();
