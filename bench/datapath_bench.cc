@@ -5,10 +5,11 @@
 // cross-memory attach into this process. One thread runs the two workers turn by turn, as the
 // simulator does, so a figure depends on the code, not on wakeups or the scheduler.
 //
-// BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers). The
-// cases ending in /qN run N connected QPs on the same two workers, each over its own part of
-// the buffers (as perftest -q N does), with the daemon's device-wide in-flight budget and its
-// QP timers and windows: what many QPs cost a worker, apart from the host. /q1000/samebuf runs
+// BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers), each side
+// with a ProcessMemory of its own or (/oneprocess) all through one. The cases ending in /qN run
+// N connected QPs on the same two workers, each over its own part of the buffers (as perftest -q
+// N does), with the daemon's device-wide in-flight budget and its QP timers and windows: what
+// many QPs cost a worker, apart from the host. /q1000/samebuf runs
 // the 1,000 QPs over the same 64 KiB on each side, which the caches hold: against /q1000 it
 // tells the cost of the QPs from the cost of the memory they move.
 // /q1000/d16 keeps 16 messages posted on every QP, as ib_write_bw -q 1000 -t 16 does, where
@@ -43,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -222,11 +224,15 @@ struct Case {
   std::uint32_t qps = 1;
   bool same_buffer = false;  // every QP over the first message's room instead of its own
   std::uint32_t depth = 0;   // messages each QP keeps posted; 0: kInFlight over all QPs
+  // Every side of every pair reaches its buffer through one ProcessMemory, as a daemon's workers
+  // reach the QPs of one application spread over them; otherwise each side has its own.
+  bool one_process = false;
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
            (dma == Dma::kShared ? "shared" : "cma") +
            (qps > 1 ? "/q" + std::to_string(qps) : std::string()) +
-           (same_buffer ? "/samebuf" : "") + (depth > 0 ? "/d" + std::to_string(depth) : "");
+           (same_buffer ? "/samebuf" : "") + (depth > 0 ? "/d" + std::to_string(depth) : "") +
+           (one_process ? "/oneprocess" : "");
   }
   std::uint64_t offset_of_qp(std::uint32_t i) const {
     return same_buffer ? 0 : static_cast<std::uint64_t>(i) * bytes;
@@ -267,6 +273,16 @@ Fd own_pidfd() {
   return Fd(eventfd(0, EFD_CLOEXEC));
 }
 
+// The one ProcessMemory of this process that the sides of /oneprocess cases share, and the lock
+// that stands for the daemon's control thread: add_shared and remove_shared are its alone.
+std::shared_ptr<device::ProcessMemory> one_process_memory() {
+  static const auto memory = std::make_shared<device::ProcessMemory>(
+      getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
+      Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
+  return memory;
+}
+std::mutex g_control;
+
 // One side: a device with one worker and a QP whose memory is this process's, through `dma`.
 struct Side {
   daemon::QpRoutes routes;
@@ -286,7 +302,10 @@ struct Side {
   std::shared_ptr<transport::InflightBudget> budget =
       std::make_shared<transport::InflightBudget>(device::Device::kInflightBudgetPsns);
 
-  Side(Dma dma, std::size_t bytes, std::unique_ptr<MemoryPort> p) : buffer_bytes(bytes) {
+  bool shares_memory = false;  // memory is one_process_memory()
+
+  Side(Dma dma, std::size_t bytes, std::unique_ptr<MemoryPort> p, bool one_process)
+      : buffer_bytes(bytes), shares_memory(one_process) {
     port = p.get();
     daemon::WorkerConfig wc;
     wc.routes = &routes;
@@ -301,11 +320,14 @@ struct Side {
     if (b == MAP_FAILED) std::abort();
     buffer = static_cast<std::uint8_t*>(b);
     std::memset(buffer, 0x5A, buffer_bytes);
-    memory = std::make_shared<device::ProcessMemory>(
-        getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
-        Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
+    memory = shares_memory
+                 ? one_process_memory()
+                 : std::make_shared<device::ProcessMemory>(
+                       getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
+                       Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
     if (dma == Dma::kShared) {
       const int memfd = control::share_region(buffer, buffer_bytes);
+      const std::lock_guard control_thread(g_control);
       if (memfd < 0 ||
           memory->add_shared(memfd, reinterpret_cast<std::uint64_t>(buffer), buffer_bytes) != 0) {
         std::fprintf(stderr, "bench_datapath: the shared mapping could not be set up\n");
@@ -320,6 +342,11 @@ struct Side {
   ~Side() {
     worker.reset();  // its QP uses the memory below
     mrs.reset();
+    if (shares_memory) {
+      // The next case's buffer may land at this one's address.
+      const std::lock_guard control_thread(g_control);
+      memory->remove_shared(addr());
+    }
     memory.reset();
     munmap(buffer, buffer_bytes);
   }
@@ -370,8 +397,8 @@ struct Bench {
     auto pb = std::make_unique<MemoryPort>();
     pa->peer = pb.get();
     pb->peer = pa.get();
-    a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa));
-    b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb));
+    a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa), c.one_process);
+    b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb), c.one_process);
     for (std::uint32_t i = 0; i < c.qps; ++i) {
       const wire::Qpn qa(0x11 + i), qb(0x100000 + i);
       const std::uint64_t offset = c.offset_of_qp(i);
@@ -525,12 +552,17 @@ int main(int argc, char** argv) {
   // its QPs and memory) on its own thread, as a device with one worker per queue and one flow
   // per queue runs them. The aggregate bytes_per_second against wall time is the figure: 2
   // pairs on 2 free cores should move twice what one moves; what they share (memory bandwidth,
-  // the allocator, cache) is what keeps them below.
-  for (const int pairs : {1, 2}) {
-    const Case c{Op::kWrite, 65536, Dma::kShared};
-    benchmark::RegisterBenchmark(("BM_DatapathPairs/" + c.name()).c_str(), BM_Datapath, c)
-        ->Threads(pairs)
-        ->UseRealTime();
+  // the allocator, cache) is what keeps them below. /oneprocess: all four sides reach their
+  // buffers through one ProcessMemory, as the workers of a device reach one application's QPs
+  // spread over them; what the workers then share of it is measured too.
+  for (const bool one_process : {false, true}) {
+    for (const int pairs : {1, 2}) {
+      Case c{Op::kWrite, 65536, Dma::kShared};
+      c.one_process = one_process;
+      benchmark::RegisterBenchmark(("BM_DatapathPairs/" + c.name()).c_str(), BM_Datapath, c)
+          ->Threads(pairs)
+          ->UseRealTime();
+    }
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

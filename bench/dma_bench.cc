@@ -15,10 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "device/dma.h"
+#include "transport/memory.h"
 #include "xroce/fd_passing.h"
 #include "xroce/shared_mr.h"
 
@@ -131,6 +133,30 @@ void BM_FetchAdd(benchmark::State& state) {
       state.SkipWithError("atomic failed");
 }
 BENCHMARK(BM_FetchAdd)->Arg(0)->Arg(1);
+
+// Workers reading through one ProcessMemory at once (one process's QPs spread over the workers):
+// each thread its own 64 bytes, in its own page, so only what the accesses share is contended.
+// Arg 0: every access looks up the shared mappings afresh (outside a worker's turn); arg N: a
+// transport::AccessTurn is opened for every N accesses, as a worker opens one per turn, and keeps
+// what the first looked up.
+void BM_SharedReadThreads(benchmark::State& state) {
+  if (!ready(state, true)) return;
+  std::vector<std::uint8_t> out(64);
+  const std::uint64_t addr = base(true) + 4096 * static_cast<std::uint64_t>(state.thread_index());
+  const auto per_turn = static_cast<std::int64_t>(state.range(0));
+  std::optional<xroce::transport::AccessTurn> turn;
+  std::int64_t in_turn = 0;
+  for (auto _ : state) {
+    if (per_turn != 0 && in_turn-- == 0) {
+      turn.reset();
+      turn.emplace();
+      in_turn = per_turn - 1;
+    }
+    if (!client().memory->read(addr, out)) state.SkipWithError("read failed");
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_SharedReadThreads)->Arg(0)->Arg(32)->Threads(1)->Threads(2)->UseRealTime();
 
 // The check the daemon makes of a context's image on each control request (the pidfd, and one
 // byte of the maps descriptor).

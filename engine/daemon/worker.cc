@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "transport/memory.h"
+
 namespace xroce::daemon {
 namespace {
 
@@ -231,6 +233,9 @@ void Worker::run_once_on_worker() {
 }
 
 bool Worker::turn_on_worker() {
+  // What the QPs' memory accesses look up is kept for the turn (transport::AccessTurn), and let
+  // go at its end, before the worker may sleep.
+  const transport::AccessTurn memory_turn;
   std::uint64_t now = clock_->now_ns();
   bool busy = run_commands_on_worker();
   // New work before new packets: a receive WQE posted before the peer's send was even made

@@ -169,7 +169,7 @@ int ProcessMemory::add_shared(int memfd, std::uint64_t app_addr, std::uint64_t l
   next->push_back(std::move(m));
   std::sort(next->begin(), next->end(),
             [](const auto& a, const auto& b) { return a->app_addr() < b->app_addr(); });
-  mappings_.store(std::move(next));
+  publish(std::move(next));
   return 0;
 }
 
@@ -179,24 +179,42 @@ bool ProcessMemory::remove_shared(std::uint64_t app_addr) {
                                [&](const auto& m) { return m->app_addr() == app_addr; });
   if (it == next->end()) return false;
   next->erase(it);
-  // Workers still holding the old snapshot keep the mapping alive until they finish.
-  mappings_.store(std::move(next));
+  // Workers still holding the old snapshot (mid-access, or kept by their turn) keep the mapping
+  // alive until they let it go.
+  publish(std::move(next));
   return true;
 }
 
-std::shared_ptr<const SharedMapping> ProcessMemory::find(std::uint64_t addr,
-                                                         std::uint64_t len) const {
-  const std::shared_ptr<const Mappings> snapshot = mappings_.load();
+void ProcessMemory::publish(std::shared_ptr<const Mappings> next) {
+  mappings_.store(std::move(next));
+  // After the store: a worker that reads the new version loads this snapshot or a later one.
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+const SharedMapping* ProcessMemory::find(std::uint64_t addr, std::uint64_t len,
+                                         std::shared_ptr<const Mappings>& hold) const {
+  // Read before the snapshot is loaded, so a snapshot kept at this version is never older than
+  // the version says (publish() stores, then counts).
+  const std::uint64_t version = version_.load(std::memory_order_acquire);
+  const Mappings* snapshot = nullptr;
+  if (const auto* kept = transport::AccessTurn::kept(keeper_, version)) {
+    snapshot = static_cast<const Mappings*>(kept->get());
+  } else {
+    hold = mappings_.load();
+    snapshot = hold.get();
+    transport::AccessTurn::keep(keeper_, version, hold);
+  }
   const auto it =
       std::upper_bound(snapshot->begin(), snapshot->end(), addr,
                        [](std::uint64_t a, const auto& m) { return a < m->app_addr(); });
   if (it == snapshot->begin()) return nullptr;
-  const auto& m = *(it - 1);
+  const SharedMapping* m = (it - 1)->get();
   return m->contains(addr, len) ? m : nullptr;
 }
 
 DmaKind ProcessMemory::kind_of(std::uint64_t addr, std::uint64_t len) const {
-  return find(addr, len) ? DmaKind::kSharedMapping : DmaKind::kCrossMemory;
+  std::shared_ptr<const Mappings> hold;
+  return find(addr, len, hold) != nullptr ? DmaKind::kSharedMapping : DmaKind::kCrossMemory;
 }
 
 std::vector<SharedRange> ProcessMemory::shared_ranges() const {
@@ -208,7 +226,8 @@ std::vector<SharedRange> ProcessMemory::shared_ranges() const {
 
 bool ProcessMemory::read(std::uint64_t addr, std::span<std::uint8_t> out) {
   if (!image_.marked_alive()) return false;
-  if (const auto m = find(addr, out.size())) {
+  std::shared_ptr<const Mappings> hold;
+  if (const SharedMapping* m = find(addr, out.size(), hold)) {
     if (!out.empty()) std::memcpy(out.data(), m->at(addr), out.size());
     return true;
   }
@@ -217,7 +236,8 @@ bool ProcessMemory::read(std::uint64_t addr, std::span<std::uint8_t> out) {
 
 bool ProcessMemory::write(std::uint64_t addr, std::span<const std::uint8_t> in) {
   if (!image_.marked_alive()) return false;
-  if (const auto m = find(addr, in.size())) {
+  std::shared_ptr<const Mappings> hold;
+  if (const SharedMapping* m = find(addr, in.size(), hold)) {
     if (!in.empty()) std::memcpy(m->at(addr), in.data(), in.size());
     return true;
   }
@@ -227,7 +247,8 @@ bool ProcessMemory::write(std::uint64_t addr, std::span<const std::uint8_t> in) 
 bool ProcessMemory::atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, std::uint64_t swap,
                                     std::uint64_t* original) {
   if (!image_.marked_alive()) return false;
-  if (const auto m = find(addr, sizeof(std::uint64_t))) {
+  std::shared_ptr<const Mappings> hold;
+  if (const SharedMapping* m = find(addr, sizeof(std::uint64_t), hold)) {
     if (addr % alignof(std::uint64_t) != 0) return false;  // the transport checks alignment
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(m->at(addr)));
     std::uint64_t expected = compare;
@@ -241,7 +262,8 @@ bool ProcessMemory::atomic_cmp_swap(std::uint64_t addr, std::uint64_t compare, s
 bool ProcessMemory::atomic_fetch_add(std::uint64_t addr, std::uint64_t add,
                                      std::uint64_t* original) {
   if (!image_.marked_alive()) return false;
-  if (const auto m = find(addr, sizeof(std::uint64_t))) {
+  std::shared_ptr<const Mappings> hold;
+  if (const SharedMapping* m = find(addr, sizeof(std::uint64_t), hold)) {
     if (addr % alignof(std::uint64_t) != 0) return false;
     std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(m->at(addr)));
     *original = word.fetch_add(add, std::memory_order_seq_cst);

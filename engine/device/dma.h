@@ -35,13 +35,20 @@
 //   64 KiB read / write    cma ~7.4-8.4 us    shared ~0.7-0.8 us
 //   64-bit fetch-add       cma ~4.1 us        shared ~28 ns
 // A bare 64 B process_vm_readv (the system call used before memory went through the client's
-// mem file) took ~2.3 us in the same run: the mem file costs no more. The image check the daemon
+// mem file) took ~2.3 us in the same run: the mem file costs no more. Shared, 64 B, inside a
+// worker's turn (BM_SharedReadThreads/32, load average ~1.5): ~11 ns with one thread, ~18 ns
+// each with two threads on one ProcessMemory (371-642 ns when every access loaded the snapshot:
+// bench/README.md, "One application's QPs on two workers"). The image check the daemon
 // makes on each control request (pidfd poll and one byte of maps) ~3.8 us.
 //
 // Threading: add_shared()/remove_shared()/mark_dead() are the control thread's; read, write and
 // the atomics may run on any number of worker threads at once. The set of shared mappings is an
 // immutable snapshot swapped atomically, so a worker mid-access keeps its mapping alive even if
-// the control thread removes it meanwhile.
+// the control thread removes it meanwhile. A worker's turn (transport::AccessTurn) keeps the
+// snapshot it loaded for the rest of the turn, checked against a version number at each access:
+// loading it takes a lock bit and a reference count on lines every worker shares, which two
+// workers reaching one process at once made five times as costly as one alone (bench_dma,
+// BM_SharedReadThreads).
 #pragma once
 
 #include <sys/types.h>
@@ -185,11 +192,21 @@ class ProcessMemory final : public transport::MemoryAccess {
 
  private:
   using Mappings = std::vector<std::shared_ptr<const SharedMapping>>;  // sorted by app_addr
-  std::shared_ptr<const SharedMapping> find(std::uint64_t addr, std::uint64_t len) const;
+  // The shared mapping that holds all of [addr, addr + len), or nullptr. It stays mapped while
+  // `hold` or the thread's open transport::AccessTurn keeps the snapshot it came from.
+  const SharedMapping* find(std::uint64_t addr, std::uint64_t len,
+                            std::shared_ptr<const Mappings>& hold) const;
+  // Control thread: publishes `next` as the set of shared mappings.
+  void publish(std::shared_ptr<const Mappings> next);
 
   ClientImage image_;
   CrossMemoryAccess cross_{image_};
   std::atomic<std::shared_ptr<const Mappings>> mappings_;
+  // Counts publish(): what a worker's turn keeps of mappings_ is good while this has not moved.
+  // Every access reads it; a line of its own, so a load of mappings_ (which writes its lock bit)
+  // does not take it from the other workers.
+  alignas(64) std::atomic<std::uint64_t> version_{0};
+  const std::uint64_t keeper_ = transport::AccessTurn::new_keeper();
 };
 
 // What a protection domain holds (device.h's MemoryAccessFactory makes one per PD): a view of

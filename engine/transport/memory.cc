@@ -1,9 +1,12 @@
 #include "transport/memory.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace xroce::transport {
 
@@ -15,6 +18,20 @@ constexpr std::uint64_t kBufferAlign = 4096;
 bool range_inside(std::uint64_t addr, std::uint64_t len, std::uint64_t base, std::uint64_t size) {
   return addr >= base && len <= size && addr - base <= size - len;
 }
+
+// The turn state of one thread: how deep its turns nest and what the outermost keeps.
+struct TurnState {
+  struct Kept {
+    std::uint64_t keeper = 0;  // 0: empty (new_keeper never returns 0)
+    std::uint64_t version = 0;
+    std::shared_ptr<const void> value;
+  };
+  unsigned depth = 0;
+  std::array<Kept, AccessTurn::kKept> kept{};
+  std::size_t next = 0;  // the entry a new keeper takes when none is free
+};
+thread_local TurnState t_turn;
+
 }  // namespace
 
 std::uint64_t LocalMemory::allocate(std::size_t bytes) {
@@ -320,6 +337,54 @@ wire::Result<MemoryRegion, MemError> MemoryRegionTable::remote_region(wire::Rkey
   if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
   if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
   return *mr;
+}
+
+// --- AccessTurn ---------------------------------------------------------------------------
+
+AccessTurn::AccessTurn() {
+  ++t_turn.depth;
+}
+
+AccessTurn::~AccessTurn() {
+  if (--t_turn.depth != 0) return;
+  for (auto& k : t_turn.kept)
+    k = {};
+  t_turn.next = 0;
+}
+
+std::uint64_t AccessTurn::new_keeper() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool AccessTurn::open() {
+  return t_turn.depth != 0;
+}
+
+const std::shared_ptr<const void>* AccessTurn::kept(std::uint64_t keeper, std::uint64_t version) {
+  if (t_turn.depth == 0) return nullptr;
+  for (const auto& k : t_turn.kept) {
+    if (k.keeper == keeper) return k.version == version ? &k.value : nullptr;
+  }
+  return nullptr;
+}
+
+void AccessTurn::keep(std::uint64_t keeper, std::uint64_t version,
+                      std::shared_ptr<const void> value) {
+  if (t_turn.depth == 0) return;
+  TurnState::Kept* slot = nullptr;
+  for (auto& k : t_turn.kept) {
+    if (k.keeper == keeper) {
+      slot = &k;
+      break;
+    }
+    if (slot == nullptr && k.keeper == 0) slot = &k;
+  }
+  if (slot == nullptr) {
+    slot = &t_turn.kept[t_turn.next];
+    t_turn.next = (t_turn.next + 1) % kKept;
+  }
+  *slot = {keeper, version, std::move(value)};
 }
 
 }  // namespace xroce::transport

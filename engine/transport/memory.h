@@ -41,6 +41,37 @@ class MemoryAccess {
   }
 };
 
+// A worker's turn, as far as memory access goes. While one is open on a thread, a MemoryAccess
+// may keep for that thread what it looked up, instead of looking it up at every access:
+// device::ProcessMemory keeps its snapshot of the shared mappings, whose every lookup otherwise
+// takes a lock bit and a reference count that all workers reaching one process share
+// (bench_dma's BM_SharedReadThreads: two threads through one process took 5 times as long per
+// access as one alone). What a turn keeps is let go when the outermost turn on the thread
+// closes, so a mapping a deregistration removed outlives the turn that last used it, never more.
+// Outside a turn, kept() finds nothing and keep() keeps nothing: every access looks up afresh.
+// Turns nest; a turn belongs to the thread that opened it.
+class AccessTurn {
+ public:
+  AccessTurn();
+  ~AccessTurn();
+  AccessTurn(const AccessTurn&) = delete;
+  AccessTurn& operator=(const AccessTurn&) = delete;
+
+  // A number that names one keeper (one ProcessMemory) for the life of the process.
+  static std::uint64_t new_keeper();
+  // What the open turn on this thread keeps for `keeper` at `version`: nullptr outside a turn,
+  // and when what it keeps is of another version (the keeper changed since) or nothing.
+  static const std::shared_ptr<const void>* kept(std::uint64_t keeper, std::uint64_t version);
+  // Keeps `value` for `keeper` at `version` until the outermost turn on this thread closes, in
+  // place of what was kept for `keeper` before. Nothing outside a turn. A turn keeps a few
+  // keepers' values at once (kKept); one more replaces the oldest.
+  static void keep(std::uint64_t keeper, std::uint64_t version, std::shared_ptr<const void> value);
+  // Whether a turn is open on this thread.
+  static bool open();
+
+  static constexpr std::size_t kKept = 4;
+};
+
 // Plain heap buffers at made-up, non-overlapping addresses. Single-threaded.
 class LocalMemory final : public MemoryAccess {
  public:

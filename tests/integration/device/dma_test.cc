@@ -14,7 +14,9 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "device/dma.h"
+#include "transport/memory.h"
 #include "xroce/fd_passing.h"
 #include "xroce/shared_mr.h"
 
@@ -363,6 +366,115 @@ TEST(SharedMapping, CoherentBothWaysWithTheChild) {
   }
   child.wait_atomic_adds();
   EXPECT_EQ(word_at(child.dump(), offset), 2 * kEach);
+}
+
+// The daemon's mappings of the child's memfds: lines of this process's maps naming one.
+std::size_t shared_mr_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("/memfd:xroce-mr") != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// A child with a shared region the test can register (add_shared, which takes the descriptor
+// it is given) again and again, from a memfd it keeps.
+class SharedMappingTurns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (skip_unless_root()) GTEST_SKIP() << "needs root";
+    child_ = std::make_unique<Child>(true);
+    ASSERT_GE(child_->share_status(), 0);
+    owned_ = child_->memory();
+    memfd_ = Fd(child_->take_memfd());
+  }
+  // What the provider's reg_mr makes the daemon do: 0 or an errno.
+  int register_region() {
+    return owned_->add_shared(::fcntl(memfd_.get(), F_DUPFD_CLOEXEC, 0), child_->addr(),
+                              buffer_bytes());
+  }
+
+  std::unique_ptr<Child> child_;
+  std::unique_ptr<ProcessMemory> owned_;
+  Fd memfd_;
+};
+
+// A worker's turn (transport::AccessTurn) keeps the snapshot of the shared mappings it loaded.
+// A deregistration in the middle of the turn still reroutes the turn's next access at once, which
+// lets the old snapshot go; a turn with no access after it lets the removed mapping go when it
+// closes, not later.
+TEST_F(SharedMappingTurns, AWorkersTurnLetsADeregisteredMappingGoAtItsEnd) {
+  const std::size_t before = shared_mr_mappings();
+  ASSERT_EQ(register_region(), 0);
+  EXPECT_EQ(shared_mr_mappings(), before + 1);
+  std::vector<std::uint8_t> got(buffer_bytes());
+  {
+    const transport::AccessTurn turn;
+    ASSERT_TRUE(owned_->read(child_->addr(), got));
+    EXPECT_EQ(got, initial_pattern());
+    ASSERT_TRUE(owned_->remove_shared(child_->addr()));
+    EXPECT_EQ(shared_mr_mappings(), before + 1);  // the turn still keeps it
+  }
+  EXPECT_EQ(shared_mr_mappings(), before);
+
+  ASSERT_EQ(register_region(), 0);
+  {
+    const transport::AccessTurn turn;
+    EXPECT_EQ(owned_->kind_of(child_->addr(), 64), DmaKind::kSharedMapping);
+    ASSERT_TRUE(owned_->remove_shared(child_->addr()));
+    // Rerouted within the turn: what the turn keeps is of an older version.
+    EXPECT_EQ(owned_->kind_of(child_->addr(), 64), DmaKind::kCrossMemory);
+    EXPECT_EQ(shared_mr_mappings(), before);
+    std::fill(got.begin(), got.end(), 0);
+    ASSERT_TRUE(owned_->read(child_->addr(), got));
+    EXPECT_EQ(got, initial_pattern());
+  }
+}
+
+// Workers reading in turns while the control thread registers and deregisters the region again
+// and again: every read sees the child's bytes, by whichever path the moment gives it.
+TEST_F(SharedMappingTurns, WorkersInTurnsReadRightWhileTheRegionComesAndGoes) {
+  ASSERT_EQ(register_region(), 0);
+  const std::vector<std::uint8_t> expect = initial_pattern();
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> bad{0};
+  std::atomic<std::uint64_t> reads{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<std::uint8_t> piece(64);
+      const std::size_t at = static_cast<std::size_t>(t) * page() + 8;
+      while (!stop.load()) {
+        const transport::AccessTurn turn;
+        for (int i = 0; i < 32; ++i) {
+          std::fill(piece.begin(), piece.end(), 0);
+          if (!owned_->read(child_->addr() + at, piece) ||
+              !std::equal(piece.begin(), piece.end(), expect.begin() + static_cast<long>(at))) {
+            ++bad;
+          }
+          ++reads;
+        }
+      }
+    });
+  }
+  // At least 200 rounds, and on until the workers have read 4,000 times while the rounds ran:
+  // on a busy host they may not have started when the first round comes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const std::uint64_t reads_at_start = reads.load();
+  for (int round = 0; round < 200 || reads.load() - reads_at_start < 4000; ++round) {
+    if (std::chrono::steady_clock::now() > deadline) break;
+    // Not ASSERT: the workers must be stopped and joined whatever happens.
+    if (!owned_->remove_shared(child_->addr()) || register_region() != 0) {
+      ADD_FAILURE() << "round " << round << ": the region could not be registered again";
+      break;
+    }
+  }
+  const std::uint64_t reads_during = reads.load() - reads_at_start;
+  stop = true;
+  for (auto& w : workers)
+    w.join();
+  EXPECT_GE(reads_during, 4000u) << "the workers did not read while the region came and went";
+  EXPECT_EQ(bad.load(), 0u);
 }
 
 TEST(ProcessMemoryDirectory, ContextsOfOneProcessShareOneMemoryAndExitIsNoticed) {

@@ -1,13 +1,15 @@
 // Registered memory: LocalMemory and the MR table's keys (reproducible or random), bounds and
-// access checks.
+// access checks; AccessTurn, what a worker's turn keeps of its lookups.
 #include "transport/memory.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cerrno>
+#include <memory>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace xroce::transport {
@@ -320,6 +322,74 @@ TEST(MrTableRandomKeys, WindowKeysAreRandomAndKeepTheConsumersKeyByte) {
   EXPECT_FALSE(mrs.find_window(bound));
   EXPECT_EQ(mrs.deallocate_window(bound), EINVAL);
   EXPECT_TRUE(mrs.find_window(next));
+}
+
+// --- AccessTurn ---------------------------------------------------------------------------
+
+TEST(AccessTurn, KeepsNothingOutsideATurn) {
+  const std::uint64_t keeper = AccessTurn::new_keeper();
+  auto value = std::make_shared<int>(7);
+  EXPECT_FALSE(AccessTurn::open());
+  AccessTurn::keep(keeper, 1, value);
+  EXPECT_EQ(AccessTurn::kept(keeper, 1), nullptr);
+  EXPECT_EQ(value.use_count(), 1);
+}
+
+TEST(AccessTurn, KeepsAValueAtItsVersionUntilTheOutermostTurnCloses) {
+  const std::uint64_t keeper = AccessTurn::new_keeper();
+  std::weak_ptr<int> watch;
+  {
+    const AccessTurn turn;
+    EXPECT_TRUE(AccessTurn::open());
+    auto value = std::make_shared<int>(7);
+    watch = value;
+    AccessTurn::keep(keeper, 3, std::move(value));
+    {
+      const AccessTurn inner;  // nested: closing it lets nothing go
+      const auto* kept = AccessTurn::kept(keeper, 3);
+      ASSERT_NE(kept, nullptr);
+      EXPECT_EQ(*static_cast<const int*>(kept->get()), 7);
+    }
+    EXPECT_FALSE(watch.expired());
+    ASSERT_NE(AccessTurn::kept(keeper, 3), nullptr);
+    // Another version of the same keeper finds nothing: the keeper changed since.
+    EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
+    // Keeping a newer version replaces the old one, which is let go at once.
+    auto newer = std::make_shared<int>(8);
+    std::weak_ptr<int> watch_newer = newer;
+    AccessTurn::keep(keeper, 4, std::move(newer));
+    EXPECT_TRUE(watch.expired());
+    EXPECT_EQ(AccessTurn::kept(keeper, 3), nullptr);
+    watch = watch_newer;
+    EXPECT_FALSE(watch.expired());
+  }
+  EXPECT_FALSE(AccessTurn::open());
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
+}
+
+TEST(AccessTurn, AFifthKeeperReplacesTheOldestAndOtherThreadsSeeNothing) {
+  std::vector<std::uint64_t> keepers;
+  for (std::size_t i = 0; i <= AccessTurn::kKept; ++i)
+    keepers.push_back(AccessTurn::new_keeper());
+  const AccessTurn turn;
+  for (std::size_t i = 0; i < keepers.size(); ++i)
+    AccessTurn::keep(keepers[i], 1, std::make_shared<std::size_t>(i));
+  EXPECT_EQ(AccessTurn::kept(keepers[0], 1), nullptr);  // the oldest made room
+  for (std::size_t i = 1; i < keepers.size(); ++i) {
+    const auto* kept = AccessTurn::kept(keepers[i], 1);
+    ASSERT_NE(kept, nullptr) << i;
+    EXPECT_EQ(*static_cast<const std::size_t*>(kept->get()), i);
+  }
+  // A turn belongs to its thread.
+  bool other_open = true;
+  const std::shared_ptr<const void>* other_kept = AccessTurn::kept(keepers[1], 1);
+  std::thread([&] {
+    other_open = AccessTurn::open();
+    other_kept = AccessTurn::kept(keepers[1], 1);
+  }).join();
+  EXPECT_FALSE(other_open);
+  EXPECT_EQ(other_kept, nullptr);
 }
 
 }  // namespace
