@@ -6,15 +6,14 @@
 // simulator does, so a figure depends on the code, not on wakeups or the scheduler.
 //
 // BM_DatapathPairs runs 1 and 2 such pairs on as many threads (scaling with workers), each side
-// with a ProcessMemory of its own or (/oneprocess) all through one. The cases ending in /qN run
-// N connected QPs on the same two workers, each over its own part of the buffers (as perftest -q
-// N does), with the daemon's device-wide in-flight budget and its QP timers and windows: what
-// many QPs cost a worker, apart from the host. /q1000/samebuf runs
-// the 1,000 QPs over the same 64 KiB on each side, which the caches hold: against /q1000 it
-// tells the cost of the QPs from the cost of the memory they move.
-// /q1000/d16 keeps 16 messages posted on every QP, as ib_write_bw -q 1000 -t 16 does, where
-// the others keep one: there the device's budget decides how many messages a QP sends per turn
-// (its grant) and so how many ACKs the responder sends.
+// with a ProcessMemory and PD of its own or (/oneprocess, /onepd) all through one. The cases ending
+// in /qN run N connected QPs on the same two workers, each over its own part of the buffers (as
+// perftest -q N does), with the daemon's device-wide in-flight budget and its QP timers and
+// windows: what many QPs cost a worker, apart from the host. /q1000/samebuf runs the 1,000 QPs over
+// the same 64 KiB on each side, which the caches hold: against /q1000 it tells the cost of the QPs
+// from the cost of the memory they move. /q1000/d16 keeps 16 messages posted on every QP, as
+// ib_write_bw -q 1000 -t 16 does, where the others keep one: there the device's budget decides how
+// many messages a QP sends per turn (its grant) and so how many ACKs the responder sends.
 //
 // Reports, per case (operation / message bytes / DMA path [/ QPs] [/ messages per QP], MTU 4096,
 // 32 messages in flight, or one per QP where there are more QPs), per data packet (WRITE: request
@@ -217,6 +216,8 @@ class RepeatBinding final : public daemon::QpBinding {
 enum class Op { kWrite, kRead };
 enum class Dma { kShared, kCma };
 
+enum class Sharing : std::uint8_t { kNothing, kProcess, kPd };
+
 struct Case {
   Op op;
   std::uint32_t bytes;
@@ -224,15 +225,18 @@ struct Case {
   std::uint32_t qps = 1;
   bool same_buffer = false;  // every QP over the first message's room instead of its own
   std::uint32_t depth = 0;   // messages each QP keeps posted; 0: kInFlight over all QPs
-  // Every side of every pair reaches its buffer through one ProcessMemory, as a daemon's workers
-  // reach the QPs of one application spread over them; otherwise each side has its own.
-  bool one_process = false;
+  // What the sides of every pair share, as a daemon's workers do when one application's QPs are
+  // spread over them: nothing (each side its own process and PD), one ProcessMemory
+  // (/oneprocess), or that and one MemoryRegionTable, the application's one PD (/onepd).
+  Sharing sharing = Sharing::kNothing;
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
            (dma == Dma::kShared ? "shared" : "cma") +
            (qps > 1 ? "/q" + std::to_string(qps) : std::string()) +
            (same_buffer ? "/samebuf" : "") + (depth > 0 ? "/d" + std::to_string(depth) : "") +
-           (one_process ? "/oneprocess" : "");
+           (sharing == Sharing::kProcess ? "/oneprocess"
+            : sharing == Sharing::kPd    ? "/onepd"
+                                         : "");
   }
   std::uint64_t offset_of_qp(std::uint32_t i) const {
     return same_buffer ? 0 : static_cast<std::uint64_t>(i) * bytes;
@@ -273,13 +277,19 @@ Fd own_pidfd() {
   return Fd(eventfd(0, EFD_CLOEXEC));
 }
 
-// The one ProcessMemory of this process that the sides of /oneprocess cases share, and the lock
-// that stands for the daemon's control thread: add_shared and remove_shared are its alone.
+// The one ProcessMemory of this process that the sides of /oneprocess and /onepd cases share,
+// the one PD (MemoryRegionTable) over it that /onepd sides share, and the lock that stands for
+// the daemon's control thread: add_shared, remove_shared, registration and deregistration are
+// its alone.
 std::shared_ptr<device::ProcessMemory> one_process_memory() {
   static const auto memory = std::make_shared<device::ProcessMemory>(
       getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
       Fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC)));
   return memory;
+}
+std::shared_ptr<transport::MemoryRegionTable> one_pd() {
+  static const auto pd = std::make_shared<transport::MemoryRegionTable>(*one_process_memory());
+  return pd;
 }
 std::mutex g_control;
 
@@ -289,7 +299,7 @@ struct Side {
   MemoryPort* port = nullptr;
   std::unique_ptr<Worker> worker;
   std::shared_ptr<device::ProcessMemory> memory;
-  std::unique_ptr<transport::MemoryRegionTable> mrs;
+  std::shared_ptr<transport::MemoryRegionTable> mrs;
   std::uint8_t* buffer = nullptr;
   std::size_t buffer_bytes = 0;
   transport::MemoryRegion mr;
@@ -302,10 +312,10 @@ struct Side {
   std::shared_ptr<transport::InflightBudget> budget =
       std::make_shared<transport::InflightBudget>(device::Device::kInflightBudgetPsns);
 
-  bool shares_memory = false;  // memory is one_process_memory()
+  Sharing sharing = Sharing::kNothing;
 
-  Side(Dma dma, std::size_t bytes, std::unique_ptr<MemoryPort> p, bool one_process)
-      : buffer_bytes(bytes), shares_memory(one_process) {
+  Side(Dma dma, std::size_t bytes, std::unique_ptr<MemoryPort> p, Sharing shares)
+      : buffer_bytes(bytes), sharing(shares) {
     port = p.get();
     daemon::WorkerConfig wc;
     wc.routes = &routes;
@@ -320,7 +330,7 @@ struct Side {
     if (b == MAP_FAILED) std::abort();
     buffer = static_cast<std::uint8_t*>(b);
     std::memset(buffer, 0x5A, buffer_bytes);
-    memory = shares_memory
+    memory = sharing != Sharing::kNothing
                  ? one_process_memory()
                  : std::make_shared<device::ProcessMemory>(
                        getpid(), own_pidfd(), Fd(open("/proc/self/mem", O_RDWR | O_CLOEXEC)),
@@ -334,19 +344,20 @@ struct Side {
         std::exit(1);
       }
     }
-    mrs = std::make_unique<transport::MemoryRegionTable>(*memory);
+    mrs = sharing == Sharing::kPd ? one_pd()
+                                  : std::make_shared<transport::MemoryRegionTable>(*memory);
+    const std::lock_guard control_thread(g_control);
     mr = mrs->register_region(reinterpret_cast<std::uint64_t>(buffer), buffer_bytes,
                               transport::access::kLocalWrite | transport::access::kRemoteWrite |
                                   transport::access::kRemoteRead);
   }
   ~Side() {
     worker.reset();  // its QP uses the memory below
+    const std::lock_guard control_thread(g_control);
+    if (sharing == Sharing::kPd) mrs->deregister(mr.lkey);
     mrs.reset();
-    if (shares_memory) {
-      // The next case's buffer may land at this one's address.
-      const std::lock_guard control_thread(g_control);
-      memory->remove_shared(addr());
-    }
+    // The next case's buffer may land at this one's address.
+    if (sharing != Sharing::kNothing) memory->remove_shared(addr());
     memory.reset();
     munmap(buffer, buffer_bytes);
   }
@@ -397,8 +408,8 @@ struct Bench {
     auto pb = std::make_unique<MemoryPort>();
     pa->peer = pb.get();
     pb->peer = pa.get();
-    a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa), c.one_process);
-    b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb), c.one_process);
+    a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa), c.sharing);
+    b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb), c.sharing);
     for (std::uint32_t i = 0; i < c.qps; ++i) {
       const wire::Qpn qa(0x11 + i), qb(0x100000 + i);
       const std::uint64_t offset = c.offset_of_qp(i);
@@ -553,12 +564,13 @@ int main(int argc, char** argv) {
   // per queue runs them. The aggregate bytes_per_second against wall time is the figure: 2
   // pairs on 2 free cores should move twice what one moves; what they share (memory bandwidth,
   // the allocator, cache) is what keeps them below. /oneprocess: all four sides reach their
-  // buffers through one ProcessMemory, as the workers of a device reach one application's QPs
-  // spread over them; what the workers then share of it is measured too.
-  for (const bool one_process : {false, true}) {
+  // buffers through one ProcessMemory, and /onepd through one MemoryRegionTable too, as the
+  // workers of a device reach one application's QPs spread over them; what the workers then
+  // share of it is measured too.
+  for (const Sharing sharing : {Sharing::kNothing, Sharing::kProcess, Sharing::kPd}) {
     for (const int pairs : {1, 2}) {
       Case c{Op::kWrite, 65536, Dma::kShared};
-      c.one_process = one_process;
+      c.sharing = sharing;
       benchmark::RegisterBenchmark(("BM_DatapathPairs/" + c.name()).c_str(), BM_Datapath, c)
           ->Threads(pairs)
           ->UseRealTime();

@@ -23,6 +23,7 @@ bool range_inside(std::uint64_t addr, std::uint64_t len, std::uint64_t base, std
 struct TurnState {
   struct Kept {
     std::uint64_t keeper = 0;  // 0: empty (new_keeper never returns 0)
+    std::uint64_t item = 0;
     std::uint64_t version = 0;
     std::shared_ptr<const void> value;
   };
@@ -123,6 +124,7 @@ MemoryRegion MemoryRegionTable::register_region(std::uint64_t addr, std::uint64_
                                                 std::uint32_t access,
                                                 std::optional<std::uint64_t> iova) {
   std::lock_guard guard(lock_);
+  changed();
   std::size_t slot = 0;
   while (slot < regions_.size() && regions_[slot].valid)
     ++slot;
@@ -163,6 +165,7 @@ const MemoryWindow* MemoryRegionTable::window_by_key(std::uint32_t key) const {
 
 int MemoryRegionTable::deregister(wire::Lkey lkey) {
   std::lock_guard guard(lock_);
+  changed();
   MemoryRegion* mr = region_by_key(lkey.value(), false);
   if (mr == nullptr) return EINVAL;
   if (mr->bound_windows != 0) return EBUSY;
@@ -173,6 +176,7 @@ int MemoryRegionTable::deregister(wire::Lkey lkey) {
 wire::Result<MemoryRegion, int> MemoryRegionTable::reregister(wire::Lkey lkey,
                                                               const Reregistration& change) {
   std::lock_guard guard(lock_);
+  changed();
   MemoryRegion* mr = region_by_key(lkey.value(), false);
   if (mr == nullptr) return wire::Err{EINVAL};
   if (mr->bound_windows != 0) return wire::Err{EBUSY};
@@ -196,6 +200,7 @@ std::optional<MemoryRegion> MemoryRegionTable::find_region(wire::Lkey lkey) cons
 wire::Result<wire::Rkey, int> MemoryRegionTable::allocate_window(MwType type) {
   if (type != MwType::kType1 && type != MwType::kType2) return wire::Err{EINVAL};
   std::lock_guard guard(lock_);
+  changed();
   std::size_t slot = 0;
   while (slot < windows_.size() && windows_[slot].allocated)
     ++slot;
@@ -214,6 +219,7 @@ wire::Result<wire::Rkey, int> MemoryRegionTable::allocate_window(MwType type) {
 
 int MemoryRegionTable::deallocate_window(wire::Rkey rkey) {
   std::lock_guard guard(lock_);
+  changed();
   const std::optional<KeySlot> at = locate(rkey.value());
   if (!at || !at->window) return EINVAL;
   const std::size_t slot = at->slot;
@@ -252,6 +258,7 @@ bool MemoryRegionTable::bind_allowed(const MemoryWindow& w, const WindowBind& b,
 
 bool MemoryRegionTable::bind_window(const WindowBind& b, wire::Qpn qp) {
   std::lock_guard guard(lock_);
+  changed();
   MemoryWindow* w = window_by_key(b.window.value());
   if (w == nullptr) return false;
   MemoryRegion* mr = b.length == 0 ? nullptr : region_by_key(b.region.value(), false);
@@ -272,6 +279,7 @@ bool MemoryRegionTable::bind_window(const WindowBind& b, wire::Qpn qp) {
 
 bool MemoryRegionTable::invalidate(wire::Rkey rkey) {
   std::lock_guard guard(lock_);
+  changed();
   MemoryWindow* w = window_by_key(rkey.value());
   if (w == nullptr || w->type != MwType::kType2 || !w->bound) return false;
   --regions_[w->region].bound_windows;
@@ -281,62 +289,94 @@ bool MemoryRegionTable::invalidate(wire::Rkey rkey) {
   return true;
 }
 
+MemoryRegionTable::Resolved MemoryRegionTable::resolve_locked(std::uint32_t key,
+                                                              bool remote) const {
+  Resolved r;
+  const std::optional<KeySlot> at = locate(key);
+  if (at && at->window) {
+    const MemoryWindow* w = window_by_key(key);
+    if (w == nullptr) return r;
+    r.kind = Resolved::Kind::kWindow;
+    r.window = *w;
+    if (w->bound) r.region = regions_[w->region];
+    return r;
+  }
+  const MemoryRegion* mr = region_by_key(key, remote);
+  if (mr == nullptr) return r;
+  r.kind = Resolved::Kind::kRegion;
+  r.region = *mr;
+  return r;
+}
+
+MemoryRegionTable::Resolved MemoryRegionTable::resolve(std::uint32_t key, bool remote) const {
+  // Read before the table is: what is kept at this version is never older than the version says
+  // (changed() counts under the mutex, after the change).
+  const std::uint64_t version = version_.load(std::memory_order_acquire);
+  const std::uint64_t item = std::uint64_t{key} << 1 | (remote ? 1 : 0);
+  if (const auto* kept = AccessTurn::kept(keeper_, item, version)) {
+    return *static_cast<const Resolved*>(kept->get());
+  }
+  std::unique_lock guard(lock_);
+  const std::uint64_t now = version_.load(std::memory_order_relaxed);
+  Resolved r = resolve_locked(key, remote);
+  guard.unlock();
+  if (r.kind != Resolved::Kind::kNothing && AccessTurn::open()) {
+    AccessTurn::keep(keeper_, item, now, std::make_shared<const Resolved>(r));
+  }
+  return r;
+}
+
 wire::Result<ProcessAddress, MemError> MemoryRegionTable::check_local(wire::Lkey lkey,
                                                                       std::uint64_t va,
                                                                       std::uint64_t len,
                                                                       std::uint32_t need) const {
-  std::lock_guard guard(lock_);
-  const MemoryRegion* mr = region_by_key(lkey.value(), false);
-  if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
-  if (!range_inside(va, len, mr->iova, mr->length)) return wire::Err{MemError::kOutOfBounds};
-  if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
-  return mr->addr + (va - mr->iova);
+  const Resolved r = resolve(lkey.value(), false);
+  if (r.kind != Resolved::Kind::kRegion) return wire::Err{MemError::kInvalidKey};
+  const MemoryRegion& mr = r.region;
+  if (!range_inside(va, len, mr.iova, mr.length)) return wire::Err{MemError::kOutOfBounds};
+  if ((mr.access & need) != need) return wire::Err{MemError::kAccessDenied};
+  return mr.addr + (va - mr.iova);
 }
 
 wire::Result<ProcessAddress, MemError> MemoryRegionTable::check_remote(
     wire::Rkey rkey, std::uint64_t va, std::uint64_t len, std::uint32_t need, wire::Qpn qp) const {
-  std::lock_guard guard(lock_);
-  const MemoryRegion* mr = nullptr;
+  const Resolved r = resolve(rkey.value(), true);
   std::uint64_t iova = va;
-  const std::optional<KeySlot> at = locate(rkey.value());
-  if (at && at->window) {
-    const MemoryWindow* w = window_by_key(rkey.value());
+  if (r.kind == Resolved::Kind::kWindow) {
+    const MemoryWindow& w = r.window;
     // rxe_lookup_mw: a bound window, of this QP if type 2, with the access asked for.
-    if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
+    if (!w.bound || (w.type == MwType::kType2 && w.qp != qp)) {
       return wire::Err{MemError::kInvalidKey};
     }
-    if ((w->access & need) != need) return wire::Err{MemError::kAccessDenied};
-    const bool zero_based = (w->access & access::kZeroBased) != 0;
-    const std::uint64_t first = zero_based ? 0 : w->va;
-    if (!range_inside(va, len, first, w->length)) return wire::Err{MemError::kOutOfBounds};
-    iova = zero_based ? w->va + va : va;
-    mr = &regions_[w->region];
+    if ((w.access & need) != need) return wire::Err{MemError::kAccessDenied};
+    const bool zero_based = (w.access & access::kZeroBased) != 0;
+    const std::uint64_t first = zero_based ? 0 : w.va;
+    if (!range_inside(va, len, first, w.length)) return wire::Err{MemError::kOutOfBounds};
+    iova = zero_based ? w.va + va : va;
   } else {
-    mr = region_by_key(rkey.value(), true);
-    if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
-    if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
+    if (r.kind != Resolved::Kind::kRegion) return wire::Err{MemError::kInvalidKey};
+    if ((r.region.access & need) != need) return wire::Err{MemError::kAccessDenied};
   }
-  if (!range_inside(iova, len, mr->iova, mr->length)) return wire::Err{MemError::kOutOfBounds};
-  return mr->addr + (iova - mr->iova);
+  const MemoryRegion& mr = r.region;
+  if (!range_inside(iova, len, mr.iova, mr.length)) return wire::Err{MemError::kOutOfBounds};
+  return mr.addr + (iova - mr.iova);
 }
 
 wire::Result<MemoryRegion, MemError> MemoryRegionTable::remote_region(wire::Rkey rkey,
                                                                       std::uint32_t need,
                                                                       wire::Qpn qp) const {
-  std::lock_guard guard(lock_);
-  const std::optional<KeySlot> at = locate(rkey.value());
-  if (at && at->window) {
-    const MemoryWindow* w = window_by_key(rkey.value());
-    if (w == nullptr || !w->bound || (w->type == MwType::kType2 && w->qp != qp)) {
+  const Resolved r = resolve(rkey.value(), true);
+  if (r.kind == Resolved::Kind::kWindow) {
+    const MemoryWindow& w = r.window;
+    if (!w.bound || (w.type == MwType::kType2 && w.qp != qp)) {
       return wire::Err{MemError::kInvalidKey};
     }
-    if ((w->access & need) != need) return wire::Err{MemError::kAccessDenied};
-    return regions_[w->region];
+    if ((w.access & need) != need) return wire::Err{MemError::kAccessDenied};
+    return r.region;
   }
-  const MemoryRegion* mr = region_by_key(rkey.value(), true);
-  if (mr == nullptr) return wire::Err{MemError::kInvalidKey};
-  if ((mr->access & need) != need) return wire::Err{MemError::kAccessDenied};
-  return *mr;
+  if (r.kind != Resolved::Kind::kRegion) return wire::Err{MemError::kInvalidKey};
+  if ((r.region.access & need) != need) return wire::Err{MemError::kAccessDenied};
+  return r.region;
 }
 
 // --- AccessTurn ---------------------------------------------------------------------------
@@ -361,20 +401,21 @@ bool AccessTurn::open() {
   return t_turn.depth != 0;
 }
 
-const std::shared_ptr<const void>* AccessTurn::kept(std::uint64_t keeper, std::uint64_t version) {
+const std::shared_ptr<const void>* AccessTurn::kept(std::uint64_t keeper, std::uint64_t item,
+                                                    std::uint64_t version) {
   if (t_turn.depth == 0) return nullptr;
   for (const auto& k : t_turn.kept) {
-    if (k.keeper == keeper) return k.version == version ? &k.value : nullptr;
+    if (k.keeper == keeper && k.item == item) return k.version == version ? &k.value : nullptr;
   }
   return nullptr;
 }
 
-void AccessTurn::keep(std::uint64_t keeper, std::uint64_t version,
+void AccessTurn::keep(std::uint64_t keeper, std::uint64_t item, std::uint64_t version,
                       std::shared_ptr<const void> value) {
   if (t_turn.depth == 0) return;
   TurnState::Kept* slot = nullptr;
   for (auto& k : t_turn.kept) {
-    if (k.keeper == keeper) {
+    if (k.keeper == keeper && k.item == item) {
       slot = &k;
       break;
     }
@@ -384,7 +425,7 @@ void AccessTurn::keep(std::uint64_t keeper, std::uint64_t version,
     slot = &t_turn.kept[t_turn.next];
     t_turn.next = (t_turn.next + 1) % kKept;
   }
-  *slot = {keeper, version, std::move(value)};
+  *slot = {keeper, item, version, std::move(value)};
 }
 
 }  // namespace xroce::transport

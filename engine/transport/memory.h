@@ -5,6 +5,7 @@
 // implementations of MemoryAccess (docs/ARCHITECTURE.md decision 5).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -41,15 +42,19 @@ class MemoryAccess {
   }
 };
 
-// A worker's turn, as far as memory access goes. While one is open on a thread, a MemoryAccess
-// may keep for that thread what it looked up, instead of looking it up at every access:
-// device::ProcessMemory keeps its snapshot of the shared mappings, whose every lookup otherwise
-// takes a lock bit and a reference count that all workers reaching one process share
-// (bench_dma's BM_SharedReadThreads: two threads through one process took 5 times as long per
-// access as one alone). What a turn keeps is let go when the outermost turn on the thread
-// closes, so a mapping a deregistration removed outlives the turn that last used it, never more.
-// Outside a turn, kept() finds nothing and keep() keeps nothing: every access looks up afresh.
-// Turns nest; a turn belongs to the thread that opened it.
+// A worker's turn, as far as memory access goes. While one is open on a thread, what the thread
+// looks up may be kept for it, instead of being looked up at every access, by a "keeper" that
+// checks what it kept against a version number of its own at each use:
+//   device::ProcessMemory keeps its snapshot of the shared mappings, whose every lookup
+//     otherwise takes a lock bit and reference counts that all workers reaching one process
+//     share (bench_dma's BM_SharedReadThreads: two threads through one process took 20-30
+//     times as long per access as one alone);
+//   MemoryRegionTable keeps what a key resolved to, whose every check otherwise takes the
+//     PD's mutex, which all workers serving one PD share.
+// What a turn keeps is let go when the outermost turn on the thread closes, so a mapping a
+// deregistration removed outlives the turn that last used it, never more. Outside a turn,
+// kept() finds nothing and keep() keeps nothing: every access looks up afresh. Turns nest; a
+// turn belongs to the thread that opened it.
 class AccessTurn {
  public:
   AccessTurn();
@@ -57,19 +62,22 @@ class AccessTurn {
   AccessTurn(const AccessTurn&) = delete;
   AccessTurn& operator=(const AccessTurn&) = delete;
 
-  // A number that names one keeper (one ProcessMemory) for the life of the process.
+  // A number that names one keeper (a ProcessMemory, a MemoryRegionTable) for the life of the
+  // process.
   static std::uint64_t new_keeper();
-  // What the open turn on this thread keeps for `keeper` at `version`: nullptr outside a turn,
-  // and when what it keeps is of another version (the keeper changed since) or nothing.
-  static const std::shared_ptr<const void>* kept(std::uint64_t keeper, std::uint64_t version);
-  // Keeps `value` for `keeper` at `version` until the outermost turn on this thread closes, in
-  // place of what was kept for `keeper` before. Nothing outside a turn. A turn keeps a few
-  // keepers' values at once (kKept); one more replaces the oldest.
-  static void keep(std::uint64_t keeper, std::uint64_t version, std::shared_ptr<const void> value);
+  // What the open turn on this thread keeps for `item` of `keeper` at `version`: nullptr outside
+  // a turn, and when what it keeps is of another version (the keeper changed since) or nothing.
+  static const std::shared_ptr<const void>* kept(std::uint64_t keeper, std::uint64_t item,
+                                                 std::uint64_t version);
+  // Keeps `value` for `item` of `keeper` at `version` until the outermost turn on this thread
+  // closes, in place of what was kept for that item before. Nothing outside a turn. A turn
+  // keeps kKept items at once; one more replaces the oldest.
+  static void keep(std::uint64_t keeper, std::uint64_t item, std::uint64_t version,
+                   std::shared_ptr<const void> value);
   // Whether a turn is open on this thread.
   static bool open();
 
-  static constexpr std::size_t kKept = 4;
+  static constexpr std::size_t kKept = 8;
 };
 
 // Plain heap buffers at made-up, non-overlapping addresses. Single-threaded.
@@ -149,7 +157,9 @@ using KeyBits = std::function<std::uint32_t()>;
 // guessed, and the 24 index bits of a window's (its key byte is the consumer's choice).
 //
 // Threading: the control thread registers, deregisters and allocates, workers check, bind and
-// invalidate; one mutex serialises them (no call does I/O).
+// invalidate; one mutex serialises them (no call does I/O). Every change counts a version, so
+// that inside a worker's AccessTurn a check reuses what the turn resolved the key to before, at
+// the same version, without the mutex that every worker serving the PD shares.
 class MemoryRegionTable {
  public:
   explicit MemoryRegionTable(MemoryAccess& memory, KeyBits key_bits = nullptr)
@@ -215,12 +225,27 @@ class MemoryRegionTable {
   MemoryWindow* window_by_key(std::uint32_t key);
   const MemoryWindow* window_by_key(std::uint32_t key) const;
   std::uint32_t next_region_key(std::size_t slot);
+  // What a key names, copied out of the table: a region (lkey or rkey as `remote` says), a
+  // window and the region it is bound to, or nothing.
+  struct Resolved {
+    enum class Kind : std::uint8_t { kNothing, kRegion, kWindow } kind = Kind::kNothing;
+    MemoryRegion region;
+    MemoryWindow window;
+  };
+  Resolved resolve_locked(std::uint32_t key, bool remote) const;
+  // resolve_locked under the mutex, or what this thread's turn kept of it at this version.
+  Resolved resolve(std::uint32_t key, bool remote) const;
+  // Under the mutex, after every change: what turns kept is stale.
+  void changed() { version_.fetch_add(1, std::memory_order_release); }
   bool bind_allowed(const MemoryWindow& w, const WindowBind& b, const MemoryRegion* mr,
                     wire::Qpn qp) const;
 
   MemoryAccess& memory_;
   KeyBits key_bits_;
   mutable std::mutex lock_;
+  // Counts changes (changed()). Every check reads it; a line of its own, away from the mutex.
+  alignas(64) std::atomic<std::uint64_t> version_{0};
+  const std::uint64_t keeper_ = AccessTurn::new_keeper();
   std::vector<MemoryRegion> regions_;
   std::vector<std::uint8_t> generations_;
   std::vector<MemoryWindow> windows_;

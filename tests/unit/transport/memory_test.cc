@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,14 +48,25 @@ TEST(LocalMemory, AtomicsReturnTheOriginalValue) {
   EXPECT_FALSE(mem.atomic_fetch_add(a + 12, 1, &orig));
 }
 
-class MrTableTest : public ::testing::Test {
+// The MR table's and the windows' tests run twice: looking every key up afresh, and with all of
+// a test inside one worker's turn (AccessTurn), where a check reuses what the turn resolved a key
+// to before, so that every change the test makes must reach the next check all the same.
+std::string turn_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "InATurn" : "Afresh";
+}
+
+class MrTableTest : public ::testing::TestWithParam<bool> {
  protected:
+  MrTableTest() {
+    if (GetParam()) turn.emplace();
+  }
+  std::optional<AccessTurn> turn;
   LocalMemory mem;
   MemoryRegionTable mrs{mem};
   std::uint64_t base = mem.allocate(4096);
 };
 
-TEST_F(MrTableTest, LocalCheckEnforcesKeyBoundsAndLocalWrite) {
+TEST_P(MrTableTest, LocalCheckEnforcesKeyBoundsAndLocalWrite) {
   const MemoryRegion ro = mrs.register_region(base, 1024, access::kRemoteRead);
   const MemoryRegion rw = mrs.register_region(base + 1024, 1024, access::kLocalWrite);
   EXPECT_TRUE(mrs.check_local(ro.lkey, base, 1024, 0));
@@ -64,7 +78,7 @@ TEST_F(MrTableTest, LocalCheckEnforcesKeyBoundsAndLocalWrite) {
   EXPECT_EQ(mrs.check_local(wire::Lkey(0xDEAD00), base, 1, 0).error(), MemError::kInvalidKey);
 }
 
-TEST_F(MrTableTest, RemoteCheckNeedsTheRemoteFlag) {
+TEST_P(MrTableTest, RemoteCheckNeedsTheRemoteFlag) {
   const MemoryRegion mr =
       mrs.register_region(base, 4096, access::kLocalWrite | access::kRemoteWrite);
   EXPECT_TRUE(mrs.check_remote(mr.rkey, base + 8, 8, access::kRemoteWrite));
@@ -77,7 +91,7 @@ TEST_F(MrTableTest, RemoteCheckNeedsTheRemoteFlag) {
             MemError::kOutOfBounds);
 }
 
-TEST_F(MrTableTest, DeregisteredAndInvalidatedKeysStopWorkingAndAreNotReused) {
+TEST_P(MrTableTest, DeregisteredAndInvalidatedKeysStopWorkingAndAreNotReused) {
   const MemoryRegion a = mrs.register_region(base, 64, access::kRemoteRead);
   ASSERT_EQ(mrs.deregister(a.lkey), 0);
   EXPECT_EQ(mrs.check_remote(a.rkey, base, 8, access::kRemoteRead).error(), MemError::kInvalidKey);
@@ -90,6 +104,8 @@ TEST_F(MrTableTest, DeregisteredAndInvalidatedKeysStopWorkingAndAreNotReused) {
   EXPECT_FALSE(mrs.invalidate(b.rkey));
   EXPECT_TRUE(mrs.check_remote(b.rkey, base, 8, access::kRemoteRead));
 }
+
+INSTANTIATE_TEST_SUITE_P(Turns, MrTableTest, ::testing::Bool(), turn_name);
 
 // ibv_reg_mr_iova: requests name addresses from the iova on; the check hands back where the
 // bytes are in the process.
@@ -126,8 +142,60 @@ TEST(MemoryRegionTable, ReregisterChangesTranslationAndAccessUnderTheSameKeys) {
   EXPECT_EQ(mrs.reregister(wire::Lkey(mr.lkey.value() ^ 0x1), {}).error(), EINVAL);
 }
 
-class MemoryWindowTest : public ::testing::Test {
+// A worker's turn that checked a key before an ibv_rereg_mr checks it after by the new rights and
+// range, and one that checked it before ibv_dereg_mr finds it gone: the change moved the table's
+// version, so what the turn kept is not used.
+TEST(MemoryRegionTable, ATurnSeesReregistrationAndDeregistrationAtItsNextCheck) {
+  LocalMemory mem;
+  MemoryRegionTable mrs(mem);
+  const std::uint64_t a = mem.allocate(256);
+  const MemoryRegion mr = mrs.register_region(a, 256, access::kLocalWrite | access::kRemoteWrite);
+  const AccessTurn turn;
+  EXPECT_EQ(*mrs.check_remote(mr.rkey, a + 8, 8, access::kRemoteWrite), a + 8);
+  EXPECT_EQ(*mrs.check_remote(mr.rkey, a + 16, 8, access::kRemoteWrite), a + 16);  // as kept
+  ASSERT_TRUE(mrs.reregister(mr.lkey, {std::nullopt, 128, std::nullopt, access::kLocalWrite}));
+  EXPECT_EQ(mrs.check_remote(mr.rkey, a + 8, 8, access::kRemoteWrite).error(),
+            MemError::kAccessDenied);
+  EXPECT_EQ(mrs.check_local(mr.lkey, a + 200, 8, 0).error(), MemError::kOutOfBounds);
+  EXPECT_EQ(*mrs.check_local(mr.lkey, a + 120, 8, access::kLocalWrite), a + 120);
+  ASSERT_EQ(mrs.deregister(mr.lkey), 0);
+  EXPECT_EQ(mrs.check_local(mr.lkey, a + 120, 8, 0).error(), MemError::kInvalidKey);
+}
+
+// A worker in a turn checks a key; the control thread deregisters it; the worker's next check in
+// the same turn, made after it learned of the deregistration, refuses the key.
+TEST(MemoryRegionTable, AnotherThreadsDeregistrationReachesATurnInProgress) {
+  LocalMemory mem;
+  MemoryRegionTable mrs(mem);
+  const std::uint64_t a = mem.allocate(256);
+  const MemoryRegion mr = mrs.register_region(a, 256, access::kRemoteRead);
+  std::atomic<int> step{0};
+  bool first_ok = false;
+  MemError second = MemError::kOutOfBounds;
+  std::thread worker([&] {
+    const AccessTurn turn;
+    first_ok = static_cast<bool>(mrs.check_remote(mr.rkey, a, 8, access::kRemoteRead));
+    step = 1;
+    while (step.load() != 2)
+      std::this_thread::yield();
+    const auto r = mrs.check_remote(mr.rkey, a, 8, access::kRemoteRead);
+    if (!r) second = r.error();
+  });
+  while (step.load() != 1)
+    std::this_thread::yield();
+  EXPECT_EQ(mrs.deregister(mr.lkey), 0);
+  step = 2;
+  worker.join();
+  EXPECT_TRUE(first_ok);
+  EXPECT_EQ(second, MemError::kInvalidKey);
+}
+
+class MemoryWindowTest : public ::testing::TestWithParam<bool> {
  protected:
+  MemoryWindowTest() {
+    if (GetParam()) turn.emplace();
+  }
+  std::optional<AccessTurn> turn;
   static constexpr wire::Qpn kQp{0x42};
   static constexpr wire::Qpn kOtherQp{0x43};
   LocalMemory mem;
@@ -144,7 +212,7 @@ class MemoryWindowTest : public ::testing::Test {
 
 // C10-72/o10-37.2.30: a type 2 window binds once (Free -> Valid), only its QP reaches it, and
 // accesses stay inside the window, not merely inside the region.
-TEST_F(MemoryWindowTest, Type2BindsOnceAndAnswersOnlyItsQpWithinItsBounds) {
+TEST_P(MemoryWindowTest, Type2BindsOnceAndAnswersOnlyItsQpWithinItsBounds) {
   const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
   EXPECT_EQ(mrs.check_remote(w, base, 8, access::kRemoteWrite, kQp).error(),
             MemError::kInvalidKey);  // Free: nothing to reach
@@ -176,7 +244,7 @@ TEST_F(MemoryWindowTest, Type2BindsOnceAndAnswersOnlyItsQpWithinItsBounds) {
 // The bind rules of rxe_check_bind_mw: C10-73 (MW_BIND on the region), C10-74 (a writable
 // window needs a locally writable region), C10-75 (inside the region), o10-36.2.2 (no zero-based
 // type 1), o10-37.2.40 (no zero-length type 2).
-TEST_F(MemoryWindowTest, BindRulesRefuseWhatTheSpecForbids) {
+TEST_P(MemoryWindowTest, BindRulesRefuseWhatTheSpecForbids) {
   const wire::Rkey w2 = *mrs.allocate_window(MwType::kType2);
   const wire::Rkey w1 = *mrs.allocate_window(MwType::kType1);
   EXPECT_FALSE(mrs.bind_window(bind(w2, base + 4000, 97, access::kRemoteWrite), kQp));  // C10-75
@@ -197,7 +265,7 @@ TEST_F(MemoryWindowTest, BindRulesRefuseWhatTheSpecForbids) {
 
 // Type 1 windows: bound and re-bound by ibv_bind_mw, unbound by a zero-length bind, reachable
 // from any QP of the PD, never invalidated by LOCAL_INV / SEND_WITH_INV (o10-37.2.26).
-TEST_F(MemoryWindowTest, Type1RebindsAndUnbindsButIsNeverInvalidated) {
+TEST_P(MemoryWindowTest, Type1RebindsAndUnbindsButIsNeverInvalidated) {
   const wire::Rkey w = *mrs.allocate_window(MwType::kType1);
   const WindowBind b = bind(w, base, 128, access::kRemoteWrite);
   ASSERT_TRUE(mrs.bind_window(b, kQp));
@@ -215,7 +283,7 @@ TEST_F(MemoryWindowTest, Type1RebindsAndUnbindsButIsNeverInvalidated) {
 }
 
 // IBV_ACCESS_ZERO_BASED: remote VAs are offsets from the window's start.
-TEST_F(MemoryWindowTest, ZeroBasedWindowTakesOffsets) {
+TEST_P(MemoryWindowTest, ZeroBasedWindowTakesOffsets) {
   const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
   const WindowBind b = bind(w, base + 1024, 256, access::kRemoteWrite | access::kZeroBased);
   ASSERT_TRUE(mrs.bind_window(b, kQp));
@@ -227,7 +295,7 @@ TEST_F(MemoryWindowTest, ZeroBasedWindowTakesOffsets) {
             MemError::kOutOfBounds);
 }
 
-TEST_F(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
+TEST_P(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
   EXPECT_EQ(mrs.allocate_window(static_cast<MwType>(3)).error(), EINVAL);
   const wire::Rkey w = *mrs.allocate_window(MwType::kType2);
   EXPECT_FALSE(mrs.check_remote(w, base, 8, 0, kQp));
@@ -241,6 +309,8 @@ TEST_F(MemoryWindowTest, WindowTypesAndKeysAreChecked) {
 
 // With random key bits (the daemon's), a key says nothing of the next one: neither the index
 // nor the key byte follows from it, keys stay unique, and stale keys still match nothing.
+INSTANTIATE_TEST_SUITE_P(Turns, MemoryWindowTest, ::testing::Bool(), turn_name);
+
 TEST(MrTableRandomKeys, KeysComeFromTheGivenBitsAndStayUnique) {
   LocalMemory mem;
   const std::uint64_t base = mem.allocate(4096);
@@ -330,8 +400,8 @@ TEST(AccessTurn, KeepsNothingOutsideATurn) {
   const std::uint64_t keeper = AccessTurn::new_keeper();
   auto value = std::make_shared<int>(7);
   EXPECT_FALSE(AccessTurn::open());
-  AccessTurn::keep(keeper, 1, value);
-  EXPECT_EQ(AccessTurn::kept(keeper, 1), nullptr);
+  AccessTurn::keep(keeper, 0, 1, value);
+  EXPECT_EQ(AccessTurn::kept(keeper, 0, 1), nullptr);
   EXPECT_EQ(value.use_count(), 1);
 }
 
@@ -343,50 +413,62 @@ TEST(AccessTurn, KeepsAValueAtItsVersionUntilTheOutermostTurnCloses) {
     EXPECT_TRUE(AccessTurn::open());
     auto value = std::make_shared<int>(7);
     watch = value;
-    AccessTurn::keep(keeper, 3, std::move(value));
+    AccessTurn::keep(keeper, 0, 3, std::move(value));
     {
       const AccessTurn inner;  // nested: closing it lets nothing go
-      const auto* kept = AccessTurn::kept(keeper, 3);
+      const auto* kept = AccessTurn::kept(keeper, 0, 3);
       ASSERT_NE(kept, nullptr);
       EXPECT_EQ(*static_cast<const int*>(kept->get()), 7);
     }
     EXPECT_FALSE(watch.expired());
-    ASSERT_NE(AccessTurn::kept(keeper, 3), nullptr);
+    ASSERT_NE(AccessTurn::kept(keeper, 0, 3), nullptr);
     // Another version of the same keeper finds nothing: the keeper changed since.
-    EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
+    EXPECT_EQ(AccessTurn::kept(keeper, 0, 4), nullptr);
     // Keeping a newer version replaces the old one, which is let go at once.
     auto newer = std::make_shared<int>(8);
     std::weak_ptr<int> watch_newer = newer;
-    AccessTurn::keep(keeper, 4, std::move(newer));
+    AccessTurn::keep(keeper, 0, 4, std::move(newer));
     EXPECT_TRUE(watch.expired());
-    EXPECT_EQ(AccessTurn::kept(keeper, 3), nullptr);
+    EXPECT_EQ(AccessTurn::kept(keeper, 0, 3), nullptr);
     watch = watch_newer;
     EXPECT_FALSE(watch.expired());
   }
   EXPECT_FALSE(AccessTurn::open());
   EXPECT_TRUE(watch.expired());
-  EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
+  EXPECT_EQ(AccessTurn::kept(keeper, 0, 4), nullptr);
 }
 
-TEST(AccessTurn, AFifthKeeperReplacesTheOldestAndOtherThreadsSeeNothing) {
+TEST(AccessTurn, ItemsOfOneKeeperAreKeptApart) {
+  const std::uint64_t keeper = AccessTurn::new_keeper();
+  const AccessTurn turn;
+  AccessTurn::keep(keeper, 1, 5, std::make_shared<int>(1));
+  AccessTurn::keep(keeper, 2, 5, std::make_shared<int>(2));
+  ASSERT_NE(AccessTurn::kept(keeper, 1, 5), nullptr);
+  ASSERT_NE(AccessTurn::kept(keeper, 2, 5), nullptr);
+  EXPECT_EQ(*static_cast<const int*>(AccessTurn::kept(keeper, 1, 5)->get()), 1);
+  EXPECT_EQ(*static_cast<const int*>(AccessTurn::kept(keeper, 2, 5)->get()), 2);
+  EXPECT_EQ(AccessTurn::kept(keeper, 3, 5), nullptr);
+}
+
+TEST(AccessTurn, OneKeeperMoreThanATurnHoldsReplacesTheOldestAndOtherThreadsSeeNothing) {
   std::vector<std::uint64_t> keepers;
   for (std::size_t i = 0; i <= AccessTurn::kKept; ++i)
     keepers.push_back(AccessTurn::new_keeper());
   const AccessTurn turn;
   for (std::size_t i = 0; i < keepers.size(); ++i)
-    AccessTurn::keep(keepers[i], 1, std::make_shared<std::size_t>(i));
-  EXPECT_EQ(AccessTurn::kept(keepers[0], 1), nullptr);  // the oldest made room
+    AccessTurn::keep(keepers[i], 0, 1, std::make_shared<std::size_t>(i));
+  EXPECT_EQ(AccessTurn::kept(keepers[0], 0, 1), nullptr);  // the oldest made room
   for (std::size_t i = 1; i < keepers.size(); ++i) {
-    const auto* kept = AccessTurn::kept(keepers[i], 1);
+    const auto* kept = AccessTurn::kept(keepers[i], 0, 1);
     ASSERT_NE(kept, nullptr) << i;
     EXPECT_EQ(*static_cast<const std::size_t*>(kept->get()), i);
   }
   // A turn belongs to its thread.
   bool other_open = true;
-  const std::shared_ptr<const void>* other_kept = AccessTurn::kept(keepers[1], 1);
+  const std::shared_ptr<const void>* other_kept = AccessTurn::kept(keepers[1], 0, 1);
   std::thread([&] {
     other_open = AccessTurn::open();
-    other_kept = AccessTurn::kept(keepers[1], 1);
+    other_kept = AccessTurn::kept(keepers[1], 0, 1);
   }).join();
   EXPECT_FALSE(other_open);
   EXPECT_EQ(other_kept, nullptr);
