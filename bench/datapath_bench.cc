@@ -216,7 +216,7 @@ class RepeatBinding final : public daemon::QpBinding {
 enum class Op { kWrite, kRead };
 enum class Dma { kShared, kCma };
 
-enum class Sharing : std::uint8_t { kNothing, kProcess, kPd };
+enum class Sharing : std::uint8_t { kNothing, kProcess, kPd, kDevice };
 
 struct Case {
   Op op;
@@ -227,16 +227,19 @@ struct Case {
   std::uint32_t depth = 0;   // messages each QP keeps posted; 0: kInFlight over all QPs
   // What the sides of every pair share, as a daemon's workers do when one application's QPs are
   // spread over them: nothing (each side its own process and PD), one ProcessMemory
-  // (/oneprocess), or that and one MemoryRegionTable, the application's one PD (/onepd).
+  // (/oneprocess), that and one MemoryRegionTable, the application's one PD (/onepd), or those
+  // and the device: the requesting sides of all pairs one device's in-flight budget, the
+  // responding sides another's (/onedevice).
   Sharing sharing = Sharing::kNothing;
   std::string name() const {
     return std::string(op == Op::kWrite ? "write" : "read") + "/" + std::to_string(bytes) + "/" +
            (dma == Dma::kShared ? "shared" : "cma") +
            (qps > 1 ? "/q" + std::to_string(qps) : std::string()) +
            (same_buffer ? "/samebuf" : "") + (depth > 0 ? "/d" + std::to_string(depth) : "") +
-           (sharing == Sharing::kProcess ? "/oneprocess"
-            : sharing == Sharing::kPd    ? "/onepd"
-                                         : "");
+           (sharing == Sharing::kProcess  ? "/oneprocess"
+            : sharing == Sharing::kPd     ? "/onepd"
+            : sharing == Sharing::kDevice ? "/onedevice"
+                                          : "");
   }
   std::uint64_t offset_of_qp(std::uint32_t i) const {
     return same_buffer ? 0 : static_cast<std::uint64_t>(i) * bytes;
@@ -291,6 +294,14 @@ std::shared_ptr<transport::MemoryRegionTable> one_pd() {
   static const auto pd = std::make_shared<transport::MemoryRegionTable>(*one_process_memory());
   return pd;
 }
+// The in-flight budgets of the two devices of /onedevice: 0 the requesting sides', 1 the
+// responding sides'.
+std::shared_ptr<transport::InflightBudget> one_device_budget(int device) {
+  static const std::shared_ptr<transport::InflightBudget> budgets[2] = {
+      std::make_shared<transport::InflightBudget>(device::Device::kInflightBudgetPsns),
+      std::make_shared<transport::InflightBudget>(device::Device::kInflightBudgetPsns)};
+  return budgets[device];
+}
 std::mutex g_control;
 
 // One side: a device with one worker and a QP whose memory is this process's, through `dma`.
@@ -344,7 +355,7 @@ struct Side {
         std::exit(1);
       }
     }
-    mrs = sharing == Sharing::kPd ? one_pd()
+    mrs = sharing >= Sharing::kPd ? one_pd()
                                   : std::make_shared<transport::MemoryRegionTable>(*memory);
     const std::lock_guard control_thread(g_control);
     mr = mrs->register_region(reinterpret_cast<std::uint64_t>(buffer), buffer_bytes,
@@ -354,7 +365,7 @@ struct Side {
   ~Side() {
     worker.reset();  // its QP uses the memory below
     const std::lock_guard control_thread(g_control);
-    if (sharing == Sharing::kPd) mrs->deregister(mr.lkey);
+    if (sharing >= Sharing::kPd) mrs->deregister(mr.lkey);
     mrs.reset();
     // The next case's buffer may land at this one's address.
     if (sharing != Sharing::kNothing) memory->remove_shared(addr());
@@ -410,6 +421,10 @@ struct Bench {
     pb->peer = pa.get();
     a = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pa), c.sharing);
     b = std::make_unique<Side>(c.dma, c.buffer_bytes(), std::move(pb), c.sharing);
+    if (c.sharing == Sharing::kDevice) {
+      a->budget = one_device_budget(0);
+      b->budget = one_device_budget(1);
+    }
     for (std::uint32_t i = 0; i < c.qps; ++i) {
       const wire::Qpn qa(0x11 + i), qb(0x100000 + i);
       const std::uint64_t offset = c.offset_of_qp(i);
@@ -567,7 +582,8 @@ int main(int argc, char** argv) {
   // buffers through one ProcessMemory, and /onepd through one MemoryRegionTable too, as the
   // workers of a device reach one application's QPs spread over them; what the workers then
   // share of it is measured too.
-  for (const Sharing sharing : {Sharing::kNothing, Sharing::kProcess, Sharing::kPd}) {
+  for (const Sharing sharing :
+       {Sharing::kNothing, Sharing::kProcess, Sharing::kPd, Sharing::kDevice}) {
     for (const int pairs : {1, 2}) {
       Case c{Op::kWrite, 65536, Dma::kShared};
       c.sharing = sharing;
