@@ -197,12 +197,12 @@ const SharedMapping* ProcessMemory::find(std::uint64_t addr, std::uint64_t len,
   // the version says (publish() stores, then counts).
   const std::uint64_t version = version_.load(std::memory_order_acquire);
   const Mappings* snapshot = nullptr;
-  if (const auto* kept = transport::AccessTurn::kept(keeper_, 0, version)) {
+  if (const auto* kept = transport::AccessTurn::kept(keeper_, version)) {
     snapshot = static_cast<const Mappings*>(kept->get());
   } else {
     hold = mappings_.load();
     snapshot = hold.get();
-    transport::AccessTurn::keep(keeper_, 0, version, hold);
+    transport::AccessTurn::keep(keeper_, version, hold);
   }
   const auto it =
       std::upper_bound(snapshot->begin(), snapshot->end(), addr,

@@ -23,7 +23,6 @@ bool range_inside(std::uint64_t addr, std::uint64_t len, std::uint64_t base, std
 struct TurnState {
   struct Kept {
     std::uint64_t keeper = 0;  // 0: empty (new_keeper never returns 0)
-    std::uint64_t item = 0;
     std::uint64_t version = 0;
     std::shared_ptr<const void> value;
   };
@@ -308,20 +307,48 @@ MemoryRegionTable::Resolved MemoryRegionTable::resolve_locked(std::uint32_t key,
   return r;
 }
 
+const MemoryRegionTable::Resolved* MemoryRegionTable::TurnKeys::find(std::uint32_t key,
+                                                                     bool remote) const {
+  for (std::size_t i = 0; i < used; ++i) {
+    if (entries[i].key == key && entries[i].remote == remote) return &entries[i].resolved;
+  }
+  return nullptr;
+}
+
+void MemoryRegionTable::TurnKeys::add(std::uint32_t key, bool remote,
+                                      const Resolved& resolved) const {
+  std::size_t at = used;
+  if (used < kKeys) {
+    ++used;
+  } else {
+    at = next;
+    next = (next + 1) % kKeys;
+  }
+  entries[at] = Entry{key, remote, resolved};
+}
+
 MemoryRegionTable::Resolved MemoryRegionTable::resolve(std::uint32_t key, bool remote) const {
-  // Read before the table is: what is kept at this version is never older than the version says
-  // (changed() counts under the mutex, after the change).
+  // Read before the table is: what a turn keeps at this version was resolved under the mutex
+  // with the version unchanged (changed() counts under the mutex), so it is the table's state
+  // at this version.
   const std::uint64_t version = version_.load(std::memory_order_acquire);
-  const std::uint64_t item = std::uint64_t{key} << 1 | (remote ? 1 : 0);
-  if (const auto* kept = AccessTurn::kept(keeper_, item, version)) {
-    return *static_cast<const Resolved*>(kept->get());
+  const TurnKeys* keys = nullptr;
+  if (AccessTurn::open()) {
+    if (const auto* kept = AccessTurn::kept(keeper_, version)) {
+      keys = static_cast<const TurnKeys*>(kept->get());
+      if (const Resolved* r = keys->find(key, remote)) return *r;
+    } else {
+      auto fresh = std::make_shared<const TurnKeys>();
+      keys = fresh.get();
+      AccessTurn::keep(keeper_, version, std::move(fresh));
+    }
   }
   std::unique_lock guard(lock_);
   const std::uint64_t now = version_.load(std::memory_order_relaxed);
   Resolved r = resolve_locked(key, remote);
   guard.unlock();
-  if (r.kind != Resolved::Kind::kNothing && AccessTurn::open()) {
-    AccessTurn::keep(keeper_, item, now, std::make_shared<const Resolved>(r));
+  if (keys != nullptr && now == version && r.kind != Resolved::Kind::kNothing) {
+    keys->add(key, remote, r);
   }
   return r;
 }
@@ -401,21 +428,20 @@ bool AccessTurn::open() {
   return t_turn.depth != 0;
 }
 
-const std::shared_ptr<const void>* AccessTurn::kept(std::uint64_t keeper, std::uint64_t item,
-                                                    std::uint64_t version) {
+const std::shared_ptr<const void>* AccessTurn::kept(std::uint64_t keeper, std::uint64_t version) {
   if (t_turn.depth == 0) return nullptr;
   for (const auto& k : t_turn.kept) {
-    if (k.keeper == keeper && k.item == item) return k.version == version ? &k.value : nullptr;
+    if (k.keeper == keeper) return k.version == version ? &k.value : nullptr;
   }
   return nullptr;
 }
 
-void AccessTurn::keep(std::uint64_t keeper, std::uint64_t item, std::uint64_t version,
+void AccessTurn::keep(std::uint64_t keeper, std::uint64_t version,
                       std::shared_ptr<const void> value) {
   if (t_turn.depth == 0) return;
   TurnState::Kept* slot = nullptr;
   for (auto& k : t_turn.kept) {
-    if (k.keeper == keeper && k.item == item) {
+    if (k.keeper == keeper) {
       slot = &k;
       break;
     }
@@ -425,7 +451,7 @@ void AccessTurn::keep(std::uint64_t keeper, std::uint64_t item, std::uint64_t ve
     slot = &t_turn.kept[t_turn.next];
     t_turn.next = (t_turn.next + 1) % kKept;
   }
-  *slot = {keeper, item, version, std::move(value)};
+  *slot = {keeper, version, std::move(value)};
 }
 
 }  // namespace xroce::transport

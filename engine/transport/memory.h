@@ -5,6 +5,7 @@
 // implementations of MemoryAccess (docs/ARCHITECTURE.md decision 5).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -65,15 +66,14 @@ class AccessTurn {
   // A number that names one keeper (a ProcessMemory, a MemoryRegionTable) for the life of the
   // process.
   static std::uint64_t new_keeper();
-  // What the open turn on this thread keeps for `item` of `keeper` at `version`: nullptr outside
-  // a turn, and when what it keeps is of another version (the keeper changed since) or nothing.
-  static const std::shared_ptr<const void>* kept(std::uint64_t keeper, std::uint64_t item,
-                                                 std::uint64_t version);
-  // Keeps `value` for `item` of `keeper` at `version` until the outermost turn on this thread
-  // closes, in place of what was kept for that item before. Nothing outside a turn. A turn
-  // keeps kKept items at once; one more replaces the oldest.
-  static void keep(std::uint64_t keeper, std::uint64_t item, std::uint64_t version,
-                   std::shared_ptr<const void> value);
+  // What the open turn on this thread keeps for `keeper` at `version`: nullptr outside a turn,
+  // and when what it keeps is of another version (the keeper changed since) or nothing.
+  static const std::shared_ptr<const void>* kept(std::uint64_t keeper, std::uint64_t version);
+  // Keeps `value` for `keeper` at `version` until the outermost turn on this thread closes, in
+  // place of what was kept for `keeper` before. Nothing outside a turn. A turn keeps kKept
+  // keepers' values at once; one more replaces the oldest. The value is this thread's alone
+  // while the turn keeps it.
+  static void keep(std::uint64_t keeper, std::uint64_t version, std::shared_ptr<const void> value);
   // Whether a turn is open on this thread.
   static bool open();
 
@@ -231,6 +231,22 @@ class MemoryRegionTable {
     enum class Kind : std::uint8_t { kNothing, kRegion, kWindow } kind = Kind::kNothing;
     MemoryRegion region;
     MemoryWindow window;
+  };
+  // What one turn of one thread resolved at one version of the table: the last kKeys keys, one
+  // allocation per turn however many keys it checks. Only that thread touches it (mutable: the
+  // turn holds it as a const value).
+  struct TurnKeys {
+    static constexpr std::size_t kKeys = 4;
+    struct Entry {
+      std::uint32_t key = 0;
+      bool remote = false;
+      Resolved resolved;
+    };
+    mutable std::array<Entry, kKeys> entries;
+    mutable std::size_t used = 0;
+    mutable std::size_t next = 0;  // the entry the next key replaces once all are used
+    const Resolved* find(std::uint32_t key, bool remote) const;
+    void add(std::uint32_t key, bool remote, const Resolved& resolved) const;
   };
   Resolved resolve_locked(std::uint32_t key, bool remote) const;
   // resolve_locked under the mutex, or what this thread's turn kept of it at this version.

@@ -162,6 +162,37 @@ TEST(MemoryRegionTable, ATurnSeesReregistrationAndDeregistrationAtItsNextCheck) 
   EXPECT_EQ(mrs.check_local(mr.lkey, a + 120, 8, 0).error(), MemError::kInvalidKey);
 }
 
+// More keys in one turn than it keeps: every check still answers by the table, and a
+// deregistration in the middle reaches the keys kept and the keys not kept alike.
+TEST(MemoryRegionTable, ATurnCheckingManyKeysAnswersEachByTheTable) {
+  LocalMemory mem;
+  MemoryRegionTable mrs(mem);
+  std::vector<MemoryRegion> regions;
+  std::vector<std::uint64_t> bases;
+  for (int i = 0; i < 20; ++i) {
+    bases.push_back(mem.allocate(64));
+    regions.push_back(mrs.register_region(bases.back(), 64, access::kRemoteRead));
+  }
+  const AccessTurn turn;
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < regions.size(); ++i) {
+      EXPECT_EQ(*mrs.check_remote(regions[i].rkey, bases[i] + 8, 8, access::kRemoteRead),
+                bases[i] + 8);
+      EXPECT_EQ(
+          mrs.check_remote(regions[i].rkey, bases[(i + 1) % regions.size()], 8, access::kRemoteRead)
+              .error(),
+          MemError::kOutOfBounds);
+    }
+  }
+  ASSERT_EQ(mrs.deregister(regions[19].lkey), 0);  // kept by the turn, the last checked
+  ASSERT_EQ(mrs.deregister(regions[0].lkey), 0);   // not kept any more
+  EXPECT_EQ(mrs.check_remote(regions[19].rkey, bases[19], 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  EXPECT_EQ(mrs.check_remote(regions[0].rkey, bases[0], 8, access::kRemoteRead).error(),
+            MemError::kInvalidKey);
+  EXPECT_TRUE(mrs.check_remote(regions[18].rkey, bases[18], 8, access::kRemoteRead));
+}
+
 // A worker in a turn checks a key; the control thread deregisters it; the worker's next check in
 // the same turn, made after it learned of the deregistration, refuses the key.
 TEST(MemoryRegionTable, AnotherThreadsDeregistrationReachesATurnInProgress) {
@@ -400,8 +431,8 @@ TEST(AccessTurn, KeepsNothingOutsideATurn) {
   const std::uint64_t keeper = AccessTurn::new_keeper();
   auto value = std::make_shared<int>(7);
   EXPECT_FALSE(AccessTurn::open());
-  AccessTurn::keep(keeper, 0, 1, value);
-  EXPECT_EQ(AccessTurn::kept(keeper, 0, 1), nullptr);
+  AccessTurn::keep(keeper, 1, value);
+  EXPECT_EQ(AccessTurn::kept(keeper, 1), nullptr);
   EXPECT_EQ(value.use_count(), 1);
 }
 
@@ -413,41 +444,29 @@ TEST(AccessTurn, KeepsAValueAtItsVersionUntilTheOutermostTurnCloses) {
     EXPECT_TRUE(AccessTurn::open());
     auto value = std::make_shared<int>(7);
     watch = value;
-    AccessTurn::keep(keeper, 0, 3, std::move(value));
+    AccessTurn::keep(keeper, 3, std::move(value));
     {
       const AccessTurn inner;  // nested: closing it lets nothing go
-      const auto* kept = AccessTurn::kept(keeper, 0, 3);
+      const auto* kept = AccessTurn::kept(keeper, 3);
       ASSERT_NE(kept, nullptr);
       EXPECT_EQ(*static_cast<const int*>(kept->get()), 7);
     }
     EXPECT_FALSE(watch.expired());
-    ASSERT_NE(AccessTurn::kept(keeper, 0, 3), nullptr);
+    ASSERT_NE(AccessTurn::kept(keeper, 3), nullptr);
     // Another version of the same keeper finds nothing: the keeper changed since.
-    EXPECT_EQ(AccessTurn::kept(keeper, 0, 4), nullptr);
+    EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
     // Keeping a newer version replaces the old one, which is let go at once.
     auto newer = std::make_shared<int>(8);
     std::weak_ptr<int> watch_newer = newer;
-    AccessTurn::keep(keeper, 0, 4, std::move(newer));
+    AccessTurn::keep(keeper, 4, std::move(newer));
     EXPECT_TRUE(watch.expired());
-    EXPECT_EQ(AccessTurn::kept(keeper, 0, 3), nullptr);
+    EXPECT_EQ(AccessTurn::kept(keeper, 3), nullptr);
     watch = watch_newer;
     EXPECT_FALSE(watch.expired());
   }
   EXPECT_FALSE(AccessTurn::open());
   EXPECT_TRUE(watch.expired());
-  EXPECT_EQ(AccessTurn::kept(keeper, 0, 4), nullptr);
-}
-
-TEST(AccessTurn, ItemsOfOneKeeperAreKeptApart) {
-  const std::uint64_t keeper = AccessTurn::new_keeper();
-  const AccessTurn turn;
-  AccessTurn::keep(keeper, 1, 5, std::make_shared<int>(1));
-  AccessTurn::keep(keeper, 2, 5, std::make_shared<int>(2));
-  ASSERT_NE(AccessTurn::kept(keeper, 1, 5), nullptr);
-  ASSERT_NE(AccessTurn::kept(keeper, 2, 5), nullptr);
-  EXPECT_EQ(*static_cast<const int*>(AccessTurn::kept(keeper, 1, 5)->get()), 1);
-  EXPECT_EQ(*static_cast<const int*>(AccessTurn::kept(keeper, 2, 5)->get()), 2);
-  EXPECT_EQ(AccessTurn::kept(keeper, 3, 5), nullptr);
+  EXPECT_EQ(AccessTurn::kept(keeper, 4), nullptr);
 }
 
 TEST(AccessTurn, OneKeeperMoreThanATurnHoldsReplacesTheOldestAndOtherThreadsSeeNothing) {
@@ -456,19 +475,19 @@ TEST(AccessTurn, OneKeeperMoreThanATurnHoldsReplacesTheOldestAndOtherThreadsSeeN
     keepers.push_back(AccessTurn::new_keeper());
   const AccessTurn turn;
   for (std::size_t i = 0; i < keepers.size(); ++i)
-    AccessTurn::keep(keepers[i], 0, 1, std::make_shared<std::size_t>(i));
-  EXPECT_EQ(AccessTurn::kept(keepers[0], 0, 1), nullptr);  // the oldest made room
+    AccessTurn::keep(keepers[i], 1, std::make_shared<std::size_t>(i));
+  EXPECT_EQ(AccessTurn::kept(keepers[0], 1), nullptr);  // the oldest made room
   for (std::size_t i = 1; i < keepers.size(); ++i) {
-    const auto* kept = AccessTurn::kept(keepers[i], 0, 1);
+    const auto* kept = AccessTurn::kept(keepers[i], 1);
     ASSERT_NE(kept, nullptr) << i;
     EXPECT_EQ(*static_cast<const std::size_t*>(kept->get()), i);
   }
   // A turn belongs to its thread.
   bool other_open = true;
-  const std::shared_ptr<const void>* other_kept = AccessTurn::kept(keepers[1], 0, 1);
+  const std::shared_ptr<const void>* other_kept = AccessTurn::kept(keepers[1], 1);
   std::thread([&] {
     other_open = AccessTurn::open();
-    other_kept = AccessTurn::kept(keepers[1], 0, 1);
+    other_kept = AccessTurn::kept(keepers[1], 1);
   }).join();
   EXPECT_FALSE(other_open);
   EXPECT_EQ(other_kept, nullptr);
