@@ -47,7 +47,7 @@
 // the control thread removes it meanwhile. A worker's turn (transport::AccessTurn) keeps the
 // snapshot it loaded for the rest of the turn, checked against a version number at each access:
 // loading it takes a lock bit and a reference count on lines every worker shares, which two
-// workers reaching one process at once made five times as costly as one alone (bench_dma,
+// workers reaching one process at once made 18-30 times as costly as one alone (bench_dma,
 // BM_SharedReadThreads).
 #pragma once
 

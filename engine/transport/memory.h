@@ -48,7 +48,7 @@ class MemoryAccess {
 // checks what it kept against a version number of its own at each use:
 //   device::ProcessMemory keeps its snapshot of the shared mappings, whose every lookup
 //     otherwise takes a lock bit and reference counts that all workers reaching one process
-//     share (bench_dma's BM_SharedReadThreads: two threads through one process took 20-30
+//     share (bench_dma's BM_SharedReadThreads: two threads through one process took 18-30
 //     times as long per access as one alone);
 //   MemoryRegionTable keeps what a key resolved to, whose every check otherwise takes the
 //     PD's mutex, which all workers serving one PD share.
