@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include <future>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -305,11 +307,78 @@ TEST_P(PerftestE2e, UcXrcAndOdp) {
   expect_bandwidth("ib_write_bw", {"--odp", "-n", "50"});
 }
 
+// Two workers a side (`link add ... queues 2` on a veth with two queues each way; the udp port
+// runs one worker, so afxdp only). A device places each new QP on its least loaded worker unless
+// it shares a CQ with a QP placed already, so the QPs of one program with several CQs land on
+// both, and both workers reach that application's memory and PD at once: what a worker's turn keeps
+// of the shared mappings and of the keys it resolved must stay right while the other worker works
+// (bench/README.md "One application's QPs on two workers"). The many-QP program checks every byte
+// on every QP; `xroce qp show` while it runs must show its QPs on both workers.
+class TwoWorkersE2e : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (namespaces, XDP)";
+    PairOptions options;
+    options.port = GetParam();
+    options.queues = 2;
+    pair_ = std::make_unique<Pair>("xrdw", 60 + pair_counter++ % 100, options);
+    ASSERT_TRUE(pair_->ready()) << pair_->why_not();
+  }
+  std::unique_ptr<Pair> pair_;
+};
+
+TEST_P(TwoWorkersE2e, OneProgramsQpsOnBothWorkersMoveEveryByte) {
+  const std::vector<std::string> shape = {"16", "300", "65536"};
+  // Four CQ pairs: a device keeps the QPs of one CQ on one worker, and spreads the CQs.
+  auto s = std::async(std::launch::async, [&] {
+    return pair_->verbs(
+        0, with(with({XROCE_VERBS_PROBE, pair_->dev(0), "many_qps", "server", "18519"}, shape),
+                {"cqs=4"}));
+  });
+  eventually([&] { return pair_->listening(0, 18519); }, 20s);
+  auto c = std::async(std::launch::async, [&] {
+    return pair_->verbs(
+        1, with(with({XROCE_VERBS_PROBE, pair_->dev(1), "many_qps", "client", "18519"}, shape),
+                {pair_->ip(0), "cqs=4"}));
+  });
+  // Workers holding RC QPs on each side, seen while the program runs.
+  std::set<unsigned> workers[2];
+  const auto both_seen = [&] { return workers[0].size() == 2 && workers[1].size() == 2; };
+  eventually(
+      [&] {
+        for (int side = 0; side < 2; ++side) {
+          const RunResult r =
+              pair_->exec(side, {xroce_bin(), "qp", "show", pair_->dev(side), "--json"});
+          const auto qps = nlohmann::json::parse(r.output, nullptr, false);
+          if (!qps.is_array()) continue;
+          for (const auto& q : qps) {
+            if (q.value("type", "") == "RC") workers[side].insert(q.value("worker", 0u));
+          }
+        }
+        return both_seen();
+      },
+      30s);
+  const RunResult cr = c.get();
+  const RunResult sr = s.get();
+  const std::string summary = "many_qps: 16 QPs, 300 rounds, " +
+                              std::to_string(16 * 300 * (65536 + 64)) +
+                              " bytes verified, every QP completed";
+  EXPECT_EQ(sr.status, 0) << sr.output;
+  EXPECT_EQ(cr.status, 0) << cr.output;
+  EXPECT_NE(sr.output.find(summary), std::string::npos) << sr.output;
+  EXPECT_NE(cr.output.find(summary), std::string::npos) << cr.output;
+  EXPECT_TRUE(both_seen()) << "workers with RC QPs: " << workers[0].size() << " on a, "
+                           << workers[1].size() << " on b";
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(pair_->hw_counter(i, "retry_exceeded_err"), 0) << pair_->dev(i);
+}
+
 std::string port_name(const ::testing::TestParamInfo<std::string>& info) {
   return info.param;
 }
 INSTANTIATE_TEST_SUITE_P(Ports, DatapathE2e, ::testing::Values("udp", "afxdp"), port_name);
 INSTANTIATE_TEST_SUITE_P(Ports, PerftestE2e, ::testing::Values("udp", "afxdp"), port_name);
+INSTANTIATE_TEST_SUITE_P(Ports, TwoWorkersE2e, ::testing::Values("afxdp"), port_name);
 
 }  // namespace
 }  // namespace xroce::e2e

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <functional>
@@ -60,9 +61,9 @@ inline std::pair<RunResult, RunResult> run_server_client(
 
 struct PairOptions {
   std::string port = "afxdp";  // afxdp or udp
-  int queues = 1;
-  int mtu = 0;              // the veth's MTU; 0 keeps the default (1500)
-  bool device_on_b = true;  // false: b is a plain host, e.g. for a scripted AF_PACKET peer
+  int queues = 1;              // workers per device, and the veth's queues each way
+  int mtu = 0;                 // the veth's MTU; 0 keeps the default (1500)
+  bool device_on_b = true;     // false: b is a plain host, e.g. for a scripted AF_PACKET peer
   // Both devices get this name when set: middleware that sends its own device name to the
   // peer, as ucx_perftest's UCT tests and UCX_NET_DEVICES exported to every MPI rank do, needs
   // one name on both hosts. Empty: "xpa" and "xpb".
@@ -80,8 +81,11 @@ class Pair {
     ns_[1] = base + "-b";
     for (const auto& ns : ns_)
       run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", netdev(0), "netns", ns_[0], "type", "veth", "peer", "name", netdev(1),
-         "netns", ns_[1]});
+    // A queue a worker: a device with more than one worker needs a veth with as many queues.
+    const std::string q = std::to_string(std::max(1, options.queues));
+    run({"ip",      "link",        "add",  netdev(0),     "netns", ns_[0],        "numtxqueues",
+         q,         "numrxqueues", q,      "type",        "veth",  "peer",        "name",
+         netdev(1), "netns",       ns_[1], "numtxqueues", q,       "numrxqueues", q});
     for (int i = 0; i < 2; ++i) {
       exec(i, {"ip", "addr", "add", ip(i) + "/24", "dev", netdev(i)});
       exec(i, {"ip", "addr", "add", ip6(i) + "/64", "dev", netdev(i), "nodad"});

@@ -3,6 +3,9 @@
 // and that every QP completed each of its operations. The two sides meet over TCP (the server
 // listens, the client connects) to trade QPNs, GIDs and the target region's address and rkey.
 //
+// CQs: one send CQ and one receive CQ for all QPs, or with cqs=N, N pairs, QP q on pair q % N (a
+// device keeps the QPs that share a CQ on one worker, so more CQs let its workers share the QPs).
+//
 // Memory (one MR per side), per QP q and round r: a source slot and a target slot of `bytes`
 // each (the peer WRITEs into our target slot (q, r)), and a message and a receive slot of
 // kMessageBytes. Slots are not reused across rounds, so a round may overlap the peer's next
@@ -14,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -120,13 +124,16 @@ int ipv4_gid_index(ibv_context* ctx, ibv_gid& gid) {
 
 class ManyQps {
  public:
-  ManyQps(ibv_context* ctx, uint32_t side, uint32_t qps, uint32_t rounds, uint32_t bytes)
-      : ctx_(ctx), side_(side), qps_(qps), rounds_(rounds), bytes_(bytes) {}
+  ManyQps(ibv_context* ctx, uint32_t side, uint32_t qps, uint32_t rounds, uint32_t bytes,
+          uint32_t cqs)
+      : ctx_(ctx), side_(side), qps_(qps), rounds_(rounds), bytes_(bytes), cqs_(cqs) {}
   ~ManyQps() {
     for (ibv_qp* qp : qp_)
       ibv_destroy_qp(qp);
-    if (send_cq_ != nullptr) ibv_destroy_cq(send_cq_);
-    if (recv_cq_ != nullptr) ibv_destroy_cq(recv_cq_);
+    for (ibv_cq* cq : send_cq_)
+      ibv_destroy_cq(cq);
+    for (ibv_cq* cq : recv_cq_)
+      ibv_destroy_cq(cq);
     if (mr_ != nullptr) ibv_dereg_mr(mr_);
     if (pd_ != nullptr) ibv_dealloc_pd(pd_);
   }
@@ -210,16 +217,24 @@ class ManyQps {
       mr_ = ibv_reg_mr(pd_, memory_.data(), memory_.size(),
                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     }
-    send_cq_ = ibv_create_cq(ctx_, static_cast<int>(2 * qps_ * rounds_), nullptr, nullptr, 0);
-    recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(qps_ * rounds_), nullptr, nullptr, 0);
-    if (mr_ == nullptr || send_cq_ == nullptr || recv_cq_ == nullptr) {
-      std::printf("PD, MR or CQs: %s\n", std::strerror(errno));
+    if (mr_ == nullptr) {
+      std::printf("PD or MR: %s\n", std::strerror(errno));
       return false;
+    }
+    for (uint32_t c = 0; c < cqs_; ++c) {
+      ibv_cq* send = ibv_create_cq(ctx_, static_cast<int>(2 * qps_ * rounds_), nullptr, nullptr, 0);
+      if (send != nullptr) send_cq_.push_back(send);
+      ibv_cq* recv = ibv_create_cq(ctx_, static_cast<int>(qps_ * rounds_), nullptr, nullptr, 0);
+      if (recv != nullptr) recv_cq_.push_back(recv);
+      if (send == nullptr || recv == nullptr) {
+        std::printf("CQs: %s\n", std::strerror(errno));
+        return false;
+      }
     }
     for (uint32_t q = 0; q < qps_; ++q) {
       ibv_qp_init_attr init{};
-      init.send_cq = send_cq_;
-      init.recv_cq = recv_cq_;
+      init.send_cq = send_cq_[q % cqs_];
+      init.recv_cq = recv_cq_[q % cqs_];
       init.qp_type = IBV_QPT_RC;
       init.cap.max_send_wr = 2 * rounds_;
       init.cap.max_recv_wr = rounds_;
@@ -297,18 +312,20 @@ class ManyQps {
         report_hang(r, send_done, writes, sends);
         return false;
       }
-      const int ns = ibv_poll_cq(send_cq_, kPollBatch, wc);
-      for (int i = 0; i < ns; ++i) {
-        if (!take_send(wc[i], r, writes, sends)) return false;
-        ++send_done;
-      }
-      const int nr = ibv_poll_cq(recv_cq_, kPollBatch, wc);
-      for (int i = 0; i < nr; ++i) {
-        if (!take_receive(wc[i])) return false;
-      }
-      if (ns < 0 || nr < 0) {
-        std::printf("poll_cq failed\n");
-        return false;
+      for (uint32_t c = 0; c < cqs_; ++c) {
+        const int ns = ibv_poll_cq(send_cq_[c], kPollBatch, wc);
+        for (int i = 0; i < ns; ++i) {
+          if (!take_send(wc[i], r, writes, sends)) return false;
+          ++send_done;
+        }
+        const int nr = ibv_poll_cq(recv_cq_[c], kPollBatch, wc);
+        for (int i = 0; i < nr; ++i) {
+          if (!take_receive(wc[i])) return false;
+        }
+        if (ns < 0 || nr < 0) {
+          std::printf("poll_cq failed\n");
+          return false;
+        }
       }
     }
     return true;
@@ -392,15 +409,15 @@ class ManyQps {
   }
 
   ibv_context* ctx_;
-  uint32_t side_, qps_, rounds_, bytes_;
+  uint32_t side_, qps_, rounds_, bytes_, cqs_;
   ibv_gid gid_{};
   int gid_index_ = -1;
   std::vector<uint8_t> memory_;
   size_t source_ = 0, target_ = 0, message_ = 0, receive_ = 0;
   ibv_pd* pd_ = nullptr;
   ibv_mr* mr_ = nullptr;
-  ibv_cq* send_cq_ = nullptr;
-  ibv_cq* recv_cq_ = nullptr;
+  std::vector<ibv_cq*> send_cq_;  // cqs_ of each
+  std::vector<ibv_cq*> recv_cq_;
   std::vector<ibv_qp*> qp_;
   uint32_t peer_rkey_ = 0;
   uint64_t peer_target_ = 0;
@@ -412,13 +429,24 @@ class ManyQps {
 
 }  // namespace
 
-// args: server PORT QPS ROUNDS BYTES | client PORT QPS ROUNDS BYTES SERVER_IPV4
+// args: server PORT QPS ROUNDS BYTES [cqs=N] | client PORT QPS ROUNDS BYTES SERVER_IPV4 [cqs=N]
 int many_qps(ibv_context* ctx, int argc, char** argv) {
   const bool server = argc >= 5 && std::strcmp(argv[0], "server") == 0;
   const bool client = argc >= 6 && std::strcmp(argv[0], "client") == 0;
   if (!server && !client) {
-    std::printf("many_qps server PORT QPS ROUNDS BYTES | client PORT QPS ROUNDS BYTES IP\n");
+    std::printf(
+        "many_qps server PORT QPS ROUNDS BYTES [cqs=N] | client PORT QPS ROUNDS BYTES IP "
+        "[cqs=N]\n");
     return 2;
+  }
+  const int options = server ? 5 : 6;  // the first argument after the required ones
+  uint32_t cqs = 1;
+  for (int i = options; i < argc; ++i) {
+    if (std::strncmp(argv[i], "cqs=", 4) != 0 ||
+        (cqs = static_cast<uint32_t>(std::atoi(argv[i] + 4))) == 0) {
+      std::printf("unknown or bad option %s (cqs=N, N > 0)\n", argv[i]);
+      return 2;
+    }
   }
   const auto port = static_cast<uint16_t>(std::atoi(argv[1]));
   const auto qps = static_cast<uint32_t>(std::atoi(argv[2]));
@@ -433,7 +461,7 @@ int many_qps(ibv_context* ctx, int argc, char** argv) {
   int rc = 0;
   std::chrono::steady_clock::time_point released;
   {
-    ManyQps run(ctx, server ? 0 : 1, qps, rounds, bytes);
+    ManyQps run(ctx, server ? 0 : 1, qps, rounds, bytes, std::min(cqs, qps));
     rc = run.run(tcp);
     released = std::chrono::steady_clock::now();
   }
