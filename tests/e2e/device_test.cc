@@ -249,6 +249,12 @@ TEST_F(DeviceTest, LinkAddCpusBindsTheWorkersToThoseCpus) {
   auto r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "cpus", "1-0"});
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("cpus: '1-0' is not a CPU list"), std::string::npos) << r.output;
+  // A udp port has one worker: more queues are refused with the reason, not a bare errno.
+  r = host.exec(
+      {xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "port", "udp", "queues", "2"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("queues 2: a udp port has one queue and one worker"), std::string::npos)
+      << r.output;
   const std::uint32_t absent = CPU_SETSIZE - 1;
   if (!std::binary_search(allowed.begin(), allowed.end(), absent)) {
     r = host.exec({xroce_bin(), "link", "add", "xre0", "netdev", "xr0a", "cpus", "1023"});

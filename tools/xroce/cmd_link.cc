@@ -68,7 +68,15 @@ std::string parse_link_add(const LinkAddArgs& args, control::LinkAddRequest& req
       return fmt::format("unknown keyword '{}'", key);
     }
   }
-  return have_netdev ? "" : "netdev IFNAME is required";
+  if (!have_netdev) return "netdev IFNAME is required";
+  // The daemon refuses it too, but could only answer EOPNOTSUPP: the reason belongs here.
+  if (request.port == control::PortKind::udp && request.queues > 1) {
+    return fmt::format(
+        "queues {}: a udp port has one queue and one worker (port afxdp has one "
+        "worker per queue)",
+        request.queues);
+  }
+  return "";
 }
 
 int fail(const std::string& what, int err) {
