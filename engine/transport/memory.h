@@ -251,7 +251,9 @@ class MemoryRegionTable {
   Resolved resolve_locked(std::uint32_t key, bool remote) const;
   // resolve_locked under the mutex, or what this thread's turn kept of it at this version.
   Resolved resolve(std::uint32_t key, bool remote) const;
-  // Under the mutex, after every change: what turns kept is stale.
+  // Under the mutex, with every change (first thing in the change's critical section): what
+  // turns kept at the version before is not used again. Safe before the change too, as a turn
+  // fills what it keeps under the mutex, reading the version there.
   void changed() { version_.fetch_add(1, std::memory_order_release); }
   bool bind_allowed(const MemoryWindow& w, const WindowBind& b, const MemoryRegion* mr,
                     wire::Qpn qp) const;
