@@ -42,8 +42,11 @@ void watch(int epoll_fd, int fd, uint64_t data) {
 
 }  // namespace
 
-ControlServer::ControlServer(control::RunPaths paths)
-    : paths_(std::move(paths)), devices_(paths_), receive_buffer_(control::kMaxMessageBytes) {}
+ControlServer::ControlServer(control::RunPaths paths, Lifetime lifetime)
+    : paths_(std::move(paths)),
+      lifetime_(lifetime),
+      devices_(paths_),
+      receive_buffer_(control::kMaxMessageBytes) {}
 
 ControlServer::~ControlServer() {
   shutdown();
@@ -97,7 +100,7 @@ int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
     const bool idle = devices_.empty() && sessions_.by_connection().empty();
-    int timeout_ms = idle ? -1 : kTickMs;
+    int timeout_ms = idle ? first_client_wait_ms() : kTickMs;
     if (const int cm_ms = devices_.cm().next_timeout_ms(); cm_ms >= 0)
       timeout_ms = timeout_ms < 0 ? cm_ms : std::min(timeout_ms, cm_ms);
     const int n = epoll_wait(epoll_.get(), events, 32, timeout_ms);
@@ -131,10 +134,28 @@ int ControlServer::run() {
     devices_.cm().run_pending();  // QP1 MADs the workers handed over, and the CM's timers
     sweep_sessions();
     if (devices_.served_any() && devices_.empty()) stop_ = true;
+    if (!stop_ && unused()) {
+      accept_sessions();  // one that connected since epoll_wait is served, not cut off
+      stop_ = unused();
+    }
     devices_.refresh_hw_counters();
   }
   shutdown();
   return 0;
+}
+
+bool ControlServer::unused() const {
+  if (lifetime_ != Lifetime::kOnDemand || !devices_.empty() || !sessions_.by_connection().empty()) {
+    return false;
+  }
+  return had_client_ || first_client_wait_ms() == 0;
+}
+
+int ControlServer::first_client_wait_ms() const {
+  if (lifetime_ != Lifetime::kOnDemand || had_client_) return -1;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started_);
+  return static_cast<int>(std::max<std::int64_t>(0, kFirstClientMs - waited.count()));
 }
 
 void ControlServer::accept_sessions() {
@@ -144,6 +165,7 @@ void ControlServer::accept_sessions() {
     const int fd = connection.get();
     Session* session = sessions_.add(std::move(connection));
     if (session == nullptr) continue;  // over quota, or already gone: closed
+    had_client_ = true;
     watch(epoll_.get(), fd, tag(Watch::kConnection, fd));
     watch(epoll_.get(), session->peer.pidfd(), tag(Watch::kOpenerExit, fd));
   }

@@ -6,6 +6,7 @@
 // Threading: one thread runs run(); every member is touched only from it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -18,9 +19,21 @@
 
 namespace xroce::daemon {
 
+// How long a daemon runs.
+enum class Lifetime {
+  // Until SIGTERM/SIGINT, or until its last device is deleted: xroced run by hand or by
+  // systemd (packaging/systemd/xroced.service).
+  kService,
+  // Started by `xroce link add` or `xroce up` to serve their request: as kService, and also
+  // once it serves no device and no client, after a client came (the add that started it
+  // failed) or after none came within kFirstClientMs (its launcher died). A failed add so
+  // leaves no daemon behind, in a namespace that may be deleted next.
+  kOnDemand,
+};
+
 class ControlServer {
  public:
-  explicit ControlServer(control::RunPaths paths);
+  ControlServer(control::RunPaths paths, Lifetime lifetime);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -28,14 +41,24 @@ class ControlServer {
   // Takes the namespace's lock (EEXIST if another daemon holds it), clears what a dead daemon
   // left, and listens. 0 or errno.
   int start();
-  // Serves until SIGTERM/SIGINT or until the last device is deleted. Returns the exit status.
+  // Serves until SIGTERM/SIGINT, until the last device is deleted, or, on demand, until
+  // nothing is left to serve (Lifetime). Returns the exit status.
   int run();
+
+  // How long an on-demand daemon waits for the client that started it: the launcher connects
+  // as soon as it reads "ok", so this only ends a daemon whose launcher died first.
+  static constexpr int kFirstClientMs = 15000;
 
  private:
   // How often the loop wakes while anything is served: counters, exited clients.
   static constexpr int kTickMs = Devices::kCounterRefreshMs;
 
   void accept_sessions();
+  // An on-demand daemon with nothing left to serve (Lifetime::kOnDemand).
+  bool unused() const;
+  // epoll_wait's timeout until kFirstClientMs has passed, for an on-demand daemon no client has
+  // reached yet; -1 otherwise.
+  int first_client_wait_ms() const;
   void serve(Session& session);
   Reply answer(Session& session, ReceivedMessage& message, const control::Header& header,
                std::span<const std::byte> datagram);
@@ -51,6 +74,9 @@ class ControlServer {
   void shutdown();
 
   control::RunPaths paths_;
+  Lifetime lifetime_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  bool had_client_ = false;  // a session was accepted, whatever became of it
   Devices devices_;
   Sessions sessions_;
   NetlinkWatcher netlink_;

@@ -2,8 +2,9 @@
 //
 // Usage: xroced (no arguments). Serves the control socket of the namespace it runs in
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when
-// its last device is deleted, removing its sysfs tree and device nodes. Tells systemd when it
-// serves (NOTIFY_SOCKET), for a Type=notify unit.
+// its last device is deleted, removing its sysfs tree and device nodes; one the CLI started
+// also exits when it is left with no device and no client (a failed add; see Lifetime in
+// control_server.h). Tells systemd when it serves (NOTIFY_SOCKET), for a Type=notify unit.
 #include <fmt/core.h>
 
 #include <fcntl.h>
@@ -74,13 +75,16 @@ int main(int argc, char** argv) {
     tell_launcher("error: no network namespace");
     return 1;
   }
-  xroce::daemon::ControlServer server(paths);
+  // XROCE_READY_FD: started by the CLI for one request (ControlServer's Lifetime).
+  const bool on_demand = std::getenv("XROCE_READY_FD") != nullptr;
+  xroce::daemon::ControlServer server(
+      paths, on_demand ? xroce::daemon::Lifetime::kOnDemand : xroce::daemon::Lifetime::kService);
   if (const int err = server.start()) {
     fmt::print(stderr, "xroced: cannot serve {}: {}\n", paths.dir, std::strerror(err));
     tell_launcher(fmt::format("error: {}", std::strerror(err)));
     return err == EEXIST ? 2 : 1;
   }
-  if (std::getenv("XROCE_READY_FD") != nullptr) log_to_run_dir(paths);
+  if (on_demand) log_to_run_dir(paths);
   fmt::print("xroced: pid {} serving {}\n", getpid(), paths.control_socket);
   std::fflush(stdout);
   tell_launcher("ok");

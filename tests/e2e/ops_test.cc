@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -272,6 +273,61 @@ TEST_F(OpsTest, XrocedTellsTheServiceManagerWhenItServes) {
   EXPECT_EQ(show.output, "[]\n");
   kill(daemon.pid(), SIGTERM);
   EXPECT_EQ(daemon.wait(seconds(10)), 0);
+}
+
+// The xroced processes in network namespace `netns` (zombies have no namespace left: not one).
+std::vector<pid_t> daemons_in(const std::string& netns) {
+  const auto ino =
+      run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
+  const std::string want = "net:[" + ino.output.substr(0, ino.output.find('\n')) + "]";
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (is_xroced(pid) && std::filesystem::read_symlink(entry.path() / "ns" / "net", ec) == want)
+      pids.push_back(pid);
+  }
+  return pids;
+}
+
+// A `link add` that fails in the daemon it started leaves no daemon behind: that daemon, with
+// nothing to serve, exits, and the CLI returns once it has, so the namespace may be deleted next
+// and the next add starts afresh. A daemon that serves a device stays through a failed add.
+TEST_F(OpsTest, AFailedLinkAddLeavesNoDaemonBehind) {
+  LoopbackOnlyNamespace ns;
+  const auto failed = run(ns.in({xroce_bin(), "link", "add", "xre0", "netdev", "nosuch0"}));
+  EXPECT_EQ(failed.status, 1) << failed.output;
+  EXPECT_NE(failed.output.find("No such device"), std::string::npos) << failed.output;
+  EXPECT_EQ(daemons_in(ns.name()), std::vector<pid_t>{}) << "the failed add's daemon still runs";
+  EXPECT_FALSE(std::filesystem::exists(run_dir_of(ns.name())));
+
+  const auto added =
+      run(ns.in({xroce_bin(), "link", "add", "xre0", "netdev", "lo", "port", "udp"}));
+  ASSERT_EQ(added.status, 0) << added.output;
+  const auto serving = daemons_in(ns.name());
+  ASSERT_EQ(serving.size(), 1u);
+  const auto failed_again = run(ns.in({xroce_bin(), "link", "add", "xre1", "netdev", "nosuch0"}));
+  EXPECT_EQ(failed_again.status, 1) << failed_again.output;
+  EXPECT_EQ(daemons_in(ns.name()), serving);
+  const auto show = run(ns.in({xroce_bin(), "link", "show", "--json"}));
+  const auto links = nlohmann::json::parse(show.output, nullptr, false);
+  ASSERT_TRUE(links.is_array() && links.size() == 1u) << show.output;
+  EXPECT_EQ(links[0].value("ifname", ""), "xre0");
+}
+
+// A daemon started as the CLI starts one (XROCE_READY_FD: here fd 3, on /dev/null) whose
+// launcher never connects exits after ControlServer::kFirstClientMs (15 s), removing its run
+// directory; it does not exit before, while a launcher could still be on its way.
+TEST_F(OpsTest, AnOnDemandDaemonNoClientReachesExits) {
+  LoopbackOnlyNamespace ns;
+  const auto begun = std::chrono::steady_clock::now();
+  Child daemon(
+      ns.in({"sh", "-c", std::string("exec 3>/dev/null; XROCE_READY_FD=3 exec ") + XROCED_BIN}));
+  EXPECT_EQ(daemon.wait(seconds(45)), 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - begun, seconds(15));
+  EXPECT_FALSE(std::filesystem::exists(run_dir_of(ns.name())));
 }
 
 // ib_write_bw from b to a for `seconds_long`, started in the background.

@@ -158,13 +158,14 @@ void register_add(CLI::App& link, ExitStatus& status) {
     }
     control::ControlClient client;
     std::string error;
-    if (connect_daemon(client, true, error) != 0) {
-      fmt::print(stderr, "xroce link add: {}\n", error);
-      status.code = 1;
-      return;
-    }
-    if (int err = client.call(control::Op::link_add, &request, sizeof(request), nullptr, 0)) {
-      status.code = fail(fmt::format("add {} on {}", args->name, request.netdev), err);
+    bool reached = false;
+    if (const int err = add_device(client, request, reached, error)) {
+      if (!reached) {
+        fmt::print(stderr, "xroce link add: {}\n", error);
+        status.code = 1;
+      } else {
+        status.code = fail(fmt::format("add {} on {}", args->name, request.netdev), err);
+      }
       return;
     }
     if (args->wait_s <= 0) return;

@@ -170,8 +170,9 @@ int add_link(const std::string& name, const std::string& ifname, control::PortKi
   request.port = port;
   request.queues = 0;
   control::ControlClient client;
-  if (const int err = connect_daemon(client, true, error)) return err;
-  if (const int err = client.call(control::Op::link_add, &request, sizeof request, nullptr, 0)) {
+  bool reached = false;
+  if (const int err = add_device(client, request, reached, error)) {
+    if (!reached) return err;
     error = fmt::format("add {} on {} (port {}): {}", name, ifname,
                         port == control::PortKind::udp ? "udp" : "afxdp", std::strerror(err));
     return err;

@@ -58,7 +58,7 @@ std::string exit_text(pid_t pid) {
 // the run directory's lock: a log opened here could be the one an exiting daemon is about to
 // unlink. Until then its output goes nowhere; a failure comes back on the ready pipe.
 // EEXIST: another daemon still holds the run directory.
-int start_daemon(const control::RunPaths& paths, std::string& error) {
+int start_daemon(const control::RunPaths& paths, pid_t& started, std::string& error) {
   std::error_code ec;
   std::filesystem::create_directories(paths.dir, ec);
   int ready[2];
@@ -90,7 +90,10 @@ int start_daemon(const control::RunPaths& paths, std::string& error) {
     if (said.find('\n') != std::string::npos) break;
   }
   close(ready[0]);
-  if (said.rfind("ok", 0) == 0) return 0;
+  if (said.rfind("ok", 0) == 0) {
+    started = pid;
+    return 0;
+  }
   said = said.substr(0, said.find('\n'));
   if (said == "error: " + std::string(std::strerror(EEXIST))) {
     waitpid(pid, nullptr, 0);  // it exits at once
@@ -132,7 +135,9 @@ std::string self_dir() {
       .string();
 }
 
-int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error) {
+int connect_daemon(control::ControlClient& client, bool start_if_missing, std::string& error,
+                   pid_t* started) {
+  pid_t ours = 0;
   const auto paths = control::run_paths_for_current_netns();
   if (paths.dir.empty()) {
     error = "cannot tell which network namespace this is";
@@ -145,7 +150,7 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
                         std::strerror(err));
     return err;
   }
-  err = start_daemon(paths, error);
+  err = start_daemon(paths, ours, error);
   if (err == EEXIST) {
     // A daemon holds the run directory without serving: it is on its way out (its last device
     // was deleted). Once it is gone, start ours.
@@ -155,7 +160,7 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
                           paths.dir);
       return EBUSY;
     }
-    err = start_daemon(paths, error);
+    err = start_daemon(paths, ours, error);
     if (err == EEXIST) error = fmt::format("another xroced holds {}", paths.dir);
   }
   // Another launcher may have won the race to start it: then it serves all the same.
@@ -163,6 +168,22 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
   if (err != 0 && again != 0) return err;
   err = again;
   if (err != 0) error = fmt::format("cannot reach the xroced just started: {}", std::strerror(err));
+  if (err == 0 && started != nullptr) *started = ours;
+  return err;
+}
+
+int add_device(control::ControlClient& client, const control::LinkAddRequest& request,
+               bool& reached, std::string& error) {
+  pid_t started = 0;
+  reached = false;
+  if (const int err = connect_daemon(client, true, error, &started)) return err;
+  reached = true;
+  const int err = client.call(control::Op::link_add, &request, sizeof(request), nullptr, 0);
+  if (err != 0 && started > 0) {
+    client.shutdown();
+    // Our child: reaped here, or it would stay a zombie while this process runs on.
+    if (wait_process_gone(started, kExitDeadlineMs)) waitpid(started, nullptr, WNOHANG);
+  }
   return err;
 }
 
