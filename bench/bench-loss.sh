@@ -9,7 +9,8 @@
 # (duplicate READs whose replay the responder sent ahead of later READs' replies), replay_gap_retries
 # (READ retries the responses started without a timer), rcvd_seq_err
 # (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped out of
-# sequence), rx_port_drops (frames the hosts' receive rings dropped);
+# sequence), rx_port_drops (frames the hosts' receive rings dropped), rx_reads and rx_empty_reads
+# (the udp port's reads of its socket, and those that found nothing);
 # what the switch dropped (at random, queue full, its receive ring full); and, sampled from
 # `xroce qp show` every RTT_SAMPLE_S seconds (default 2; 0: never) while the program runs, the
 # client's (the requester's) round trips: the largest rtt_peak_us and rtt_us and the smallest
@@ -106,11 +107,11 @@ start_switch() {  # loss
 
 counter() {  # namespace, device, name
   in_ns "$1" "$xroce" stat "$2" --json | /usr/bin/python3 -c \
-    "import json,sys; print(json.load(sys.stdin)['counters'].get('$3', 0))"
+    "import json,sys; d=json.load(sys.stdin); print(d['counters'].get('$3', d.get('port', {}).get('$3', 0)))"
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done

@@ -78,6 +78,9 @@ struct PortStats {
   // System calls that asked the kernel to send what the transmit ring holds (AF_XDP copy mode:
   // the `sendto` kick, each moving at most 32 descriptors).
   std::uint64_t tx_kicks = 0;
+  // System calls that read the socket (UDP port: recvmmsg), and those of them that found nothing.
+  std::uint64_t rx_reads = 0;
+  std::uint64_t rx_empty_reads = 0;
 };
 
 // Every PortStats field by the name it has in `xroce stat`'s "port" object and the exporter's
@@ -101,6 +104,8 @@ inline constexpr PortStatField kPortStatFields[] = {
     {"rx_gro_datagrams", &PortStats::rx_gro_datagrams},
     {"rx_gro_copied", &PortStats::rx_gro_copied},
     {"tx_kicks", &PortStats::tx_kicks},
+    {"rx_reads", &PortStats::rx_reads},
+    {"rx_empty_reads", &PortStats::rx_empty_reads},
 };
 static_assert(sizeof(kPortStatFields) / sizeof(kPortStatFields[0]) ==
                   sizeof(PortStats) / sizeof(std::uint64_t),

@@ -457,6 +457,8 @@ void UdpPort::read_datagrams(std::size_t want) {
       recvmmsg(fd_, rx_mmsg_.data(), static_cast<unsigned>(entries), MSG_DONTWAIT, nullptr);
   if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ++stats_.rx_drops;
   const std::size_t read = got > 0 ? static_cast<std::size_t>(got) : 0;
+  ++stats_.rx_reads;
+  if (read == 0) ++stats_.rx_empty_reads;
   for (std::size_t e = 0; e < read; ++e) {
     RxEntry& en = rx_entries_[e];
     en.msg.msg_flags = rx_mmsg_[e].msg_hdr.msg_flags;

@@ -59,7 +59,11 @@
 // socket itself, not many recvmsg requests armed in io_uring: each datagram would wake all of
 // them, the losers re-arm, and past io_uring's poll retry limit each is punted to an io-wq kernel
 // thread, hundreds per daemon, a thread wakeup per packet (bench/README.md). Transmit is batched
-// on io_uring (one sendmsg per frame, or per run of frames with segmentation offload).
+// on io_uring (one sendmsg per frame, or per run of frames with segmentation offload). A busy
+// worker receives every turn, so many reads find nothing (rx_reads and rx_empty_reads count
+// them); a readiness sign that costs no system call (a multishot poll whose task work only sets
+// a flag in shared memory) removed 95 % of those and made the port slower, as each arrival then
+// costs the sending core a wakeup of the poll (bench/README.md, "Tried, not kept").
 //
 // Threading: as for every port, one owning thread; a port may be opened on one thread and
 // handed to another.

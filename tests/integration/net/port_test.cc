@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "netns.h"
 #include "port_harness.h"
@@ -351,6 +352,42 @@ TEST(AfXdpKicks, FlushingARingTheKernelHasTakenMakesNoSystemCall) {
   });
   EXPECT_EQ(a.port().stats().tx_kicks, kicks) << "a flush with nothing left to send kicked";
   EXPECT_EQ(b.port().stats().tx_kicks, 0u) << "a port that sent nothing kicked";
+}
+
+// rx_reads counts a UDP port's reads of its socket and rx_empty_reads those that found nothing:
+// idle, each receive reads once and finds nothing; the frames sent after are all read, by at
+// least one read and at most one per frame that found something.
+TEST(UdpReads, EveryReadIsCountedAndTheEmptyOnesApart) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("reads");
+  NsPort a(net.a(), net.b(), PortKind::kUdp);
+  NsPort b(net.b(), net.a(), PortKind::kUdp);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error() << b.error();
+  constexpr std::uint64_t kIdleReceives = 1000;
+  const bool idle_empty = b.run([&](net::Port& p) {
+    std::array<net::RxFrame, 32> got;
+    for (std::uint64_t i = 0; i < kIdleReceives; ++i) {
+      const auto n = p.receive(got);
+      if (!n || *n != 0) return false;
+    }
+    return true;
+  });
+  ASSERT_TRUE(idle_empty);
+  EXPECT_EQ(b.port().stats().rx_reads, kIdleReceives);
+  EXPECT_EQ(b.port().stats().rx_empty_reads, kIdleReceives);
+
+  std::mt19937 rng(test_seed());
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (int i = 0; i < 10; ++i)
+    frames.push_back(make_frame(net.a(), net.b(), i % 2 != 0, 300 + 64 * i, 0xC000, 0x02, rng));
+  ASSERT_TRUE(a.run([&](net::Port& p) { return send_all(p, frames, kDeadline); }));
+  const auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
+  EXPECT_EQ(got, frames) << "seed " << test_seed();
+  const net::PortStats after = b.port().stats();
+  const std::uint64_t found = after.rx_reads - after.rx_empty_reads;
+  EXPECT_GE(found, 1u);
+  EXPECT_LE(found, frames.size());
+  EXPECT_EQ(a.port().stats().rx_reads, 0u) << "a port that only sent read its socket";
 }
 
 // A UDP port writes every frame into the socket itself: it lends nothing.
