@@ -367,11 +367,59 @@ for kind in "${kinds[@]}"; do
   in_ns "$ns_a" "$xroce" link del xbd0 >/dev/null
   in_ns "$ns_b" "$xroce" link del xbd1 >/dev/null
 done
-# --- scaling with workers: N flows on a veth with 2 queues, 1 worker vs 2 --------------------
+# --- scaling with workers: 2 flows on a veth with 2 queues, 1 worker vs 2 ---------------------
 # A second veth pair with 2 tx and 2 rx queues; `xroce link add ... queues Q` gives one worker
-# per queue, and ib_write_bw -q 2 two QPs (flows), which the daemon places on its least loaded
-# workers. The figures say whether the aggregate grows with the workers on this host.
+# per queue. The two flows are two ib_write_bw processes at once (-D SCALE_S seconds each, ports
+# 18515 and 18516), not one `ib_write_bw -q 2`: perftest gives all of a process's QPs one CQ, and
+# a device keeps the QPs of one CQ on one worker (a CQ ring has one producer), so -q 2 never used
+# the second worker. Each process's QP goes to its device's least loaded worker; the row says on
+# how many workers the RC QPs of each side ran (`xroce qp show`, sampled while they run) and
+# whether the aggregate (the sum of the two averages) grows with the workers on this host.
 # SCALE_KINDS (default afxdp; empty: none) says which port kinds are measured.
+scale_s=${SCALE_S:-4}
+# Distinct workers with RC QPs on device $2 in namespace $1 (qp show's "worker").
+qp_workers() {
+  in_ns "$1" "$xroce" qp show "$2" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+try:
+    qps = json.load(sys.stdin)
+except ValueError:
+    qps = []
+print(len({q.get("worker", 0) for q in qps if q.get("type") == "RC"}))'
+}
+# Two ib_write_bw pairs at once between devices xbq0 (a) and xbq1 (b); prints "GBPS WA WB": the
+# sum of their average Gb/s and the workers the RC QPs of a and of b ran on, or fails.
+two_flows() {
+  local i pids=() wa=0 wb=0 n
+  for i in 0 1; do
+    in_ns "$ns_a" "$xroce" exec -- ib_write_bw -d xbq0 -x 0 -s 65536 -D "$scale_s" -F \
+      -p $((18515 + i)) >"$tmp/srv$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do wait_listen "$ns_a" $((18515 + i)) || { kill_pids "${pids[@]}"; return 1; }; done
+  for i in 0 1; do
+    in_ns "$ns_b" "$xroce" exec -- ib_write_bw -d xbq1 -x 0 -s 65536 -D "$scale_s" -F \
+      -p $((18515 + i)) 198.18.221.1 >"$tmp/cli$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  # Sampled while the flows run (every 0.2 s until both sides show two workers or the clients
+  # end): the QPs exist from the connection on, the workers they run on do not change.
+  while kill -0 "${pids[2]}" 2>/dev/null && kill -0 "${pids[3]}" 2>/dev/null; do
+    n=$(qp_workers "$ns_a" xbq0); ((n > wa)) && wa=$n
+    n=$(qp_workers "$ns_b" xbq1); ((n > wb)) && wb=$n
+    ((wa >= 2 && wb >= 2)) && break
+    sleep 0.2  # a sampling period, not a wait for a condition
+  done
+  local failed=0
+  for i in "${pids[@]}"; do wait "$i" || failed=1; done
+  if ((failed)); then
+    cat "$tmp"/srv[01].txt "$tmp"/cli[01].txt >&2
+    return 1
+  fi
+  awk -v wa="$wa" -v wb="$wb" '$1 == 65536 { s += $4; n++ }
+    END { if (n != 2) exit 1; printf "%.2f %d %d\n", s * 8 * 1048576 / 1e9, wa, wb }' \
+    "$tmp/cli0.txt" "$tmp/cli1.txt"
+}
 ip link add "${if_a}q" netns "$ns_a" numtxqueues 2 numrxqueues 2 type veth peer name "${if_b}q" \
   netns "$ns_b" numtxqueues 2 numrxqueues 2
 in_ns "$ns_a" ip addr add 198.18.221.1/24 dev "${if_a}q"
@@ -382,23 +430,15 @@ for kind in ${SCALE_KINDS-afxdp}; do
   for queues in 1 2; do
     in_ns "$ns_a" "$xroce" link add xbq0 netdev "${if_a}q" port "$kind" queues $queues >/dev/null
     in_ns "$ns_b" "$xroce" link add xbq1 netdev "${if_b}q" port "$kind" queues $queues >/dev/null
-    da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
-    d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-    if ! cpu=$(pair 18515 "$xroce exec -- ib_write_bw -d xbq0 -x 0 -s 65536 -q 2 -n $msgs -F" \
-      "$xroce exec -- ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F 198.18.221.1"); then
-      echo "$kind ib_write_bw -q 2 queues $queues: failed (its output above)"
-      in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
-      in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null
-      continue
+    if ! read -r gbps wa wb < <(two_flows); then
+      echo "$kind two ib_write_bw flows, queues $queues: failed (their output above)"
+    else
+      printf '%-7s %-40s %9.2f Gb/s   QPs on %d and %d worker(s)\n' "$kind" \
+        "2 x ib_write_bw, $queues worker(s) a side" "$gbps" "$wa" "$wb"
+      record "$kind" "ib_write_bw 64 KB, 2 processes, queues $queues" "$gbps" Gb/s \
+        "2 x ib_write_bw -d xbq1 -x 0 -s 65536 -D $scale_s -F -p 18515|18516 (xroce link add ... queues $queues; veth numtxqueues 2 numrxqueues 2)" \
+        queues="$queues" workers_a="$wa" workers_b="$wb"
     fi
-    d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
-    gbps=$(bw_gbps)
-    cpu_gb=$(echo "($cpu + $d1 - $d0) / (2 * $bytes / 1000000000)" | bc -l)
-    printf '%-7s %-40s %9.2f Gb/s %10.2f\n' "$kind" "ib_write_bw -q 2, $queues worker(s)" "$gbps" \
-      "$cpu_gb"
-    record "$kind" "ib_write_bw 64 KB -q 2, queues $queues" "$gbps" Gb/s \
-      "ib_write_bw -d xbq1 -x 0 -s 65536 -q 2 -n $msgs -F (xroce link add ... queues $queues; veth numtxqueues 2 numrxqueues 2)" \
-      cpu_s_per_gb="$cpu_gb" queues="$queues"
     in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
     in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null
   done
