@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/eventually.h"
+
 namespace xroce::transport {
 namespace {
 
@@ -207,13 +209,12 @@ TEST(MemoryRegionTable, AnotherThreadsDeregistrationReachesATurnInProgress) {
     const AccessTurn turn;
     first_ok = static_cast<bool>(mrs.check_remote(mr.rkey, a, 8, access::kRemoteRead));
     step = 1;
-    while (step.load() != 2)
-      std::this_thread::yield();
+    if (!test::eventually([&] { return step.load() == 2; })) return;  // `second` stays wrong
     const auto r = mrs.check_remote(mr.rkey, a, 8, access::kRemoteRead);
     if (!r) second = r.error();
   });
-  while (step.load() != 1)
-    std::this_thread::yield();
+  const bool checked = test::eventually([&] { return step.load() == 1; });
+  EXPECT_TRUE(checked) << "the worker made no first check";
   EXPECT_EQ(mrs.deregister(mr.lkey), 0);
   step = 2;
   worker.join();
