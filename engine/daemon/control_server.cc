@@ -100,7 +100,7 @@ int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
     const bool idle = devices_.empty() && sessions_.by_connection().empty();
-    int timeout_ms = idle ? first_client_wait_ms() : kTickMs;
+    int timeout_ms = idle ? on_demand_wait_ms() : kTickMs;
     if (const int cm_ms = devices_.cm().next_timeout_ms(); cm_ms >= 0)
       timeout_ms = timeout_ms < 0 ? cm_ms : std::min(timeout_ms, cm_ms);
     const int n = epoll_wait(epoll_.get(), events, 32, timeout_ms);
@@ -134,9 +134,9 @@ int ControlServer::run() {
     devices_.cm().run_pending();  // QP1 MADs the workers handed over, and the CM's timers
     sweep_sessions();
     if (devices_.served_any() && devices_.empty()) stop_ = true;
-    if (!stop_ && unused()) {
+    if (!stop_ && done_on_demand()) {
       accept_sessions();  // one that connected since epoll_wait is served, not cut off
-      stop_ = unused();
+      stop_ = done_on_demand();
     }
     devices_.refresh_hw_counters();
   }
@@ -144,18 +144,28 @@ int ControlServer::run() {
   return 0;
 }
 
-bool ControlServer::unused() const {
+bool ControlServer::done_on_demand() {
   if (lifetime_ != Lifetime::kOnDemand || !devices_.empty() || !sessions_.by_connection().empty()) {
+    unused_since_.reset();
     return false;
   }
-  return had_client_ || first_client_wait_ms() == 0;
+  if (had_client_ && !unused_since_) unused_since_ = std::chrono::steady_clock::now();
+  return on_demand_wait_ms() == 0;
 }
 
-int ControlServer::first_client_wait_ms() const {
-  if (lifetime_ != Lifetime::kOnDemand || had_client_) return -1;
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - started_);
-  return static_cast<int>(std::max<std::int64_t>(0, kFirstClientMs - waited.count()));
+int ControlServer::on_demand_wait_ms() const {
+  if (lifetime_ != Lifetime::kOnDemand) return -1;
+  std::chrono::steady_clock::time_point until;
+  if (!had_client_) {
+    until = started_ + std::chrono::milliseconds(kFirstClientMs);
+  } else if (unused_since_) {
+    until = *unused_since_ + std::chrono::milliseconds(kUnusedGraceMs);
+  } else {
+    return -1;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      until - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
 }
 
 void ControlServer::accept_sessions() {

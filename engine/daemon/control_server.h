@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "daemon/control_devices.h"
@@ -25,9 +26,9 @@ enum class Lifetime {
   // systemd (packaging/systemd/xroced.service).
   kService,
   // Started by `xroce link add` or `xroce up` to serve their request: as kService, and also
-  // once it serves no device and no client, after a client came (the add that started it
-  // failed) or after none came within kFirstClientMs (its launcher died). A failed add so
-  // leaves no daemon behind, in a namespace that may be deleted next.
+  // once it has served no device and no client for kUnusedGraceMs after a client came (the add
+  // that started it failed), or when none came within kFirstClientMs (its launcher died). A
+  // failed add so leaves no daemon behind, in a namespace that may be deleted next.
   kOnDemand,
 };
 
@@ -48,17 +49,21 @@ class ControlServer {
   // How long an on-demand daemon waits for the client that started it: the launcher connects
   // as soon as it reads "ok", so this only ends a daemon whose launcher died first.
   static constexpr int kFirstClientMs = 15000;
+  // How long an on-demand daemon stays with nothing to serve once a client came: the launcher
+  // that read "ok" may be about to connect while another client comes and goes.
+  static constexpr int kUnusedGraceMs = 100;
 
  private:
   // How often the loop wakes while anything is served: counters, exited clients.
   static constexpr int kTickMs = Devices::kCounterRefreshMs;
 
   void accept_sessions();
-  // An on-demand daemon with nothing left to serve (Lifetime::kOnDemand).
-  bool unused() const;
-  // epoll_wait's timeout until kFirstClientMs has passed, for an on-demand daemon no client has
-  // reached yet; -1 otherwise.
-  int first_client_wait_ms() const;
+  // Whether an on-demand daemon is done (Lifetime::kOnDemand): no device and no client, for
+  // kUnusedGraceMs since a client came, or since it started until kFirstClientMs if none came.
+  bool done_on_demand();
+  // epoll_wait's timeout while nothing is served: until done_on_demand() may become true, or
+  // -1 (a service, or clients still to come and go).
+  int on_demand_wait_ms() const;
   void serve(Session& session);
   Reply answer(Session& session, ReceivedMessage& message, const control::Header& header,
                std::span<const std::byte> datagram);
@@ -77,6 +82,7 @@ class ControlServer {
   Lifetime lifetime_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool had_client_ = false;  // a session was accepted, whatever became of it
+  std::optional<std::chrono::steady_clock::time_point> unused_since_;
   Devices devices_;
   Sessions sessions_;
   NetlinkWatcher netlink_;
