@@ -62,8 +62,8 @@
 // on io_uring (one sendmsg per frame, or per run of frames with segmentation offload). A busy
 // worker receives every turn, so many reads find nothing (rx_reads and rx_empty_reads count
 // them); a readiness sign that costs no system call (a multishot poll whose task work only sets
-// a flag in shared memory) removed 95 % of those and made the port slower, as each arrival then
-// costs the sending core a wakeup of the poll (bench/README.md, "Tried, not kept").
+// a flag in shared memory) removed 95 % of those and made the port 2-9 % slower, most likely as
+// each arrival then wakes the poll on the sending core (bench/README.md, "Tried, not kept").
 //
 // Threading: as for every port, one owning thread; a port may be opened on one thread and
 // handed to another.
