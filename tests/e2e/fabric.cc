@@ -200,8 +200,6 @@ std::string probe_bin() {
   return XROCE_VERBS_PROBE;
 }
 
-namespace {
-
 bool is_xroced(pid_t pid) {
   std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
   std::string name;
@@ -209,11 +207,18 @@ bool is_xroced(pid_t pid) {
   return name == "xroced";
 }
 
-// Stops the daemon serving a namespace (found through its lock file, checked by name) and
-// removes its run directory.
+std::string netns_inode(const std::string& netns) {
+  const auto ino =
+      run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
+  return ino.output.substr(0, ino.output.find('\n'));
+}
+
+std::string run_dir_of(const std::string& netns) {
+  return "/run/xroce/ns-" + netns_inode(netns);
+}
+
 void stop_daemon_of(const std::string& netns) {
-  auto ino = run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
-  const std::string dir = "/run/xroce/ns-" + ino.output.substr(0, ino.output.find('\n'));
+  const std::string dir = run_dir_of(netns);
   std::ifstream lock(dir + "/xroced.lock");
   pid_t pid = 0;
   lock >> pid;
@@ -224,6 +229,8 @@ void stop_daemon_of(const std::string& netns) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
+
+namespace {
 
 // A test process killed mid-test (a ctest timeout) leaves its namespaces behind; the first
 // Host of a later run removes those of e2e processes that no longer exist.

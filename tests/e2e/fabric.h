@@ -110,6 +110,15 @@ class Host {
 
 std::string xroce_bin();
 std::string probe_bin();
+// Whether process `pid` is an xroced (by its name).
+bool is_xroced(pid_t pid);
+// The inode number of network namespace `netns` ("4026532001"), which names its daemon's run
+// directory, run_dir_of(netns): /run/xroce/ns-<inode> (include/xroce/run_dir.h).
+std::string netns_inode(const std::string& netns);
+std::string run_dir_of(const std::string& netns);
+// Stops the daemon serving `netns` (the pid in its lock file, only if that is an xroced: SIGTERM,
+// then SIGKILL after 5 s) and removes its run directory. For a test's cleanup.
+void stop_daemon_of(const std::string& netns);
 // Polls `probe` until it returns true or the deadline passes (common/eventually.h), pausing
 // 20 ms between checks: a check here usually runs a program.
 inline bool eventually(const std::function<bool()>& probe, std::chrono::milliseconds deadline) {

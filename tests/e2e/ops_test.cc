@@ -34,27 +34,6 @@ std::string unique(const std::string& what) {
   return "xrops-" + std::to_string(getpid()) + "-" + what;
 }
 
-bool is_xroced(pid_t pid) {
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  comm >> name;
-  return name == "xroced";
-}
-
-// Stops whatever daemon still serves `netns` when the test ends (a test that failed before
-// `xroce down`), by the pid in its lock file, and only if that pid is an xroced.
-void stop_daemon_in(const std::string& netns) {
-  const auto ino =
-      run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
-  std::ifstream lock("/run/xroce/ns-" + ino.output.substr(0, ino.output.find('\n')) +
-                     "/xroced.lock");
-  pid_t pid = 0;
-  lock >> pid;
-  if (pid <= 0 || !is_xroced(pid)) return;
-  kill(pid, SIGTERM);
-  if (!Host::wait_gone(pid, seconds(10)) && is_xroced(pid)) kill(pid, SIGKILL);
-}
-
 // A network namespace with nothing but lo (up): a container started without a network.
 class LoopbackOnlyNamespace {
  public:
@@ -63,7 +42,7 @@ class LoopbackOnlyNamespace {
     run({"ip", "-n", name_, "link", "set", "lo", "up"});
   }
   ~LoopbackOnlyNamespace() {
-    stop_daemon_in(name_);
+    stop_daemon_of(name_);
     run({"ip", "netns", "del", name_});
   }
   LoopbackOnlyNamespace(const LoopbackOnlyNamespace&) = delete;
@@ -111,12 +90,6 @@ std::vector<std::string> with_env(const std::map<std::string, std::string>& env,
   return out;
 }
 
-std::string run_dir_of(const std::string& netns) {
-  const auto ino =
-      run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
-  return "/run/xroce/ns-" + ino.output.substr(0, ino.output.find('\n'));
-}
-
 class OpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -133,7 +106,7 @@ TEST_F(OpsTest, UpPicksTheDefaultRouteInterfaceAndDownRemovesEverything) {
   ASSERT_EQ(host.exec({"ip", "route", "add", "default", "via", gateway, "dev", "xr0a"}).status, 0);
   struct Stop {
     const Host& h;
-    ~Stop() { stop_daemon_in(h.netns()); }
+    ~Stop() { stop_daemon_of(h.netns()); }
   } stop{host};
 
   // A --cpus that is not a CPU list is a usage error, before anything is added.
@@ -277,9 +250,7 @@ TEST_F(OpsTest, XrocedTellsTheServiceManagerWhenItServes) {
 
 // The xroced processes in network namespace `netns` (zombies have no namespace left: not one).
 std::vector<pid_t> daemons_in(const std::string& netns) {
-  const auto ino =
-      run({"ip", "netns", "exec", netns, "stat", "-L", "-c", "%i", "/proc/self/ns/net"});
-  const std::string want = "net:[" + ino.output.substr(0, ino.output.find('\n')) + "]";
+  const std::string want = "net:[" + netns_inode(netns) + "]";
   std::vector<pid_t> pids;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
