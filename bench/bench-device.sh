@@ -430,14 +430,19 @@ for kind in ${SCALE_KINDS-afxdp}; do
   for queues in 1 2; do
     in_ns "$ns_a" "$xroce" link add xbq0 netdev "${if_a}q" port "$kind" queues $queues >/dev/null
     in_ns "$ns_b" "$xroce" link add xbq1 netdev "${if_b}q" port "$kind" queues $queues >/dev/null
+    da=$(daemon_pid "$ns_a") db=$(daemon_pid "$ns_b")
+    d0=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
     if ! read -r gbps wa wb < <(two_flows); then
       echo "$kind two ib_write_bw flows, queues $queues: failed (their output above)"
     else
-      printf '%-7s %-40s %9.2f Gb/s   QPs on %d and %d worker(s)\n' "$kind" \
-        "2 x ib_write_bw, $queues worker(s) a side" "$gbps" "$wa" "$wb"
+      # The daemons' CPU seconds per GB moved (the flows' own processes not counted).
+      d1=$(echo "$(cpu_s "$da") + $(cpu_s "$db")" | bc -l)
+      cpu_gb=$(echo "($d1 - $d0) / ($gbps * $scale_s / 8)" | bc -l)
+      printf '%-7s %-40s %9.2f Gb/s %10.2f   QPs on %d and %d worker(s)\n' "$kind" \
+        "2 x ib_write_bw, $queues worker(s) a side" "$gbps" "$cpu_gb" "$wa" "$wb"
       record "$kind" "ib_write_bw 64 KB, 2 processes, queues $queues" "$gbps" Gb/s \
         "2 x ib_write_bw -d xbq1 -x 0 -s 65536 -D $scale_s -F -p 18515|18516 (xroce link add ... queues $queues; veth numtxqueues 2 numrxqueues 2)" \
-        queues="$queues" workers_a="$wa" workers_b="$wb"
+        daemons_cpu_s_per_gb="$cpu_gb" queues="$queues" workers_a="$wa" workers_b="$wb"
     fi
     in_ns "$ns_a" "$xroce" link del xbq0 >/dev/null
     in_ns "$ns_b" "$xroce" link del xbq1 >/dev/null

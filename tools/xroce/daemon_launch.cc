@@ -153,7 +153,7 @@ int connect_daemon(control::ControlClient& client, bool start_if_missing, std::s
   err = start_daemon(paths, ours, error);
   if (err == EEXIST) {
     // A daemon holds the run directory without serving: it is on its way out (its last device
-    // was deleted). Once it is gone, start ours.
+    // was deleted, or the add that started it failed). Once it is gone, start ours.
     const pid_t old = daemon_pid(paths);
     if (!wait_process_gone(old, kExitDeadlineMs)) {
       error = fmt::format("the xroced of this namespace (pid {}) holds {} but does not serve", old,
