@@ -167,7 +167,7 @@ CompleterState Completer::rnr_retry(const Response& r) {
   if (ctx_.attr.rnr_retry != 7) --ctx_.rnr_retry_left;  // 7 = infinite (docs/protocol.md §3.9)
   ctx_.rnr_deadline_ns = now_ns_ + std::uint64_t{wire::rnr_timer_us(r.hdr.aeth->value())} * 1000;
   ctx_.retransmit_deadline_ns = 0;  // the RNR timer owns the restart
-  ctx_.adaptive_deadline_ns = 0;
+  ctx_.disarm_adaptive_timer();
   return CompleterState::kDone;
 }
 
@@ -328,7 +328,7 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
   req_.retry(!from_timeout);
   resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
-  ctx_.adaptive_deadline_ns = 0;
+  ctx_.disarm_adaptive_timer();
 }
 
 // The adaptive retransmission timer expired: nothing was heard for RTO (transport/rtt.h) while
@@ -399,8 +399,8 @@ void Completer::handle_timeout(std::uint64_t now_ns) {
     if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
     start_retry(now_ns, true);
   }
-  if (ctx_.adaptive_deadline_ns != 0 && now_ns >= ctx_.adaptive_deadline_ns) {
-    ctx_.adaptive_deadline_ns = 0;
+  if (const std::uint64_t d = ctx_.adaptive_deadline(); d != 0 && now_ns >= d) {
+    ctx_.disarm_adaptive_timer();
     adaptive_retransmit(now_ns);
   }
 }

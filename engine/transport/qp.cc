@@ -129,7 +129,7 @@ void Qp::reset_queues() {
   ctx_.events.clear();
   ctx_.outstanding_rd_atomic = 0;
   ctx_.retransmit_deadline_ns = 0;
-  ctx_.adaptive_deadline_ns = 0;
+  ctx_.disarm_adaptive_timer();
   ctx_.resend_probe = false;
   ctx_.tail_probe = false;
   ctx_.rnr_deadline_ns = 0;
@@ -274,7 +274,7 @@ std::optional<AsyncEvent> Qp::poll_event() {
 
 std::optional<std::uint64_t> Qp::next_deadline() const {
   std::optional<std::uint64_t> d;
-  for (std::uint64_t t : {ctx_.retransmit_deadline_ns, ctx_.adaptive_deadline_ns,
+  for (std::uint64_t t : {ctx_.retransmit_deadline_ns, ctx_.adaptive_deadline(),
                           ctx_.rnr_deadline_ns, ctx_.pacer_deadline_ns}) {
     if (t != 0 && (!d || t < *d)) d = t;
   }
@@ -311,7 +311,7 @@ void Qp::enter_error() {
   flush_send_queue();
   resp_.flush();
   ctx_.retransmit_deadline_ns = 0;
-  ctx_.adaptive_deadline_ns = 0;
+  ctx_.disarm_adaptive_timer();
   ctx_.resend_probe = false;
   ctx_.tail_probe = false;
   ctx_.rnr_deadline_ns = 0;

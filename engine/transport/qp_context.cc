@@ -150,7 +150,9 @@ void QpContext::restart_retransmit_timer(std::uint64_t now_ns) {
 // resend that uses no retry budget, as ConnectX's adaptive retransmission resends before the
 // QP's timeout. Timeout 0 means the IBA timer is off (the requester waits forever): then nothing
 // is resent by time at all.
-void QpContext::restart_adaptive_timer(std::uint64_t now_ns) {
+void QpContext::resolve_adaptive_timer() const {
+  const std::uint64_t now_ns = adaptive_restart_ns;
+  adaptive_restart_pending = false;
   adaptive_deadline_ns = 0;
   const std::uint64_t cap_ns = ack_timeout_ns(attr.timeout);
   if (config.adaptive_rto_floor_ns == 0 || cap_ns == 0 || !reliable() || !outstanding()) return;

@@ -66,6 +66,27 @@ TEST_F(AdaptiveRetransmitTest, ALostTailIsResentAfterTheRtoNotTheLocalAckTimeout
   EXPECT_FALSE(qp->next_deadline().has_value());  // nothing outstanding: no timer
 }
 
+// The timer's length is worked out when its deadline is read, not at each restart
+// (QpContext::restart_adaptive_timer): a deadline read before a later packet left must not
+// fire at its old time, and the one read next runs from the newest packet.
+TEST_F(AdaptiveRetransmitTest, RunsFromTheNewestPacketSentThoughAnOlderDeadlineWasRead) {
+  const std::uint32_t psn = measure_once();
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(100'000).size(), 1u);
+  ASSERT_EQ(qp->next_deadline(), 100'000 + kRtoNs);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 2, {sge(local, 8)})), 0);
+  ASSERT_EQ(drain(130'000).size(), 1u);  // both lost
+  qp->handle_timeout(100'000 + kRtoNs);
+  EXPECT_TRUE(drain(100'000 + kRtoNs).empty());
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 0u);
+  ASSERT_EQ(qp->next_deadline(), 130'000 + kRtoNs);
+  qp->handle_timeout(130'000 + kRtoNs);
+  const auto out = drain_resend(130'000 + kRtoNs);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].psn(), psn);
+  EXPECT_EQ(qp->counters().adaptive_retransmits, 1u);
+}
+
 TEST_F(AdaptiveRetransmitTest, UsesNoRetryCountTheLocalAckTimeoutAloneEndsTheQp) {
   measure_once();
   ASSERT_EQ(qp->post_send(wr(WrOpcode::kSend, 1, {sge(local, 8)})), 0);
