@@ -4,13 +4,15 @@
 # ib_write_bw and ib_read_bw (64 KiB, -D seconds) between two xroce devices, their average MB/s,
 # and the device counters that show how losses were repaired: completer_retry_err (Local ACK
 # Timeouts), adaptive_retransmits, resend_timeouts (of both, the expiries after a resend went
-# unanswered), tail_probes (single packets resent after silence with no NAK), probe_gaps (go-back-Ns a
-# probe's own short answer started), resend_repeats (first resent packets sent twice), replays_reordered
-# (duplicate READs whose replay the responder sent ahead of later READs' replies), replay_gap_retries
-# (READ retries the responses started without a timer), rcvd_seq_err
-# (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped out of
-# sequence), rx_port_drops (frames the hosts' receive rings dropped), rx_reads and rx_empty_reads
-# (the udp port's reads of its socket, and those that found nothing);
+# unanswered), tail_probes (single packets resent after silence with no NAK), duplicate_request
+# (requests the responders had already executed: a probe after a lost ACK, a resend's repeated
+# first packet, a replayed READ), probe_gaps (go-back-Ns a probe's own short answer started: the
+# probe found a loss no NAK had reported, as after a lost NAK), resend_repeats (first resent
+# packets sent twice), replays_reordered (duplicate READs whose replay the responder sent ahead of
+# later READs' replies), replay_gap_retries (READ retries the responses started without a timer),
+# rcvd_seq_err (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped
+# out of sequence), rx_port_drops (frames the hosts' receive rings dropped), rx_reads and
+# rx_empty_reads (the udp port's reads of its socket, and those that found nothing);
 # what the switch dropped (at random, queue full, its receive ring full); and, sampled from
 # `xroce qp show` every RTT_SAMPLE_S seconds (default 2; 0: never) while the program runs, the
 # client's (the requester's) round trips: the largest rtt_peak_us and rtt_us and the smallest
@@ -111,7 +113,7 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes duplicate_request probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done
