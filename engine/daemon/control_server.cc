@@ -44,7 +44,7 @@ void watch(int epoll_fd, int fd, uint64_t data) {
 
 ControlServer::ControlServer(control::RunPaths paths, Lifetime lifetime)
     : paths_(std::move(paths)),
-      lifetime_(lifetime),
+      lifetime_(lifetime, LifetimeRule::Clock::now()),
       devices_(paths_),
       receive_buffer_(control::kMaxMessageBytes) {}
 
@@ -100,7 +100,7 @@ int ControlServer::run() {
   epoll_event events[32];
   while (!stop_) {
     const bool idle = devices_.empty() && sessions_.by_connection().empty();
-    int timeout_ms = idle ? on_demand_wait_ms() : kTickMs;
+    int timeout_ms = idle ? lifetime_.wait_ms(LifetimeRule::Clock::now()) : kTickMs;
     if (const int cm_ms = devices_.cm().next_timeout_ms(); cm_ms >= 0)
       timeout_ms = timeout_ms < 0 ? cm_ms : std::min(timeout_ms, cm_ms);
     const int n = epoll_wait(epoll_.get(), events, 32, timeout_ms);
@@ -145,27 +145,8 @@ int ControlServer::run() {
 }
 
 bool ControlServer::done_on_demand() {
-  if (lifetime_ != Lifetime::kOnDemand || !devices_.empty() || !sessions_.by_connection().empty()) {
-    unused_since_.reset();
-    return false;
-  }
-  if (had_client_ && !unused_since_) unused_since_ = std::chrono::steady_clock::now();
-  return on_demand_wait_ms() == 0;
-}
-
-int ControlServer::on_demand_wait_ms() const {
-  if (lifetime_ != Lifetime::kOnDemand) return -1;
-  std::chrono::steady_clock::time_point until;
-  if (!had_client_) {
-    until = started_ + std::chrono::milliseconds(kFirstClientMs);
-  } else if (unused_since_) {
-    until = *unused_since_ + std::chrono::milliseconds(kUnusedGraceMs);
-  } else {
-    return -1;
-  }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      until - std::chrono::steady_clock::now());
-  return static_cast<int>(std::max<std::int64_t>(0, left.count()));
+  const bool serving = !devices_.empty() || !sessions_.by_connection().empty();
+  return lifetime_.done(serving, LifetimeRule::Clock::now());
 }
 
 void ControlServer::accept_sessions() {
@@ -175,7 +156,7 @@ void ControlServer::accept_sessions() {
     const int fd = connection.get();
     Session* session = sessions_.add(std::move(connection));
     if (session == nullptr) continue;  // over quota, or already gone: closed
-    had_client_ = true;
+    lifetime_.client_came();
     watch(epoll_.get(), fd, tag(Watch::kConnection, fd));
     watch(epoll_.get(), session->peer.pidfd(), tag(Watch::kOpenerExit, fd));
   }

@@ -6,31 +6,18 @@
 // Threading: one thread runs run(); every member is touched only from it.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "daemon/control_devices.h"
 #include "daemon/control_ops.h"
 #include "daemon/control_session.h"
+#include "daemon/lifetime.h"
 #include "daemon/netdev.h"
 #include "xroce/run_dir.h"
 
 namespace xroce::daemon {
-
-// How long a daemon runs.
-enum class Lifetime {
-  // Until SIGTERM/SIGINT, or until its last device is deleted: xroced run by hand or by
-  // systemd (packaging/systemd/xroced.service).
-  kService,
-  // Started by `xroce link add` or `xroce up` to serve their request: as kService, and also
-  // once it has served no device and no client for kUnusedGraceMs after a client came (the add
-  // that started it failed), or when none came within kFirstClientMs (its launcher died). A
-  // failed add so leaves no daemon behind, in a namespace that may be deleted next.
-  kOnDemand,
-};
 
 class ControlServer {
  public:
@@ -46,24 +33,13 @@ class ControlServer {
   // nothing is left to serve (Lifetime). Returns the exit status.
   int run();
 
-  // How long an on-demand daemon waits for the client that started it: the launcher connects
-  // as soon as it reads "ok", so this only ends a daemon whose launcher died first.
-  static constexpr int kFirstClientMs = 15000;
-  // How long an on-demand daemon stays with nothing to serve once a client came: the launcher
-  // that read "ok" may be about to connect while another client comes and goes.
-  static constexpr int kUnusedGraceMs = 100;
-
  private:
   // How often the loop wakes while anything is served: counters, exited clients.
   static constexpr int kTickMs = Devices::kCounterRefreshMs;
 
   void accept_sessions();
-  // Whether an on-demand daemon is done (Lifetime::kOnDemand): no device and no client, for
-  // kUnusedGraceMs since a client came, or since it started until kFirstClientMs if none came.
+  // Whether an on-demand daemon is done (LifetimeRule::done) now, with what it serves.
   bool done_on_demand();
-  // epoll_wait's timeout while nothing is served: until done_on_demand() may become true, or
-  // -1 (a service, or clients still to come and go).
-  int on_demand_wait_ms() const;
   void serve(Session& session);
   Reply answer(Session& session, ReceivedMessage& message, const control::Header& header,
                std::span<const std::byte> datagram);
@@ -79,10 +55,7 @@ class ControlServer {
   void shutdown();
 
   control::RunPaths paths_;
-  Lifetime lifetime_;
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  bool had_client_ = false;  // a session was accepted, whatever became of it
-  std::optional<std::chrono::steady_clock::time_point> unused_since_;
+  LifetimeRule lifetime_;
   Devices devices_;
   Sessions sessions_;
   NetlinkWatcher netlink_;

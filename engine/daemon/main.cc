@@ -4,7 +4,7 @@
 // (see run_dir.h); `xroce link add` starts it when none runs. Exits on SIGTERM/SIGINT, or when
 // its last device is deleted, removing its sysfs tree and device nodes; one the CLI started
 // also exits when it is left with no device and no client (a failed add; see Lifetime in
-// control_server.h). Tells systemd when it serves (NOTIFY_SOCKET), for a Type=notify unit.
+// lifetime.h). Tells systemd when it serves (NOTIFY_SOCKET), for a Type=notify unit.
 #include <fmt/core.h>
 
 #include <fcntl.h>

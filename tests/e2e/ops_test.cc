@@ -289,7 +289,7 @@ TEST_F(OpsTest, AFailedLinkAddLeavesNoDaemonBehind) {
 }
 
 // A daemon started as the CLI starts one (XROCE_READY_FD: here fd 3, on /dev/null) whose
-// launcher never connects exits after ControlServer::kFirstClientMs (15 s), removing its run
+// launcher never connects exits after LifetimeRule::kFirstClientMs (15 s), removing its run
 // directory; it does not exit before, while a launcher could still be on its way.
 TEST_F(OpsTest, AnOnDemandDaemonNoClientReachesExits) {
   LoopbackOnlyNamespace ns;
