@@ -14,7 +14,7 @@
 # Each writes its JSON into OUT_DIR (default ./bench-goals-DATE): bench-device.json and .svg,
 # qps.json, loss.json, and goals.json with the table's rows. Not a test: figures on a shared
 # host move between minutes, so every ratio is to a baseline of the same run. Needs root; about
-# four minutes on two cores. Wire benchmarks run one at a time on a shared host:
+# nine minutes on two cores. Wire benchmarks run one at a time on a shared host:
 #   flock /tmp/xroce-bench.lock bench/bench-goals.sh [BUILD_DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

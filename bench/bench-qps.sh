@@ -4,12 +4,14 @@
 # ratio to -q 1 of the same kind in the same round, and the counters of both devices that tell a
 # clean run from a struggling one: sent_pkts (the responder's are its ACKs), rx_port_drops,
 # completer_retry_err (Local ACK Timeouts), adaptive_retransmits, tail_probes,
-# duplicate_request, rcvd_seq_err. Every QP count moves the same bytes, 40,000 messages (2.6 GB,
-# a second or more: the steady rate): -n is 40000 / QPS per QP, and -t (messages each QP keeps
-# posted) is 128, or less where QPS x 128 would pass 16,384, since perftest puts every QP on one
-# CQ and the device has 32,767 CQEs (-q 1000 -t 16 -n 40). Short runs made the ratios wrong both
-# ways: one QP at 2,000 iterations (128 MiB) ended before its rate settled, and 1,000 QPs at 20
-# (1.3 GB, under a second) spent a tenth of the run starting. ITERS_<QPS> and DEPTH_<QPS>
+# duplicate_request, rcvd_seq_err. Every QP count moves the same bytes, 120,000 messages (7.9
+# GB, about three seconds here: the steady rate): -n is 120000 / QPS per QP, and -t (messages
+# each QP keeps posted) is 128, or less where QPS x 128 would pass 16,384, since perftest puts
+# every QP on one CQ and the device has 32,767 CQEs (-q 1000 -t 16 -n 120). Short runs made the
+# ratios wrong both ways: one QP at 2,000 iterations (128 MiB) ended before its rate settled,
+# and 1,000 QPs at 20 (1.3 GB, under a second) spent a tenth of the run starting; at 40 (2.6 GB)
+# the 16 messages each QP posts at the start were 40 % of its run, and -q 1000 moved 14 % less
+# than at 120 while -q 1 moved the same (bench/README.md "Many QPs"). ITERS_<QPS> and DEPTH_<QPS>
 # (ITERS_64=...) override one; ROUNDS=N (default 1) runs the whole series N times, the QP counts
 # of a round right after its one-QP run, since this host's rate moves by half between minutes.
 # JSON_OUT=FILE also writes every row there (port, round, qps, iters, depth, mbps, ratio, and the
@@ -98,7 +100,7 @@ bandwidth() {  # qps iterations depth
 iterations() {  # qps: -n for that many QPs
   local var=ITERS_$1
   if [[ -n ${!var:-} ]]; then echo "${!var}"; return; fi
-  echo $(((40000 + $1 - 1) / $1))
+  echo $(((120000 + $1 - 1) / $1))
 }
 depth() {  # qps: -t for that many QPs
   local var=DEPTH_$1
