@@ -184,8 +184,8 @@ void QpContext::resolve_adaptive_timer() const {
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
                last_sent_ackreq && !budget_contended() && tail_probe_is_cheap()) {
       const bool lossy = config.lossy_tail_probe_floor_ns != 0 && loss_window.reduced();
-      rto_ns = std::min(rto_ns, lossy ? std::max({config.lossy_tail_probe_floor_ns,
-                                                  4 * rtt.min_ns(), 2 * rtt.smoothed_ns()})
+      rto_ns = std::min(rto_ns, lossy ? std::max({lossy_tail_probe_floor_ns(), 4 * rtt.min_ns(),
+                                                  2 * rtt.smoothed_ns()})
                                       : std::max({config.tail_probe_floor_ns, 4 * rtt.min_ns(),
                                                   2 * rtt.smoothed_ns(), rtt.peak_ns()}));
     }
@@ -200,6 +200,16 @@ bool QpContext::tail_probe_is_cheap() const {
   // head, so comp_psn may already be past it.
   return !w.is_read() ||
          w.last_psn.distance_from(comp_psn) < static_cast<std::int32_t>(config.max_unacked_psns);
+}
+
+std::uint64_t QpContext::lossy_tail_probe_floor_ns() const {
+  if (sq_head == sq_tail) return config.lossy_tail_probe_floor_ns;
+  const SendWqe& w = wqe(sq_head);
+  // A READ whose last response came (still at the head: tail_probe_is_cheap) is not replayed.
+  const bool replays_a_read = w.is_read() && w.last_psn.distance_from(comp_psn) >= 0;
+  return replays_a_read && config.lossy_read_tail_probe_floor_ns != 0
+             ? config.lossy_read_tail_probe_floor_ns
+             : config.lossy_tail_probe_floor_ns;
 }
 
 std::uint32_t QpContext::unacked_psns() const {

@@ -79,19 +79,29 @@ inline constexpr std::uint64_t kDaemonAdaptiveRtoFloorNs = 10'000'000;
 // alone: a loss a NAK reports needs no probe, and once the loss window is reduced the lossy
 // floor below applies.
 inline constexpr std::uint64_t kDaemonTailProbeFloorNs = 5'000'000;
+// The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns). It runs only after a
+// NAK, on a path that has just lost a packet; a clean link never starts it. Its expiry goes back
+// N once more, so a stall longer than this costs one needless go-back-N on a lossy path. At 2 ms
+// a READ at 2 % loss spent 0.8-0.9 s of every 5 s in it (380-460 expiries: a lost re-request or
+// a replay's last response); at 500 us the simulator's READ at 2 % loss with stalls moves 18 %
+// more (bench/README.md "Loss";
+// SimWorkload.AtTheDaemonsTimersTheResendProbeWaitsForTheLossyFloor). Below 500 us it fires
+// needlessly on the wire: at 100 us, 384-578 expiries in a 5 s WRITE at 2 % loss against 71-121.
+inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 500'000;
 // The daemon's tail probe floor while a QP's path loses packets (QpConfig::
-// lossy_tail_probe_floor_ns). At 2 % loss on the device's own rate (bench/README.md "Loss"),
-// about one NAK in fifty is lost and each waited for the tail probe's peak-sized timer (4-5 ms
-// on this host): a quarter of the time.
-inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 500'000;
-// The daemon's floor of the resend probe (QpConfig::resend_probe_floor_ns): the lossy tail
-// probe's, since it runs only after a NAK, on a path that has just lost a packet; a clean link
-// never starts it. Its expiry goes back N once more, so a stall longer than this costs one
-// needless go-back-N on a lossy path. At 2 ms a READ at 2 % loss spent 0.8-0.9 s of every 5 s
-// in it (380-460 expiries: a lost re-request or a replay's last response); at 500 us the
-// simulator's READ at 2 % loss with stalls moves 18 % more (bench/README.md "Loss";
-// SimWorkload.AtTheDaemonsTimersTheResendProbeWaitsForTheLossyFloor).
-inline constexpr std::uint64_t kDaemonResendProbeFloorNs = kDaemonLossyTailProbeFloorNs;
+// lossy_tail_probe_floor_ns), for a probe of one packet (a SEND's or WRITE's). At 2 % loss on the
+// device's own rate (bench/README.md "Loss") about one NAK in fifty is lost, the responder then
+// drops what follows silently, and only this probe finds it: at the peak-sized timer (4-5 ms on
+// this host) that was a quarter of the time, at 500 us still 8-10 % of a udp WRITE's. A needless
+// probe costs one packet and its ACK. At 150 us a WRITE at 2 % loss moved more than at 500 in 12
+// of 15 alternated rounds on the two ports (bench/README.md "A one-packet probe sooner"); below
+// it the timer's other terms (4 least, 2 smoothed round trips) rule on this host.
+inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 150'000;
+// The same floor for a probe that replays a READ (QpConfig::lossy_read_tail_probe_floor_ns): its
+// answer is every response of the READ still due, up to a window, so a needless one costs what a
+// go-back-N does and it keeps the resend probe's floor. At 150 us the READs at 2 % loss moved no
+// more than at 500 (above or below their pair, round by round).
+inline constexpr std::uint64_t kDaemonLossyReadTailProbeFloorNs = kDaemonResendProbeFloorNs;
 
 // The daemon's floor of the loss window (QpConfig::loss_window_min_psns): 32 PSNs, 128 KiB at a
 // 4096-byte MTU. On the wire at 2 % loss (bench/README.md "Loss") a fixed window of 32 kept the
@@ -145,6 +155,10 @@ struct QpConfig {
   // silences are a lost NAK, which only this probe finds; a clean link's window stays at the top,
   // so its probes keep tail_probe_floor_ns and the peak. 0: the same timer as tail_probe_floor_ns.
   std::uint64_t lossy_tail_probe_floor_ns = 0;
+  // The lossy floor above when the probe would replay a READ (the oldest unacknowledged request
+  // is a READ's: its answer is the READ's responses still due, not one packet,
+  // tail_probe_is_cheap). 0: lossy_tail_probe_floor_ns for every probe.
+  std::uint64_t lossy_read_tail_probe_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -163,6 +177,7 @@ inline void use_daemon_timers_and_windows(QpConfig& config) {
   config.loss_window_min_psns = kDaemonLossWindowMinPsns;
   config.tail_probe_floor_ns = kDaemonTailProbeFloorNs;
   config.lossy_tail_probe_floor_ns = kDaemonLossyTailProbeFloorNs;
+  config.lossy_read_tail_probe_floor_ns = kDaemonLossyReadTailProbeFloorNs;
 }
 
 // kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);
@@ -291,6 +306,9 @@ struct QpContext {
   // would get them all twice (an 8 MiB READ was asked for again about once per READ, and its
   // responses filled the receive queue twice over): such a READ waits for the RTO.
   bool tail_probe_is_cheap() const;
+  // The tail probe's floor while the loss window is reduced: lossy_read_tail_probe_floor_ns when
+  // the probe would replay a READ, else lossy_tail_probe_floor_ns.
+  std::uint64_t lossy_tail_probe_floor_ns() const;
   // (Re)arms the adaptive retransmission timer for RTO from now_ns while PSNs are unacknowledged
   // (disarms it otherwise, or when the RTO would not come before the Local ACK Timeout). It
   // restarts at every request packet sent and every progress, several times a packet, and only

@@ -191,6 +191,7 @@ void use_daemon_timers(ScenarioConfig& c) {
   c.resend_probe_floor_us = kDaemonResendProbeFloorNs / 1000;
   c.tail_probe_floor_us = kDaemonTailProbeFloorNs / 1000;
   c.lossy_tail_probe_floor_us = kDaemonLossyTailProbeFloorNs / 1000;
+  c.lossy_read_tail_probe_floor_us = kDaemonLossyReadTailProbeFloorNs / 1000;
 }
 
 // At 2 % random loss every WRITE and READ completes with every byte verified, and the losses
@@ -329,13 +330,14 @@ TEST(SimWorkload, AtTheDaemonsTimersALossyPathIsRepairedWithoutWaitingForTheStal
 }
 
 // The resend probe (QpConfig::resend_probe_floor_ns) runs only after a NAK or a READ response
-// gap, so the daemon's floor for it is the lossy tail probe's 500 us, not the clean tail probe's
-// 2 ms: at 2 % loss with stalls of up to 5 ms, as on the busy host of bench/README.md "Loss", six
-// seeds of READ move more bytes per time with it than with 2 ms (a READ's lost re-request or
-// lost last replayed response is found only by this timer), WRITE no fewer, and every byte
-// arrives. A clean link never starts the probe: StallsAndJitterNeverGoBackNOnACleanLink... below.
+// gap, so the daemon's floor for it is 500 us (a READ's lossy tail probe's), not the clean tail
+// probe's 2 ms: at 2 % loss with stalls of up to 5 ms, as on the busy host of bench/README.md
+// "Loss", six seeds of READ move more bytes per time with it than with 2 ms (a READ's lost
+// re-request or lost last replayed response is found only by this timer), WRITE no fewer, and every
+// byte arrives. A clean link never starts the probe: StallsAndJitterNeverGoBackNOnACleanLink...
+// below.
 TEST(SimWorkload, AtTheDaemonsTimersTheResendProbeWaitsForTheLossyFloor) {
-  static_assert(kDaemonResendProbeFloorNs == kDaemonLossyTailProbeFloorNs);
+  static_assert(kDaemonResendProbeFloorNs == kDaemonLossyReadTailProbeFloorNs);
   const std::uint64_t n = seeds(6);
   for (const char* mix : {"read", "write"}) {
     double short_bytes = 0, short_us = 0, long_bytes = 0, long_us = 0;

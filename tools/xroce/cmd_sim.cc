@@ -389,6 +389,9 @@ void register_sim(CLI::App& app, ExitStatus& status) {
                   "The tail probe's floor while a QP's loss window is below its top (losses "
                   "seen): min(RTO, max(this, 4 x the least, 2 x the smoothed round trip)), with "
                   "no peak term (0 = the --tail-probe-floor-us timer throughout)");
+  cmd->add_option("--lossy-read-tail-probe-floor-us", c.lossy_read_tail_probe_floor_us,
+                  "The same floor when the probe would replay a READ, whose answer is the READ's "
+                  "responses still due (0 = --lossy-tail-probe-floor-us)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

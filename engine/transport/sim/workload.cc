@@ -107,6 +107,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.loss_window_min_psns = cfg_.loss_window_min_psns;
   qc.tail_probe_floor_ns = cfg_.tail_probe_floor_us * 1000;
   qc.lossy_tail_probe_floor_ns = cfg_.lossy_tail_probe_floor_us * 1000;
+  qc.lossy_read_tail_probe_floor_ns = cfg_.lossy_read_tail_probe_floor_us * 1000;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);

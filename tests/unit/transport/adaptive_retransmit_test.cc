@@ -486,6 +486,43 @@ TEST_F(TailProbeTest, OnALossyPathTheProbesTimerLeavesOutThePeak) {
   EXPECT_EQ(qp->counters().tail_probes, 1u);
 }
 
+// On a lossy path a probe of one packet (a WRITE's) waits for the lossy floor, and a probe that
+// would replay a READ, whose answer is every response still due, for the READ's floor
+// (QpConfig::lossy_read_tail_probe_floor_ns).
+TEST_F(TailProbeTest, OnALossyPathAProbeThatReplaysAReadWaitsForTheReadsFloor) {
+  constexpr std::uint64_t kReadFloorNs = 300'000;  // above 4 x the least round trip (160 us)
+  QpOptions o = probing_options(2);
+  o.lossy_tail_probe_floor_ns = kProbeFloorNs;
+  o.lossy_read_tail_probe_floor_ns = kReadFloorNs;
+  make_qp(o);
+  sample_once();
+  ASSERT_NO_FATAL_FAILURE(lose_one_of_a_write(1, 1, 100'000));
+  const RttEstimator& rtt = qp->rtt();
+  const std::uint64_t one_packet =
+      std::max({kProbeFloorNs, 4 * rtt.min_ns(), 2 * rtt.smoothed_ns()});
+  ASSERT_LT(one_packet, kReadFloorNs);
+  // A WRITE (PSNs kSqPsn + 5..8) that nothing answers: the one-packet floor.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaWrite, 2, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(1'000'000).size(), 4u);
+  EXPECT_EQ(qp->next_deadline(), 1'000'000 + one_packet);
+  receive(ack(kSqPsn + 8), {}, 1'000'000 + kRttNs);
+  ASSERT_EQ(completions().size(), 1u);
+  ASSERT_TRUE(qp->loss_window().reduced());
+  // A READ of four responses (PSNs kSqPsn + 9..12) that nothing answers: the READ's floor.
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 3, {sge(local + 4096, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(2'000'000).size(), 1u);
+  const std::uint64_t read_floor = std::max(kReadFloorNs, 2 * rtt.smoothed_ns());
+  EXPECT_EQ(qp->next_deadline(), 2'000'000 + read_floor);
+  qp->handle_timeout(2'000'000 + one_packet);
+  EXPECT_TRUE(drain(2'000'000 + one_packet).empty());
+  qp->handle_timeout(2'000'000 + read_floor);
+  const auto out = drain(2'000'000 + read_floor);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcReadRequest);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 9);
+  EXPECT_EQ(qp->counters().tail_probes, 1u);
+}
+
 TEST_F(TailProbeTest, NoEarlyProbeWhileOtherQpsWaitForTheDevicesBudget) {
   const auto budget = std::make_shared<InflightBudget>(256);
   make_probing(0, budget);

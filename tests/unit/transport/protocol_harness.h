@@ -45,9 +45,10 @@ struct QpOptions {
   PathMtu port_mtu = PathMtu::k4096;                // the port's active MTU (QpConfig::port_mtu)
   std::shared_ptr<InflightBudget> inflight_budget;  // QpConfig::inflight_budget
   std::uint64_t adaptive_rto_floor_ns = kAdaptiveRtoFloorNs;
-  std::uint64_t resend_probe_floor_ns = 0;      // QpConfig::resend_probe_floor_ns
-  std::uint64_t tail_probe_floor_ns = 0;        // QpConfig::tail_probe_floor_ns
-  std::uint64_t lossy_tail_probe_floor_ns = 0;  // QpConfig::lossy_tail_probe_floor_ns
+  std::uint64_t resend_probe_floor_ns = 0;           // QpConfig::resend_probe_floor_ns
+  std::uint64_t tail_probe_floor_ns = 0;             // QpConfig::tail_probe_floor_ns
+  std::uint64_t lossy_tail_probe_floor_ns = 0;       // QpConfig::lossy_tail_probe_floor_ns
+  std::uint64_t lossy_read_tail_probe_floor_ns = 0;  // QpConfig::lossy_read_tail_probe_floor_ns
   std::uint8_t timeout = kTimeoutExp;
   std::uint32_t max_unacked_psns = QpConfig{}.max_unacked_psns;
   std::uint32_t loss_window_min_psns = 0;  // QpConfig::loss_window_min_psns
@@ -84,6 +85,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.resend_probe_floor_ns = o.resend_probe_floor_ns;
     cfg.tail_probe_floor_ns = o.tail_probe_floor_ns;
     cfg.lossy_tail_probe_floor_ns = o.lossy_tail_probe_floor_ns;
+    cfg.lossy_read_tail_probe_floor_ns = o.lossy_read_tail_probe_floor_ns;
     cfg.max_unacked_psns = o.max_unacked_psns;
     cfg.loss_window_min_psns = o.loss_window_min_psns;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
