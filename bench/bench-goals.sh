@@ -9,12 +9,14 @@
 #   bench-qps.sh     -q 64 and -q 1000 against -q 1 in the same round, QPS_ROUNDS rounds
 #                    (default 3: one round's ratio moved from 0.69x to 0.98x between runs; the
 #                    goal is judged on the median), and the retransmissions on the clean link
-#   bench-loss.sh    ib_write_bw and ib_read_bw at 2 % loss against the clean rate, the loss made
-#                    by the devices themselves (IMPAIR=device: the rate is the devices' own)
+#   bench-loss.sh    ib_write_bw and ib_read_bw at 2 % loss against the clean rate of the same
+#                    round, the loss made by the devices themselves (IMPAIR=device: the rate is
+#                    the devices' own), LOSS_ROUNDS rounds (default 3: udp READ's ratio moved
+#                    from 0.31x to 0.49x between runs; the goal is judged on the median)
 # Each writes its JSON into OUT_DIR (default ./bench-goals-DATE): bench-device.json and .svg,
 # qps.json, loss.json, and goals.json with the table's rows. Not a test: figures on a shared
 # host move between minutes, so every ratio is to a baseline of the same run. Needs root; about
-# nine minutes on two cores. Wire benchmarks run one at a time on a shared host:
+# twelve minutes on two cores. Wire benchmarks run one at a time on a shared host:
 #   flock /tmp/xroce-bench.lock bench/bench-goals.sh [BUILD_DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,7 +33,8 @@ OUT_DIR=$out LOOPBACK=0 SCALE_KINDS='' BUSY_MODES=${BUSY_MODES:-idle busy-schedi
 echo "=== bench-qps.sh ($(date -u +%T), load $(load_average))"
 JSON_OUT=$out/qps.json ROUNDS=${QPS_ROUNDS:-3} "$here/bench-qps.sh" "$build" 64 1000
 echo "=== bench-loss.sh ($(date -u +%T), load $(load_average))"
-JSON_OUT=$out/loss.json IMPAIR=device RTT_SAMPLE_S=0 "$here/bench-loss.sh" "$build" 5 0 0.02
+JSON_OUT=$out/loss.json IMPAIR=device RTT_SAMPLE_S=0 ROUNDS=${LOSS_ROUNDS:-3} \
+  "$here/bench-loss.sh" "$build" 5 0 0.02
 echo "=== goals ($(date -u +%T))"
 /usr/bin/python3 "$here/goals.py" --device "$out/bench-device.json" --qps "$out/qps.json" \
   --loss "$out/loss.json" --json "$out/goals.json"

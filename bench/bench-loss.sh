@@ -22,10 +22,12 @@
 # IMPAIR=device joins the namespaces with one veth and has each device drop LOSS of the packets it
 # receives (`xroce impair`) instead: no switch, so the rate is the devices' own, and the
 # switch line gives way to rx_impair_drops.
-# JSON_OUT=FILE also writes every run there (port, loss, program, mbps, ratio_clean: the MB/s
-# against the same program's at loss 0 on the same port in this run, when one was measured
+# ROUNDS=N (default 1) measures every loss N times in turn on each port, so that a busy minute of
+# this host shows as one round among several (bench-goals.sh judges the goal on the median).
+# JSON_OUT=FILE also writes every run there (port, round, loss, program, mbps, ratio_clean: the MB/s
+# against the same program's at loss 0 on the same port in the same round, when one was measured
 # first; and the counters' growth by name; bench/goals.py reads it), with the commit and load.
-#   [IMPAIR=switch|device] [PORTS="afxdp udp"] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -39,6 +41,12 @@ read -r -a kinds <<<"${PORTS:-afxdp udp}"
 rtt_period=${RTT_SAMPLE_S:-2}
 [[ $impair == switch || $impair == device ]] || { echo "IMPAIR is switch or device" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
+rounds=${ROUNDS:-1}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS is a count of rounds" >&2; exit 2; }
+runs=()
+for ((round = 1; round <= rounds; round++)); do
+  for loss in "${losses[@]}"; do runs+=("$round:$loss"); done
+done
 bin=$(cd "$build/bin" && pwd)
 xroce=$bin/xroce
 tag=xrbl-$$
@@ -171,7 +179,10 @@ declare -A clean_mbps=()
 for kind in "${kinds[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbl0 netdev va port "$kind" queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port "$kind" queues 1 >/dev/null
-  for loss in "${losses[@]}"; do
+  # Each round measures every loss in turn, the clean rate first: a lossy run's ratio_clean is
+  # against the clean run of its own round.
+  for run in "${runs[@]}"; do
+    round=${run%%:*} loss=${run#*:}
     if [[ $impair == switch ]]; then
       start_switch "$loss"
     else
@@ -187,7 +198,9 @@ for kind in "${kinds[@]}"; do
       kill "$sampler" 2>/dev/null || true
       wait "$sampler" 2>/dev/null || true
       after=$(counters)
-      echo "$kind loss $loss $program ${mbps} MB/s; counters before:$before after:$after;" \
+      label=$kind
+      ((rounds == 1)) || label+=" round $round"
+      echo "$label loss $loss $program ${mbps} MB/s; counters before:$before after:$after;" \
         "client $(rtt_summary "$out/rtt.txt")"
       read -r -a b <<<"$before"
       read -r -a a <<<"$after"
@@ -201,8 +214,8 @@ for kind in "${kinds[@]}"; do
       if ((lossy)) && [[ -n $clean && $clean != FAILED && $mbps != FAILED ]]; then
         ratio=$(awk -v a="$mbps" -v b="$clean" 'BEGIN { printf "%.3f", a / b }')
       fi
-      json_row port="$kind" loss="$loss" program="$program" seconds="$seconds" impair="$impair" \
-        mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
+      json_row port="$kind" round="$round" loss="$loss" program="$program" seconds="$seconds" \
+        impair="$impair" mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
         "${grown[@]}" >>"$rows"
     done
     [[ $impair == switch ]] || continue
