@@ -93,8 +93,8 @@ inline constexpr std::uint64_t kDaemonResendProbeFloorNs = 500'000;
 // device's own rate (bench/README.md "Loss") about one NAK in fifty is lost, the responder then
 // drops what follows silently, and only this probe finds it: at the peak-sized timer (4-5 ms on
 // this host) that was a quarter of the time, at 500 us still 8-10 % of a udp WRITE's. A needless
-// probe costs one packet and its ACK. At 150 us a WRITE at 2 % loss moved more than at 500 in 12
-// of 15 alternated rounds on the two ports (bench/README.md "A one-packet probe sooner"); below
+// probe costs one packet and its ACK. At 150 us a WRITE at 2 % loss moved more than at 500 in 15
+// of 21 alternated rounds on the two ports (bench/README.md "A one-packet probe sooner"); below
 // it the timer's other terms (4 least, 2 smoothed round trips) rule on this host.
 inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 150'000;
 // The same floor for a probe that replays a READ (QpConfig::lossy_read_tail_probe_floor_ns): its
