@@ -7,6 +7,11 @@ prints, for the two endpoints it finds:
     silence (the timers' cost: a tail probe, a resend probe, the RTO);
   - how long the requester took to resend after each PSN-sequence NAK (the NAK's timestamp to
     the first request frame carrying the NAK's PSN);
+  - the loop of each such loss, where the capture holds the lost request (taken on the
+    responder's side of a path whose loss the receiving device makes, `xroce impair`): from the
+    frame carrying the packet after the lost one, which shows the gap, to the NAK (the
+    responder's part); the packets sent after the lost one before the NAK passed (what the
+    go-back-N throws away); and from the lost request to its resend (the whole loop);
   - for READ: how many re-requests (a READ REQUEST at or below a PSN already requested) got no
     response covering their PSN within 300 us.
 A segmented send (UDP GSO) shows as one frame carrying its first PSN; its packet count is taken
@@ -39,6 +44,48 @@ def frames(path):
             continue
         rows.append((float(f[0]), f[1] or f[2], int(f[3]), int(f[4]), f[5], int(f[6] or 0)))
     return rows
+
+
+def quantiles(values):
+    q = sorted(values)
+    return {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in (50, 90)}
+
+
+def loops(rows, requester):
+    """Each PSN-sequence NAK's loop, from the request frames around the PSN it names."""
+    # Request frames as (time, first PSN, packets): a segmented send is one frame.
+    reqs = [(t, psn, max(1, (length - 8) // PACKET_BYTES))
+            for t, src, op, psn, _, length in rows if src == requester]
+    times = [r[0] for r in reqs]
+    turn, thrown, whole = [], [], []
+    for t, src, op, psn, syndrome, _ in rows:
+        if src == requester or op != ACK or syndrome != NAK_PSN_SEQ:
+            continue
+        # The newest request frame before the NAK that carries the lost PSN, within a window.
+        last = bisect.bisect_left(times, t) - 1
+        lost = next((j for j in range(last, max(-1, last - 256), -1)
+                     if reqs[j][1] <= psn < reqs[j][1] + reqs[j][2]), None)
+        if lost is None:
+            continue
+        after_lost = reqs[lost][1] + reqs[lost][2] - psn - 1  # later packets in the same frame
+        shown_at = reqs[lost][0] if after_lost else \
+            (reqs[lost + 1][0] if lost + 1 <= last else None)
+        if shown_at is None:
+            continue
+        turn.append((t - shown_at) * 1e6)
+        thrown.append(after_lost + sum(r[2] for r in reqs[lost + 1:last + 1]))
+        resend = next((r for r in reqs[last + 1:] if r[1] == psn), None)
+        if resend is not None:
+            whole.append((resend[0] - reqs[lost][0]) * 1e6)
+    if not turn:
+        return
+    a, b = quantiles(turn), quantiles(thrown)
+    print(f"NAK loops: {len(turn)}; gap shown -> NAK (us): median {a[50]:.0f}, 90th {a[90]:.0f};"
+          f" packets sent after the lost one before the NAK: median {b[50]}, 90th {b[90]}")
+    if whole:
+        c = quantiles(whole)
+        print(f"lost request -> its resend (us): median {c[50]:.0f}, 90th {c[90]:.0f},"
+              f" mean {sum(whole) / len(whole):.0f}")
 
 
 def main():
@@ -77,6 +124,7 @@ def main():
         pct = {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in (50, 90, 99)}
         print(f"NAKs answered by a resend: {len(q)}; resend after the NAK (us): median"
               f" {pct[50]:.0f}, 90th {pct[90]:.0f}, 99th {pct[99]:.0f}")
+    loops(rows, requester)
 
     # READ re-requests left unanswered.
     responses = [(t, psn, max(1, (length - 8) // PACKET_BYTES))
