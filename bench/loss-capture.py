@@ -46,9 +46,9 @@ def frames(path):
     return rows
 
 
-def quantiles(values):
+def quantiles(values, percents=(50, 90)):
     q = sorted(values)
-    return {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in (50, 90)}
+    return {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in percents}
 
 
 def loops(rows, requester):
@@ -120,9 +120,8 @@ def main():
             reactions.append((t - pending[0]) * 1e6)
             pending = None
     if reactions:
-        q = sorted(reactions)
-        pct = {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in (50, 90, 99)}
-        print(f"NAKs answered by a resend: {len(q)}; resend after the NAK (us): median"
+        pct = quantiles(reactions, (50, 90, 99))
+        print(f"NAKs answered by a resend: {len(reactions)}; resend after the NAK (us): median"
               f" {pct[50]:.0f}, 90th {pct[90]:.0f}, 99th {pct[99]:.0f}")
     loops(rows, requester)
 
