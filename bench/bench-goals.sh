@@ -12,7 +12,7 @@
 #   bench-loss.sh    ib_write_bw and ib_read_bw at 2 % loss against the clean rate of the same
 #                    round, the loss made by the devices themselves (IMPAIR=device: the rate is
 #                    the devices' own), LOSS_ROUNDS rounds (default 3: udp READ's ratio moved
-#                    from 0.31x to 0.49x between runs; the goal is judged on the median)
+#                    from 0.49x to 0.31x between runs; the goal is judged on the median)
 # Each writes its JSON into OUT_DIR (default ./bench-goals-DATE): bench-device.json and .svg,
 # qps.json, loss.json, and goals.json with the table's rows. Not a test: figures on a shared
 # host move between minutes, so every ratio is to a baseline of the same run. Needs root; about

@@ -95,6 +95,24 @@ def median(values):
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
+def median_row(goal, port, ratios, minimum, detail=""):
+    """A goal judged on the median of several rounds' ratios, each round's in the detail; a round
+    given as None (it did not complete, or had nothing to compare with) ranks below every ratio."""
+    ranked = sorted(-1.0 if x is None else x for x in ratios)
+    m = median(ranked)
+    shown = " ".join("failed" if x < 0 else f"{x:.2f}" for x in ranked)
+    return row(f"{goal}, median of {len(ratios)} rounds", port, None if m < 0 else m,
+               f">= {minimum}x", m >= minimum, f"rounds {shown}{detail}")
+
+
+def summed_clean_link_row(goal, port, runs):
+    """clean_link_row over several rounds: the retransmissions of those that completed, summed."""
+    summed = {"port": port}
+    for name in RETRANSMISSIONS:
+        summed[name] = sum(r.get(name, 0) for r in runs if r["mbps"] != "FAILED")
+    return clean_link_row(f"{goal}, {len(runs)} rounds", summed)
+
+
 def qps_rows(doc):
     """One row per QP count and port, and one for its retransmissions: a single round's figures,
     or over several rounds (QPS_ROUNDS) the median ratio, which the goal is judged on, with every
@@ -117,20 +135,12 @@ def qps_rows(doc):
             rows.append(clean_link_row(
                 f"-q {qps} retransmissions on a clean link, round {r['round']}", r))
             continue
-        label = f"ib_write_bw -q {qps} vs -q 1, median of {len(rounds)} rounds"
-        # A round that did not complete ranks below every ratio.
-        ratios = sorted(-1.0 if r["mbps"] == "FAILED" or r["ratio"] == "-" else r["ratio"]
-                        for r in rounds)
-        m = median(ratios)
-        shown = " ".join("failed" if x < 0 else f"{x:.2f}" for x in ratios)
-        rows.append(row(label, port, None if m < 0 else m, f">= {QPS_RATIO}x", m >= QPS_RATIO,
-                        f"rounds {shown}"))
-        completed = [r for r in rounds if r["mbps"] != "FAILED"]
-        summed = {"port": port}
-        for name in RETRANSMISSIONS:
-            summed[name] = sum(r.get(name, 0) for r in completed)
-        rows.append(clean_link_row(
-            f"-q {qps} retransmissions on a clean link, {len(rounds)} rounds", summed))
+        rows.append(median_row(
+            f"ib_write_bw -q {qps} vs -q 1", port,
+            [None if r["mbps"] == "FAILED" or r["ratio"] == "-" else r["ratio"] for r in rounds],
+            QPS_RATIO))
+        rows.append(summed_clean_link_row(f"-q {qps} retransmissions on a clean link", port,
+                                          rounds))
     return rows
 
 
@@ -149,15 +159,12 @@ def lossy_rows(key, clean_runs, lossy_runs):
                     f"Local ACK Timeouts {r.get('completer_retry_err', 0)}")]
     if not lossy_runs:
         return []
-    # A round that did not complete, or had no clean run to compare with, ranks below every ratio.
-    ratios = sorted(-1.0 if r["mbps"] == "FAILED" or r["ratio_clean"] == "-" else r["ratio_clean"]
-                    for r in lossy_runs)
-    m = median(ratios)
-    shown = " ".join("failed" if x < 0 else f"{x:.2f}" for x in ratios)
     timeouts = sum(r.get("completer_retry_err", 0) for r in lossy_runs)
-    return [row(f"{label}, median of {len(lossy_runs)} rounds", port, None if m < 0 else m,
-                f">= {LOSS_RATIO}x", m >= LOSS_RATIO,
-                f"rounds {shown}, Local ACK Timeouts {timeouts}")]
+    return [median_row(
+        label, port,
+        [None if r["mbps"] == "FAILED" or r["ratio_clean"] == "-" else r["ratio_clean"]
+         for r in lossy_runs],
+        LOSS_RATIO, f", Local ACK Timeouts {timeouts}")]
 
 
 def loss_rows(doc):
@@ -173,20 +180,16 @@ def loss_rows(doc):
             clean_runs.setdefault(key, []).append(r)
         elif abs(float(r["loss"]) - LOSS) < 1e-9:
             lossy_runs.setdefault(key, []).append(r)
+    # Per port, the clean runs' rows first, then the lossy ones, as bench-loss.sh runs them.
     keys = list(dict.fromkeys(list(clean_runs) + list(lossy_runs)))
     for port in dict.fromkeys(k[0] for k in keys):
         for key in [k for k in keys if k[0] == port]:
             runs = clean_runs.get(key, [])
-            completed = [r for r in runs if r["mbps"] != "FAILED"]
-            if len(runs) == 1 and completed:
-                rows.append(clean_link_row(f"{key[1]} retransmissions on a clean link",
-                                           completed[0]))
-            elif completed:
-                summed = {"port": port}
-                for name in RETRANSMISSIONS:
-                    summed[name] = sum(r.get(name, 0) for r in completed)
-                rows.append(clean_link_row(
-                    f"{key[1]} retransmissions on a clean link, {len(runs)} rounds", summed))
+            goal = f"{key[1]} retransmissions on a clean link"
+            if len(runs) == 1 and runs[0]["mbps"] != "FAILED":
+                rows.append(clean_link_row(goal, runs[0]))
+            elif any(r["mbps"] != "FAILED" for r in runs) and len(runs) > 1:
+                rows.append(summed_clean_link_row(goal, port, runs))
         for key in [k for k in keys if k[0] == port]:
             rows += lossy_rows(key, clean_runs.get(key, []), lossy_runs.get(key, []))
     return rows

@@ -46,6 +46,11 @@ def frames(path):
     return rows
 
 
+def packets(udp_length):
+    """The packets a frame carries: a segmented send's UDP length spans all of them."""
+    return max(1, (udp_length - 8) // PACKET_BYTES)
+
+
 def quantiles(values, percents=(50, 90)):
     q = sorted(values)
     return {p: q[min(len(q) - 1, int(len(q) * p / 100))] for p in percents}
@@ -54,7 +59,7 @@ def quantiles(values, percents=(50, 90)):
 def loops(rows, requester):
     """Each PSN-sequence NAK's loop, from the request frames around the PSN it names."""
     # Request frames as (time, first PSN, packets): a segmented send is one frame.
-    reqs = [(t, psn, max(1, (length - 8) // PACKET_BYTES))
+    reqs = [(t, psn, packets(length))
             for t, src, op, psn, _, length in rows if src == requester]
     times = [r[0] for r in reqs]
     turn, thrown, whole = [], [], []
@@ -126,7 +131,7 @@ def main():
     loops(rows, requester)
 
     # READ re-requests left unanswered.
-    responses = [(t, psn, max(1, (length - 8) // PACKET_BYTES))
+    responses = [(t, psn, packets(length))
                  for t, src, op, psn, _, length in rows
                  if src != requester and op in READ_RESPONSES]
     times = [r[0] for r in responses]
