@@ -22,7 +22,8 @@
 # Environment: OUT_DIR (default .) receives bench-device.json and bench-device.svg;
 # MSGS (default 40000: a second or more at the rates reached, so the start does not dominate)
 # ib_write_bw iterations; LAT_ITERS (default 2000); SECONDS_TCP (default 5);
-# BUSY_MODES (default "idle busy busy-schedidle") picks the latency rows; PROFILE=1 records
+# BUSY_MODES (default "idle busy busy-schedidle"; set and empty: none) picks the latency rows
+# (sockperf, the relay floor and perftest's); PROFILE=1 records
 # `perf record -g` of both daemons during each ib_write_bw and prints the top
 # symbols; RAW=0 skips the raw frame rates; LOOPBACK=0 skips the one-device (loopback) rows;
 # WORKER_CPUS=LIST adds `cpus LIST` to both devices' `xroce link add` (their workers bound to
@@ -41,7 +42,7 @@ out_dir=$(mkdir -p "${OUT_DIR:-.}" && cd "${OUT_DIR:-.}" && pwd)
 msgs=${MSGS:-40000}
 lat_iters=${LAT_ITERS:-2000}
 tcp_seconds=${SECONDS_TCP:-5}
-read -r -a busy_modes <<<"${BUSY_MODES:-idle busy busy-schedidle}"
+read -r -a busy_modes <<<"${BUSY_MODES-idle busy busy-schedidle}"
 worker_cpus=${WORKER_CPUS:-}
 cpus_words=()
 [[ -z $worker_cpus ]] || cpus_words=(cpus "$worker_cpus")

@@ -4,11 +4,12 @@ kind (and per latency mode, QP count, round), the figure, the target, and whethe
 
 Reads what the wire benchmarks wrote: bench-device.sh's bench-device.json (bandwidth against the
 raw path and iperf3, CPU per byte against TCP's, latency against sockperf UDP and p99 against
-typical), bench-qps.sh's JSON_OUT (many QPs against one, and retransmissions on a clean link)
+typical; given more than once, one file per round, the bandwidth goals are judged on the median
+of the rounds' ratios and the latency rows come from the rounds that measured latency), bench-qps.sh's JSON_OUT (many QPs against one, and retransmissions on a clean link)
 and bench-loss.sh's JSON_OUT (2 % loss against the clean rate). A file not given, or a figure
 a file does not hold, gives no row: the table says what was measured, never a default.
 
-  bench/goals.py [--device FILE] [--qps FILE] [--loss FILE] [--json OUT]
+  bench/goals.py [--device FILE]... [--qps FILE] [--loss FILE] [--json OUT]
 
 Prints the table, then "goals: N met, N not met"; --json writes the rows and those counts.
 Exit status 0 whether goals were met or not (a benchmark, not a test); 2 on unreadable input.
@@ -42,18 +43,67 @@ def clean_link_row(goal, r):
                ", ".join(f"{k} {v}" for k, v in resent.items()))
 
 
-def device_rows(doc):
+def bandwidth_figures(doc):
+    """One bench-device.json's iperf3 figure (None if absent), its raw rate per port kind (the
+    fastest of the raw path's variants) and its `ib_write_bw 64 KB` figures."""
     figures = doc.get("figures", [])
-    rows = []
     tcp = next((f for f in figures if f["kind"] == "kernel" and f["test"].startswith("iperf3")),
                None)
     raw = {}
     for f in figures:
         if f["test"].startswith("raw 4 KB frames"):
             raw[f["kind"]] = max(raw.get(f["kind"], 0.0), f["value"])
-    for f in figures:
-        if f["kind"] in ("host", "kernel") or f["test"] != "ib_write_bw 64 KB":
+    bw = [f for f in figures
+          if f["kind"] not in ("host", "kernel") and f["test"] == "ib_write_bw 64 KB"]
+    return tcp, raw, bw
+
+
+def device_rows(docs):
+    """The bandwidth rows of one round's figures, or over several rounds (bench-goals.sh
+    BW_ROUNDS) the median of the rounds' ratios, which the goals are judged on; then the latency
+    rows of every round that measured latency."""
+    rows = bandwidth_rows(docs[0]) if len(docs) == 1 else bandwidth_median_rows(docs)
+    for doc in docs:
+        rows += latency_rows(doc)
+    return rows
+
+
+def bandwidth_median_rows(docs):
+    rounds = [bandwidth_figures(doc) for doc in docs]
+    ports = list(dict.fromkeys(f["kind"] for _, _, bw in rounds for f in bw))
+    rows = []
+    for port in ports:
+        # Per round: (ib_write_bw's figure of this port, raw rate, iperf3 figure), or None.
+        per_round = []
+        for tcp, raw, bw in rounds:
+            f = next((f for f in bw if f["kind"] == port), None)
+            per_round.append((f, raw.get(port, 0.0), tcp))
+        gbps = " ".join("-" if f is None else f"{f['value']:.2f}" for f, _, _ in per_round)
+
+        def ratios(key):
+            return [None if f is None or not f.get(key, 0) > 0 else f[key]
+                    for f, _, _ in per_round]
+
+        raw_shown = " ".join(f"{r:.2f}" for _, r, _ in per_round)
+        rows.append(median_row("ib_write_bw 64 KB vs the raw path", port, ratios("ratio_raw"),
+                               RAW_RATIO, f"; by round: Gb/s {gbps}, raw {raw_shown}"))
+        if all(tcp is None for _, _, tcp in per_round):
             continue
+        tcp_shown = " ".join("-" if t is None else f"{t['value']:.2f}" for _, _, t in per_round)
+        rows.append(median_row("ib_write_bw 64 KB vs iperf3", port, ratios("ratio_iperf3"),
+                               IPERF_RATIO, f"; by round: Gb/s {gbps}, iperf3 {tcp_shown}"))
+        cpu = " ".join("-" if f is None else f"{f['cpu_s_per_gb']:.2f}" for f, _, _ in per_round)
+        tcp_cpu = " ".join("-" if t is None else f"{t['cpu_s_per_gb']:.2f}"
+                           for _, _, t in per_round)
+        rows.append(median_row("ib_write_bw CPU s/GB vs TCP's", port, ratios("ratio_cpu_tcp"),
+                               CPU_RATIO, f"; by round: s/GB {cpu}, TCP {tcp_cpu}", at_most=True))
+    return rows
+
+
+def bandwidth_rows(doc):
+    tcp, raw, bw = bandwidth_figures(doc)
+    rows = []
+    for f in bw:
         port = f["kind"]
         if f.get("ratio_raw", 0) > 0:
             rows.append(row("ib_write_bw 64 KB vs the raw path", port, f["ratio_raw"],
@@ -69,7 +119,12 @@ def device_rows(doc):
             rows.append(row("ib_write_bw CPU s/GB vs TCP's", port, f["ratio_cpu_tcp"],
                             f"<= {CPU_RATIO}x", f["ratio_cpu_tcp"] <= CPU_RATIO,
                             f"{f['cpu_s_per_gb']:.2f} s/GB, TCP {tcp['cpu_s_per_gb']:.2f}"))
-    for f in figures:
+    return rows
+
+
+def latency_rows(doc):
+    rows = []
+    for f in doc.get("figures", []):
         test = f["test"]
         if f["kind"] in ("host", "kernel") or "2 B" not in test or test.startswith("loopback"):
             continue
@@ -95,14 +150,18 @@ def median(values):
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
-def median_row(goal, port, ratios, minimum, detail=""):
-    """A goal judged on the median of several rounds' ratios, each round's in the detail; a round
-    given as None (it did not complete, or had nothing to compare with) ranks below every ratio."""
-    ranked = sorted(-1.0 if x is None else x for x in ratios)
+def median_row(goal, port, ratios, bound, detail="", at_most=False):
+    """A goal judged on the median of several rounds' ratios, each round's in the detail: met when
+    the median is >= `bound` (or <= it, `at_most`). A round given as None (it did not complete, or
+    had nothing to compare with) ranks as the worst of the rounds."""
+    worst = float("inf") if at_most else -1.0
+    ranked = sorted(worst if x is None else x for x in ratios)
     m = median(ranked)
-    shown = " ".join("failed" if x < 0 else f"{x:.2f}" for x in ranked)
-    return row(f"{goal}, median of {len(ratios)} rounds", port, None if m < 0 else m,
-               f">= {minimum}x", m >= minimum, f"rounds {shown}{detail}")
+    shown = " ".join("failed" if x == worst else f"{x:.2f}" for x in ranked)
+    failed = m == worst
+    met = not failed and (m <= bound if at_most else m >= bound)
+    return row(f"{goal}, median of {len(ratios)} rounds", port, None if failed else m,
+               f"{'<=' if at_most else '>='} {bound}x", met, f"rounds {shown}{detail}")
 
 
 def summed_clean_link_row(goal, port, runs):
@@ -197,14 +256,18 @@ def loss_rows(doc):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device")
+    ap.add_argument("--device", action="append",
+                    help="bench-device.json; once per round when there were several")
     ap.add_argument("--qps")
     ap.add_argument("--loss")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows, sources = [], {}
-    for name, path, make in (("device", args.device, device_rows), ("qps", args.qps, qps_rows),
-                             ("loss", args.loss, loss_rows)):
+    inputs = [(f"device round {i + 1}" if len(args.device) > 1 else "device", path, "device")
+              for i, path in enumerate(args.device or [])]
+    inputs += [("qps", args.qps, "qps"), ("loss", args.loss, "loss")]
+    docs = {}
+    for name, path, kind in inputs:
         if not path:
             continue
         try:
@@ -214,7 +277,13 @@ def main():
             print(f"goals.py: {path}: {e}", file=sys.stderr)
             return 2
         sources[name] = {k: doc.get(k) for k in ("commit", "date", "load_start", "load_end")}
-        rows += make(doc)
+        docs.setdefault(kind, []).append(doc)
+    if "device" in docs:
+        rows += device_rows(docs["device"])
+    if "qps" in docs:
+        rows += qps_rows(docs["qps"][0])
+    if "loss" in docs:
+        rows += loss_rows(docs["loss"][0])
     for name, s in sources.items():
         print(f"{name}: commit {s['commit']}, {s['date']}, load {s['load_start']} -> {s['load_end']}")
     print(f"{'goal':<58} {'port':<6} {'measured':>9} {'target':>8}  met  detail")
