@@ -34,6 +34,7 @@ Worker::Worker(WorkerConfig config)
       port_mode_(port_->mode()),
       port_max_frame_bytes_(port_->max_frame_bytes()),
       clock_(clock_or_monotonic(std::move(config.clock))),
+      lossy_burst_packets_(config.lossy_burst_packets),
       pacing_(config.cc),
       egress_(*port_, counters_, make_neighbours(config)),
       ingress_(index_, *routes_, qps_, work_, pacing_, counters_),
@@ -358,10 +359,14 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& tran
   // start would be long past and the QP's next packet would leave early by that much.
   if (hosted.cc != nullptr) now_ns = clock_->now_ns();
   bool any = send_cnps_on_worker(now_ns, hosted);
-  while (egress_.has_room()) {
+  // A QP cut short sent, so it is visited again next turn (drain_outputs_on_worker).
+  const bool cut = lossy_burst_packets_ != 0 && hosted.qp->loss_window().reduced();
+  std::size_t burst = 0;
+  while (egress_.has_room() && !(cut && burst == lossy_burst_packets_)) {
     const auto tx = hosted.qp->poll_transmit(now_ns, egress_.payload_buffer());
     if (!tx) break;
     egress_.send(now_ns, *tx, *hosted.binding);
+    ++burst;
     any = true;
     transmitted = true;
   }

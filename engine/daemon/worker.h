@@ -39,7 +39,8 @@
 // they come full, up to kRxBatchesBeforeTimers), the timers due (a deadline-ordered queue), the
 // QPs the InflightBudget stopped for which it has grants free again, then the outputs of the QPs
 // marked since their last drain (worker_work.h: CNPs, packets out through egress, completions
-// and events to the binding, counters), in round robin: the ones that sent go last next turn;
+// and events to the binding, counters), in round robin: the ones that sent go last next turn,
+// and one on a lossy path sends at most WorkerConfig::lossy_burst_packets a turn;
 // then the neighbour resolver (answers release the frames that waited for a MAC), then the
 // backlog and the port's flush, then a sample of the port's receive drops; then the sleep
 // policy.
@@ -98,6 +99,13 @@ struct WorkerConfig {
   // threads (the applications poll their CQs), a spinning worker takes the core the
   // application needs, and a sleeping one is woken at once by its doorbell or port.
   std::uint64_t spin_ns = 20'000;
+  // On a lossy path (the QP's loss window reduced, transport/loss_window.h) the most packets of
+  // one QP a turn sends before the worker reads what came back. A responder NAKs a gap once and
+  // drops every later request (go-back-N), so each packet sent after a loss while its NAK waits
+  // unread is doomed: a NAK read a burst sooner dooms a burst less. 0: no limit. A clean path's
+  // bursts are never cut: each cut adds a turn, which cost a clean udp ib_write_bw 12-14 %
+  // (bench/README.md, "A lossy QP's burst ends at 16 packets").
+  std::size_t lossy_burst_packets = 16;
   // The one CPU the worker's thread runs on (sched_setaffinity), or none: wherever the
   // scheduler puts it (DatapathConfig::cpus).
   std::optional<std::uint32_t> cpu;
@@ -241,6 +249,7 @@ class Worker {
   net::PortMode port_mode_;
   std::size_t port_max_frame_bytes_;
   std::unique_ptr<Clock> clock_;
+  std::size_t lossy_burst_packets_;  // WorkerConfig::lossy_burst_packets
 
   boost::lockfree::spsc_queue<Command*, boost::lockfree::capacity<kCommandSlots>> commands_;
   std::atomic<bool> stop_{false};

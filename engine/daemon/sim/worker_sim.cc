@@ -491,6 +491,7 @@ void Simulation::start_workers(Device& d) {
     wc.clock = std::make_unique<SimClock>(now_);
     wc.sleeper = std::move(sleeper);
     wc.spin_ns = cfg_.spin_ns;
+    wc.lossy_burst_packets = cfg_.lossy_burst_packets;
     wc.cc.line_rate_mbps = cfg_.rate_gbps * 1000;
     if (cfg_.ecn) wc.cc.params.np_enable_mask = 0xFF;
     workers_.push_back(std::make_unique<Worker>(std::move(wc)));
@@ -583,6 +584,7 @@ void Simulation::connect_pair(Endpoint& a, Endpoint& b) {
     qc.max_recv_wr = recv_slots_;
     qc.port_mtu = cfg_.mtu;
     qc.inflight_budget = e->device->budget;
+    if (cfg_.daemon_qp_config) transport::use_daemon_timers_and_windows(qc);
     auto qp = std::make_unique<transport::Qp>(qc, e->device->mrs);
     connect_qp(*qp, e->peer->qpn, sq, rq);
     e->qp = qp.get();
@@ -1084,7 +1086,8 @@ std::string describe(const WorkerScenario& s) {
     << " corrupt " << s.corrupt << " rate_gbps " << s.rate_gbps << " host_queue "
     << s.host_queue_bytes << " ecn " << s.ecn << " turn_ns " << s.turn_ns << " wake_ns "
     << s.wake_ns << " spin_ns " << s.spin_ns << " spin_allowed " << s.spin_allowed << " strangers "
-    << s.strangers << " inflight_budget " << s.inflight_budget_psns
+    << s.strangers << " inflight_budget " << s.inflight_budget_psns << " lossy_burst_packets "
+    << s.lossy_burst_packets << (s.daemon_qp_config ? " daemon_qp_config" : "")
     << (s.one_rx_queue ? " one_rx_queue" : "");
   return o.str();
 }

@@ -68,6 +68,11 @@ struct WorkerScenario {
   std::uint64_t wake_ns = 5'000;  // from the event to a sleeping worker's next turn
   std::uint64_t spin_ns = 20'000;
   bool spin_allowed = true;
+  // WorkerConfig::lossy_burst_packets (its default); 0: a lossy QP's bursts are not cut.
+  std::size_t lossy_burst_packets = 16;
+  // The QPs get the daemon's timers and windows (transport::use_daemon_timers_and_windows: the
+  // loss window among them), not QpConfig's defaults.
+  bool daemon_qp_config = false;
   std::uint64_t think_ns = 10'000;  // the application posts again within this after a completion
   std::uint64_t settle_ns = 2'000'000;           // run on after the last completion
   std::uint64_t time_limit_ns = 60'000'000'000;  // virtual time before declaring a stall
