@@ -102,9 +102,11 @@ struct WorkerConfig {
   // On a lossy path (the QP's loss window reduced, transport/loss_window.h) the most packets of
   // one QP a turn sends before the worker reads what came back. A responder NAKs a gap once and
   // drops every later request (go-back-N), so each packet sent after a loss while its NAK waits
-  // unread is doomed: a NAK read a burst sooner dooms a burst less. 0: no limit. A clean path's
-  // bursts are never cut: each cut adds a turn, which cost a clean udp ib_write_bw 12-14 %
-  // (bench/README.md, "A lossy QP's burst ends at 16 packets").
+  // unread is doomed, and the ACKs that reopen the window wait with it: read a burst sooner, the
+  // simulator's lossy QPs sent a third fewer packets again and the wire's WRITE at 2 % loss went
+  // up by a quarter. 0: no limit. A clean path's bursts are never cut: each cut adds a turn,
+  // which cost a clean udp ib_write_bw 12-14 % (bench/README.md, "A lossy QP's burst ends at 16
+  // packets").
   std::size_t lossy_burst_packets = 16;
   // The one CPU the worker's thread runs on (sched_setaffinity), or none: wherever the
   // scheduler puts it (DatapathConfig::cpus).
