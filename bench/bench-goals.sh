@@ -19,7 +19,7 @@
 # Each writes its JSON into OUT_DIR (default ./bench-goals-DATE): bench-device.json and .svg
 # (bandwidth-round-N/bench-device.json for the rounds after the first), qps.json, loss.json,
 # and goals.json with the table's rows. Not a test: figures on a shared host move between
-# minutes, so every ratio is to a baseline of the same round. Needs root; about 17 minutes on
+# minutes, so every ratio is to a baseline of the same round. Needs root; about 13 minutes on
 # two cores. Wire benchmarks run one at a time on a shared host:
 #   flock /tmp/xroce-bench.lock bench/bench-goals.sh [BUILD_DIR]
 set -euo pipefail

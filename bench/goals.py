@@ -5,8 +5,9 @@ kind (and per latency mode, QP count, round), the figure, the target, and whethe
 Reads what the wire benchmarks wrote: bench-device.sh's bench-device.json (bandwidth against the
 raw path and iperf3, CPU per byte against TCP's, latency against sockperf UDP and p99 against
 typical; given more than once, one file per round, the bandwidth goals are judged on the median
-of the rounds' ratios and the latency rows come from the rounds that measured latency), bench-qps.sh's JSON_OUT (many QPs against one, and retransmissions on a clean link)
-and bench-loss.sh's JSON_OUT (2 % loss against the clean rate). A file not given, or a figure
+of the rounds' ratios and the latency rows come from the rounds that measured latency),
+bench-qps.sh's JSON_OUT (many QPs against one, and retransmissions on a clean link) and
+bench-loss.sh's JSON_OUT (2 % loss against the clean rate). A file not given, or a figure
 a file does not hold, gives no row: the table says what was measured, never a default.
 
   bench/goals.py [--device FILE]... [--qps FILE] [--loss FILE] [--json OUT]
@@ -68,6 +69,11 @@ def device_rows(docs):
     return rows
 
 
+def by_round(figures, key):
+    """`key` of each round's figure, two decimals, "-" for a round without one."""
+    return " ".join("-" if f is None else f"{f[key]:.2f}" for f in figures)
+
+
 def bandwidth_median_rows(docs):
     rounds = [bandwidth_figures(doc) for doc in docs]
     ports = list(dict.fromkeys(f["kind"] for _, _, bw in rounds for f in bw))
@@ -78,25 +84,25 @@ def bandwidth_median_rows(docs):
         for tcp, raw, bw in rounds:
             f = next((f for f in bw if f["kind"] == port), None)
             per_round.append((f, raw.get(port, 0.0), tcp))
-        gbps = " ".join("-" if f is None else f"{f['value']:.2f}" for f, _, _ in per_round)
+        figs = [f for f, _, _ in per_round]
+        tcps = [t for _, _, t in per_round]
 
         def ratios(key):
-            return [None if f is None or not f.get(key, 0) > 0 else f[key]
-                    for f, _, _ in per_round]
+            return [None if f is None or not f.get(key, 0) > 0 else f[key] for f in figs]
 
+        gbps = by_round(figs, "value")
         raw_shown = " ".join(f"{r:.2f}" for _, r, _ in per_round)
         rows.append(median_row("ib_write_bw 64 KB vs the raw path", port, ratios("ratio_raw"),
                                RAW_RATIO, f"; by round: Gb/s {gbps}, raw {raw_shown}"))
-        if all(tcp is None for _, _, tcp in per_round):
+        if all(t is None for t in tcps):
             continue
-        tcp_shown = " ".join("-" if t is None else f"{t['value']:.2f}" for _, _, t in per_round)
         rows.append(median_row("ib_write_bw 64 KB vs iperf3", port, ratios("ratio_iperf3"),
-                               IPERF_RATIO, f"; by round: Gb/s {gbps}, iperf3 {tcp_shown}"))
-        cpu = " ".join("-" if f is None else f"{f['cpu_s_per_gb']:.2f}" for f, _, _ in per_round)
-        tcp_cpu = " ".join("-" if t is None else f"{t['cpu_s_per_gb']:.2f}"
-                           for _, _, t in per_round)
+                               IPERF_RATIO,
+                               f"; by round: Gb/s {gbps}, iperf3 {by_round(tcps, 'value')}"))
         rows.append(median_row("ib_write_bw CPU s/GB vs TCP's", port, ratios("ratio_cpu_tcp"),
-                               CPU_RATIO, f"; by round: s/GB {cpu}, TCP {tcp_cpu}", at_most=True))
+                               CPU_RATIO,
+                               f"; by round: s/GB {by_round(figs, 'cpu_s_per_gb')}, "
+                               f"TCP {by_round(tcps, 'cpu_s_per_gb')}", at_most=True))
     return rows
 
 
@@ -263,8 +269,9 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     rows, sources = [], {}
-    inputs = [(f"device round {i + 1}" if len(args.device) > 1 else "device", path, "device")
-              for i, path in enumerate(args.device or [])]
+    devices = args.device or []
+    inputs = [(f"device round {i + 1}" if len(devices) > 1 else "device", path, "device")
+              for i, path in enumerate(devices)]
     inputs += [("qps", args.qps, "qps"), ("loss", args.loss, "loss")]
     docs = {}
     for name, path, kind in inputs:
