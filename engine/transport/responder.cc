@@ -441,7 +441,8 @@ ResponderState Responder::execute_read(const Request& r) {
                           0,
                           msn_};
   epsn_ = r.psn + n;
-  jobs_.push_back(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(msn_), 0, res, r.psn});
+  jobs_.push_back(
+      Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(msn_), 0, res, r.psn, res.last_psn, res.length});
   return ResponderState::kDone;
 }
 
@@ -558,27 +559,47 @@ ResponderState Responder::duplicate(const Request& r) {
           std::uint64_t{reth.dma_length} + offset > res.length) {
         return ResponderState::kDrop;
       }
-      for (Job& j : jobs_) {  // already replaying this READ: restart it from here
-        if (j.kind == Job::Kind::kRead && j.res.first_psn == res.first_psn) {
+      // The duplicate may name a sub-range of what is left (IBA 9.4.4; rxe_resp.c
+      // duplicate_request replays exactly it): a requester that keeps the responses it had after
+      // a gap asks only for those it lacks (transport/read_repair.h). The reply ends where the
+      // range does, with LAST (ONLY at the READ's first PSN), as rxe's read_reply ends it.
+      const std::uint64_t end_offset = offset + reth.dma_length;
+      const wire::Psn end_psn =
+          end_offset >= res.length
+              ? res.last_psn
+              : r.psn + static_cast<std::uint32_t>(
+                            (std::max<std::uint64_t>(reth.dma_length, 1) + ctx_.mtu() - 1) /
+                                ctx_.mtu() -
+                            1);
+      Job replay{Job::Kind::kRead, r.psn,     wire::Aeth::ack(res.msn), 0, res, r.psn,
+                 end_psn,          end_offset};
+      if (end_psn != res.last_psn) {
+        queue_replay(std::move(replay), false);
+        return ResponderState::kDone;
+      }
+      for (Job& j : jobs_) {  // already replaying this READ to its end: restart it from here
+        if (j.kind == Job::Kind::kRead && j.res.first_psn == res.first_psn &&
+            j.end_psn == res.last_psn) {
           j.psn = r.psn;
           j.start_psn = r.psn;
           return ResponderState::kDone;
         }
       }
-      queue_replay(Job{Job::Kind::kRead, r.psn, wire::Aeth::ack(res.msn), 0, res, r.psn});
+      queue_replay(std::move(replay), true);
       return ResponderState::kDone;
     }
     if ((op == Operation::kCompareSwap || op == Operation::kFetchAdd) &&
         res.kind == ResponderResource::Kind::kAtomic) {
       // The atomic replay cache: answer without executing again.
       queue_replay(
-          Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(res.msn), res.atomic_original, {}, {}});
+          Job{Job::Kind::kAtomicAck, r.psn, wire::Aeth::ack(res.msn), res.atomic_original, {}, {}},
+          true);
       return ResponderState::kDone;
     }
     // ATOMIC WRITE and FLUSH (oA19-14/15): answered again, never executed twice.
     if ((op == Operation::kAtomicWrite && res.kind == ResponderResource::Kind::kAtomicWrite) ||
         (op == Operation::kFlush && res.kind == ResponderResource::Kind::kFlush)) {
-      queue_replay(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(res.msn), 0, {}, {}});
+      queue_replay(Job{Job::Kind::kEmptyRead, r.psn, wire::Aeth::ack(res.msn), 0, {}, {}}, true);
       return ResponderState::kDone;
     }
   }
@@ -592,12 +613,15 @@ ResponderState Responder::duplicate(const Request& r) {
 // max_dest_rd_atomic READs the requester drops and asks for again. A later READ's reply already
 // under way starts over, since what it sent came after the gap. (rxe instead finishes the READ
 // reply in progress before it reads the next request: rxe_resp.c get_req.)
-void Responder::queue_replay(Job job) {
+void Responder::queue_replay(Job job, bool restart_later) {
   const wire::Psn from = job.order_psn();
-  auto at = std::find_if(jobs_.begin(), jobs_.end(),
-                         [&](const Job& j) { return j.order_psn().after(from); });
+  // A sub-range goes ahead of the reply under way too, which has already sent past it (the
+  // requester saw a later response): where that reply stands, not where it began, orders it.
+  auto at = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) {
+    return (restart_later || j.kind != Job::Kind::kRead ? j.order_psn() : j.psn).after(from);
+  });
   if (at != jobs_.end()) ++ctx_.counters.replays_reordered;
-  if (at == jobs_.begin() && at != jobs_.end() && at->kind == Job::Kind::kRead) {
+  if (restart_later && at == jobs_.begin() && at != jobs_.end() && at->kind == Job::Kind::kRead) {
     at->psn = at->start_psn;
   }
   jobs_.insert(at, std::move(job));
@@ -734,8 +758,8 @@ Transmit Responder::build_read_response(Job& j, wire::MutableBytes payload, bool
   const std::uint64_t offset =
       std::uint64_t{static_cast<std::uint32_t>(j.psn.distance_from(res.first_psn))} * mtu;
   const bool first = j.psn == res.first_psn;
-  const bool last = j.psn == res.last_psn;
-  const auto n = static_cast<std::uint32_t>(last ? res.length - offset : mtu);
+  const bool last = j.psn == j.end_psn;
+  const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(j.end_offset - offset, mtu));
   Transmit t;
   t.av_id = ctx_.attr.av_id;
   wire::TransportHeaders& h = t.hdr;

@@ -91,6 +91,10 @@ class Responder {
     std::uint64_t atomic_original = 0;
     ResponderResource res;  // kRead: a copy, so recycling the ring cannot change a reply
     wire::Psn start_psn;    // kRead: where this reply began (the READ's first PSN or a replay's)
+    // kRead: the last PSN this reply sends, and the byte offset (from res.va) one past the last
+    // byte it reads: the READ's own, or a duplicate's that named a sub-range of it (duplicate()).
+    wire::Psn end_psn{};
+    std::uint64_t end_offset = 0;
 
     // The PSN responses are ordered by: the first this job sends.
     wire::Psn order_psn() const { return kind == Kind::kRead ? start_psn : psn; }
@@ -119,7 +123,9 @@ class Responder {
   wire::Opcode response_opcode(wire::Opcode rc_opcode) const;
   bool uc() const { return ctx_.config.type == QpType::kUc; }
   void queue_ack(wire::Psn psn, wire::Aeth aeth);
-  void queue_replay(Job job);
+  // `restart_later`: a READ reply under way for a later request starts over (a go-back-N asked for
+  // everything from the replay's PSN on); false for a sub-range, which asks for nothing else.
+  void queue_replay(Job job, bool restart_later);
   void queue_nak(wire::Psn psn, wire::NakCode code);
   ResponderState acknowledge(const Request& r);
   ResponderState nak_psn_sequence();
