@@ -33,6 +33,7 @@ void Completer::handle_response(std::uint64_t now_ns, const wire::TransportHeade
   CompleterState s = CompleterState::kGetWqe;
   while (s != CompleterState::kDone)
     s = step(s, r);
+  if (selective()) take_placed();
   probe_answered(r);
 }
 
@@ -180,7 +181,7 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.after(w.last_psn)) {
     // A response beyond this WQE acknowledges a SEND/WRITE implicitly (a coalesced ACK) but
     // means a READ/ATOMIC's response was lost: implied NAK (rxe_comp.c check_psn).
-    if (w.is_read_or_atomic()) return response_gap(r, false);
+    if (w.is_read_or_atomic()) return read_ahead(r, false);
     advance_comp_psn(now_ns_, w.last_psn + 1);
     complete_head(WcStatus::kSuccess);
     return CompleterState::kGetWqe;
@@ -188,9 +189,98 @@ CompleterState Completer::check_psn(const Response& r, SendWqe& w) {
   if (r.psn.after(ctx_.comp_psn) && w.is_read_or_atomic()) {
     // A gap in READ responses is an implied NAK: ask again from the first missing PSN now,
     // once per gap, rather than wait for the ACK timeout (rxe_comp.c check_psn).
-    return response_gap(r, true);
+    return read_ahead(r, true);
   }
   return CompleterState::kCheckAck;
+}
+
+// A response after a gap while a READ or ATOMIC waits at comp_psn. Without selective repair, or
+// when it is not a READ response the record can take, a retry from comp_psn (response_gap). Else
+// it is placed in its READ's buffer now and only the ranges it shows lost are asked for again.
+// A response that does not fit its READ (position, length, key) is dropped, as rxe drops any
+// response out of sequence: its PSN stays missing and is asked for again.
+CompleterState Completer::read_ahead(const Response& r, bool in_head) {
+  if (!selective() || r.info.operation != wire::Operation::kReadResponse ||
+      !ReadRepair::covers(ctx_.comp_psn, r.psn)) {
+    return response_gap(r, in_head);
+  }
+  if (ctx_.read_repair.received(r.psn)) return CompleterState::kDrop;  // a duplicate
+  // The READ it answers: started WQEs hold consecutive PSN ranges from sq_head on.
+  std::uint64_t i = ctx_.sq_head;
+  while (i != ctx_.sq_tail && ctx_.wqe(i).stage == WqeStage::kStarted &&
+         ctx_.wqe(i).last_psn.before(r.psn)) {
+    ++i;
+  }
+  if (i == ctx_.sq_tail) return CompleterState::kDrop;
+  SendWqe& w = ctx_.wqe(i);
+  if (w.stage != WqeStage::kStarted || !w.is_read() ||
+      !wire::psn_in_range(r.psn, w.first_psn, w.last_psn)) {
+    return response_gap(r, in_head);
+  }
+  if (r.hdr.aeth && !r.hdr.aeth->is_ack()) return CompleterState::kDrop;
+  const bool last = r.psn == w.last_psn;
+  if (r.info.ends_message() != last && !ctx_.read_repair.asked_range_ends_at(r.psn))
+    return CompleterState::kDrop;
+  const std::uint32_t mtu = ctx_.mtu();
+  const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, mtu);
+  if (r.payload.size() != (last ? w.length - offset : mtu)) return CompleterState::kDrop;
+  if (!scatter(*ctx_.mrs, w.wr.sg_list, offset, r.payload)) return CompleterState::kDrop;
+  ++ctx_.counters.read_responses_ahead;
+  lost_.clear();
+  ctx_.read_repair.on_response(ctx_.comp_psn, r.psn, lost_);
+  if (!lost_.empty() && !ask_again(lost_)) {
+    ctx_.read_repair.restart();
+    return response_gap(r, in_head);
+  }
+  return CompleterState::kDone;
+}
+
+bool Completer::ask_again(const std::vector<ReadRepair::Range>& lost) {
+  const std::size_t queued = ctx_.read_asks.size();
+  std::uint64_t i = ctx_.sq_head;
+  for (const ReadRepair::Range& range : lost) {
+    wire::Psn first = range.first;
+    while (first.at_or_before(range.last)) {
+      while (i != ctx_.sq_tail && ctx_.wqe(i).stage == WqeStage::kStarted &&
+             ctx_.wqe(i).last_psn.before(first)) {
+        ++i;
+      }
+      if (i == ctx_.sq_tail) break;
+      const SendWqe& w = ctx_.wqe(i);
+      if (w.stage != WqeStage::kStarted || !w.is_read() || first.before(w.first_psn)) {
+        ctx_.read_asks.resize(queued);
+        return false;
+      }
+      const wire::Psn last = range.last.before(w.last_psn) ? range.last : w.last_psn;
+      ctx_.read_asks.push_back(QpContext::ReadAsk{i, {first, last}});
+      ctx_.read_repair.asked({first, last});
+      first = last + 1;
+    }
+  }
+  // A loss, as a NAK's: the window halves once per round trip of losses, timings are void, and
+  // the resend probe's timer watches the ranges (QpConfig::resend_probe_floor_ns).
+  ctx_.loss_window.on_loss(ctx_.psn_high);
+  ctx_.rtt.on_retry();
+  ctx_.resend_probe = true;
+  ctx_.tail_probe = false;
+  ctx_.restart_adaptive_timer(now_ns_);
+  return true;
+}
+
+void Completer::take_placed() {
+  while (ctx_.sq_head != ctx_.sq_tail && ctx_.read_repair.received(ctx_.comp_psn)) {
+    SendWqe& w = ctx_.wqe(ctx_.sq_head);
+    if (w.stage != WqeStage::kStarted || !w.is_read() ||
+        !wire::psn_in_range(ctx_.comp_psn, w.first_psn, w.last_psn)) {
+      return;
+    }
+    wire::Psn end = ctx_.comp_psn;
+    while (end != w.last_psn && ctx_.read_repair.received(end + 1))
+      ++end;
+    advance_comp_psn(now_ns_, end + 1);
+    if (end != w.last_psn) return;
+    complete_head(WcStatus::kSuccess);
+  }
 }
 
 CompleterState Completer::check_ack(const Response& r, SendWqe& w) {
@@ -230,8 +320,9 @@ CompleterState Completer::check_read_response(const Response& r, SendWqe& w) {
   const bool last = r.psn == w.last_psn;
   const bool ends = r.info.ends_message();
   // A replay after a partial-read retry may start with FIRST or MIDDLE (rxe_comp.c check_ack;
-  // docs/protocol.md §3.6).
-  if (ends != last) return CompleterState::kDrop;
+  // docs/protocol.md §3.6); the replay of a sub-range ends where the range does.
+  if (ends != last && !(ends && selective() && ctx_.read_repair.asked_range_ends_at(r.psn)))
+    return CompleterState::kDrop;
   const std::uint32_t mtu = ctx_.mtu();
   const std::uint64_t offset = psn_offset_bytes(r.psn, w.first_psn, mtu);
   const std::uint64_t expect = last ? w.length - offset : mtu;
@@ -260,6 +351,10 @@ CompleterState Completer::do_read(const Response& r, SendWqe& w) {
     fatal_status_ = WcStatus::kLocProtErr;
     return CompleterState::kFatalError;
   }
+  if (selective()) {
+    lost_.clear();  // in order: it can only move a range's replay on
+    ctx_.read_repair.on_response(ctx_.comp_psn, r.psn, lost_);
+  }
   return r.psn == w.last_psn ? CompleterState::kCompAck : CompleterState::kUpdateComp;
 }
 
@@ -287,6 +382,7 @@ void Completer::complete_head(WcStatus status) {
 void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   if (psn.after(ctx_.comp_psn)) {
     const auto acked = static_cast<std::uint32_t>(psn.distance_from(ctx_.comp_psn));
+    ctx_.read_repair.on_advance(ctx_.comp_psn, psn);
     ctx_.comp_psn = psn;
     ctx_.loss_window.on_acknowledged(acked, ctx_.comp_psn);
   }
@@ -297,7 +393,8 @@ void Completer::advance_comp_psn(std::uint64_t now_ns, wire::Psn psn) {
   retry_started_ = false;
   resent_unanswered_ = false;
   gap_seen_ = false;
-  ctx_.resend_probe = false;
+  // Ranges still asked for keep the resend probe's timer (ReadRepair::expired).
+  ctx_.resend_probe = ctx_.read_repair.repairing();
   if (ctx_.tail_probe) {
     // The probe's answer, or what it overtook, left PSNs sent before it unacknowledged: they
     // were lost unless acknowledged within the resend probe's timer (QpConfig::
@@ -325,6 +422,8 @@ void Completer::start_retry(std::uint64_t now_ns, bool from_timeout) {
   }
   ctx_.resend_probe = !from_timeout;
   ctx_.tail_probe = false;
+  ctx_.read_repair.restart();
+  ctx_.read_asks.clear();
   req_.retry(!from_timeout);
   resent_unanswered_ = true;
   ctx_.retransmit_deadline_ns = 0;  // both re-armed by the first retransmitted packet
@@ -360,6 +459,25 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
   ++ctx_.counters.adaptive_retransmits;
   if (resent_unanswered_) ++ctx_.counters.resend_timeouts;
   resent_unanswered_ = true;
+  if (ctx_.read_repair.repairing()) {
+    // Ranges asked for again are still missing: the request or its replay was lost. Ask for
+    // what is missing of them again, rather than go back over what arrived.
+    lost_.clear();
+    ctx_.read_repair.expired(ctx_.comp_psn, lost_);
+    if (!lost_.empty()) {
+      ctx_.read_asks.clear();
+      std::uint64_t i = ctx_.sq_head;
+      for (const ReadRepair::Range& range : lost_) {
+        while (i != ctx_.sq_tail && ctx_.wqe(i).last_psn.before(range.first))
+          ++i;
+        if (i != ctx_.sq_tail) ctx_.read_asks.push_back(QpContext::ReadAsk{i, range});
+      }
+      ctx_.rtt.on_rto_expired();
+      ctx_.rtt.on_retry();
+      ctx_.restart_adaptive_timer(now_ns);
+      return;
+    }
+  }
   ctx_.resend_probe = false;  // one probe per NAK; then the RTO, doubling
   ctx_.tail_probe = false;
   ctx_.rtt.on_rto_expired();

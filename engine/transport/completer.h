@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "transport/qp_context.h"
 #include "transport/requester.h"
@@ -61,6 +62,14 @@ class Completer {
   CompleterState check_read_response(const Response& r, SendWqe& w);
   CompleterState check_nak(const Response& r, SendWqe& w);
   CompleterState do_read(const Response& r, SendWqe& w);
+  // Selective READ repair (transport/read_repair.h).
+  bool selective() const { return ctx_.config.selective_read_repair; }
+  CompleterState read_ahead(const Response& r, bool in_head);
+  // Asks for the ranges in `lost` again, each split at its READs' ends; false when one falls on
+  // a PSN that is not a READ's (a SEND, WRITE or ATOMIC): then only a go-back-N repairs it.
+  bool ask_again(const std::vector<ReadRepair::Range>& lost);
+  // Moves comp_psn over the responses placed ahead that now follow it, completing their READs.
+  void take_placed();
   CompleterState do_atomic(const Response& r, SendWqe& w);
   void complete_head(WcStatus status);
   void advance_comp_psn(std::uint64_t now_ns, wire::Psn psn);
@@ -85,6 +94,7 @@ class Completer {
   bool gap_seen_ = false;
   wire::Psn last_gap_psn_;
   bool replay_lost_ = false;
+  std::vector<ReadRepair::Range> lost_;  // scratch for ReadRepair's findings
 };
 
 }  // namespace xroce::transport

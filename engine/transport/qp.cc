@@ -135,6 +135,8 @@ void Qp::reset_queues() {
   ctx_.rnr_deadline_ns = 0;
   ctx_.pacer_deadline_ns = 0;
   ctx_.fatal_pending = false;
+  ctx_.read_repair.clear();
+  ctx_.read_asks.clear();
   ctx_.rtt = RttEstimator{};
   ctx_.loss_window = LossWindow(ctx_.config.max_unacked_psns, ctx_.config.loss_window_min_psns);
   resp_.reset(wire::Psn(0), 0);
@@ -310,6 +312,8 @@ void Qp::enter_error() {
   ctx_.attr.qp_state = QpState::kErr;
   flush_send_queue();
   resp_.flush();
+  ctx_.read_repair.clear();
+  ctx_.read_asks.clear();
   ctx_.retransmit_deadline_ns = 0;
   ctx_.disarm_adaptive_timer();
   ctx_.resend_probe = false;

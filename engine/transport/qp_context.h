@@ -14,6 +14,7 @@
 #include "transport/loss_window.h"
 #include "transport/memory.h"
 #include "transport/qp_state.h"
+#include "transport/read_repair.h"
 #include "transport/rtt.h"
 #include "transport/srq.h"
 #include "transport/work.h"
@@ -159,6 +160,11 @@ struct QpConfig {
   // is a READ's: its answer is the READ's responses still due, not one packet,
   // tail_probe_is_cheap). 0: lossy_tail_probe_floor_ns for every probe.
   std::uint64_t lossy_read_tail_probe_floor_ns = 0;
+  // Selective READ repair (transport/read_repair.h): READ responses after a gap are placed as
+  // they come, and only the missing ranges are asked for again, by a duplicate READ request
+  // naming the sub-range; false: a gap asks for the READ again from the gap to its end and
+  // resends every later request (rxe's go-back-N, docs/protocol.md 3.9).
+  bool selective_read_repair = false;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -178,6 +184,7 @@ inline void use_daemon_timers_and_windows(QpConfig& config) {
   config.tail_probe_floor_ns = kDaemonTailProbeFloorNs;
   config.lossy_tail_probe_floor_ns = kDaemonLossyTailProbeFloorNs;
   config.lossy_read_tail_probe_floor_ns = kDaemonLossyReadTailProbeFloorNs;
+  config.selective_read_repair = true;
 }
 
 // kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);
@@ -273,7 +280,15 @@ struct QpContext {
   std::deque<Completion> completions;
   std::deque<AsyncEvent> events;
   QpCounters counters;
-  std::uint64_t now_ns = 0;    // the latest time an input carried; stamps completions
+  std::uint64_t now_ns = 0;  // the latest time an input carried; stamps completions
+  // Selective READ repair (QpConfig::selective_read_repair): what arrived past comp_psn, which the
+  // completer records, and the ranges the requester is to ask for again, oldest first.
+  struct ReadAsk {
+    std::uint64_t wqe;  // the READ's send-queue index
+    ReadRepair::Range range;
+  };
+  ReadRepair read_repair;
+  std::deque<ReadAsk> read_asks;
   RttEstimator rtt;            // the requester times, the completer measures
   LossWindow loss_window;      // the completer sizes it, the requester keeps within it
   bool fatal_pending = false;  // a role found a fatal error; the QP moves to ERR and flushes

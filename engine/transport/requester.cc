@@ -125,6 +125,12 @@ bool Requester::window_full_after_this() const {
 }
 
 std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes payload) {
+  if (!ctx_.read_asks.empty()) {
+    if (std::optional<Transmit> t = build_read_ask()) {
+      on_transmit(now_ns, *t);
+      return t;
+    }
+  }
   RequesterState s = next_state(now_ns);
   // Local operations (binds, LOCAL_INV) execute here in send-queue order. C10-93.1.1 (quoted in
   // rxe_req.c rxe_requester): a UD message longer than the port's MTU emits no packet, and the
@@ -162,6 +168,11 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
     ctx_.req_psn = repeat_psn;
     ++ctx_.counters.resend_repeats;
   }
+  on_transmit(now_ns, t);
+  return t;
+}
+
+void Requester::on_transmit(std::uint64_t now_ns, Transmit& t) {
   ++ctx_.counters.packets_sent;
   ctx_.counters.payload_bytes_sent += t.payload_len;
   if (t.retransmission) ++ctx_.counters.retransmitted_packets;
@@ -176,7 +187,47 @@ std::optional<Transmit> Requester::poll(std::uint64_t now_ns, wire::MutableBytes
   // The adaptive timer measures silence: RTO after the newest packet sent or the newest
   // progress, whichever is later (a response to what just left cannot come sooner).
   if (ctx_.reliable()) ctx_.restart_adaptive_timer(now_ns);
-  return t;
+}
+
+// A duplicate READ request for a sub-range of the original (IBA 9.4.4; rxe_resp.c
+// duplicate_request accepts any sub-range under the same R_Key and replays exactly it): its PSN is
+// the range's first, its RETH the range's bytes. It needs no responder resource of its own (the
+// responder answers from the original's) and no new PSN, so neither max_rd_atomic, the window nor
+// the device's budget holds it back; the RNR timer does, as it holds every resend.
+std::optional<Transmit> Requester::build_read_ask() {
+  if (ctx_.state != QpState::kRts && ctx_.state != QpState::kSqd) return std::nullopt;
+  if (halted_ || ctx_.rnr_deadline_ns != 0) return std::nullopt;
+  const std::uint32_t mtu = ctx_.mtu();
+  while (!ctx_.read_asks.empty()) {
+    const QpContext::ReadAsk ask = ctx_.read_asks.front();
+    ctx_.read_asks.pop_front();
+    const SendWqe& w = ctx_.wqe(ask.wqe);
+    // Made good meanwhile (a go-back-N's replay, or the READ completed): nothing to ask.
+    if (ask.wqe < ctx_.sq_head || ask.wqe >= ctx_.sq_tail || w.stage != WqeStage::kStarted ||
+        !w.is_read() || ask.range.last.before(ctx_.comp_psn) ||
+        !wire::psn_in_range(ask.range.last, w.first_psn, w.last_psn)) {
+      continue;
+    }
+    const wire::Psn first = ask.range.first.before(ctx_.comp_psn) ? ctx_.comp_psn : ask.range.first;
+    const std::uint64_t offset =
+        std::uint64_t{static_cast<std::uint32_t>(first.distance_from(w.first_psn))} * mtu;
+    const std::uint64_t packets =
+        static_cast<std::uint32_t>(ask.range.last.distance_from(first)) + 1;
+    Transmit t;
+    t.av_id = ctx_.attr.av_id;
+    t.retransmission = true;
+    wire::TransportHeaders& h = t.hdr;
+    h.bth.dest_qp = ctx_.attr.dest_qp_num;
+    h.bth.psn = first;
+    h.bth.opcode = wire::in_transport(Opcode::kRcReadRequest, ctx_.transport());
+    h.bth.ack_req = true;
+    h.reth = wire::Reth{w.wr.remote_addr + offset, w.wr.rkey,
+                        static_cast<std::uint32_t>(std::min(w.length - offset, packets * mtu))};
+    if (h.info().headers.has(wire::Header::kXrcEth)) h.xrc_srqn = w.wr.xrc_remote_srqn;
+    ++ctx_.counters.read_ranges_asked;
+    return t;
+  }
+  return std::nullopt;
 }
 
 RequesterState Requester::start_wqe(SendWqe& w) {

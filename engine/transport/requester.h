@@ -69,6 +69,11 @@ class Requester {
   RequesterState start_wqe(SendWqe& w);
   WcStatus local_check(const SendWqe& w) const;
   void execute_local(SendWqe& w);
+  // The next range selective READ repair asks for again (QpContext::read_asks), if any is still
+  // missing and the requester may send.
+  std::optional<Transmit> build_read_ask();
+  // What every request packet does as it leaves: counters, timers, congestion control.
+  void on_transmit(std::uint64_t now_ns, Transmit& t);
   Transmit build_connected(SendWqe& w, wire::MutableBytes payload);
   Transmit build_ud(SendWqe& w, wire::MutableBytes payload);
   void build_send_write(SendWqe& w, Transmit& t, wire::MutableBytes payload);

@@ -146,6 +146,11 @@ struct QpCounters {
   // READ/ATOMIC retries started because the replay an earlier retry asked for came without the
   // missing PSN (Completer::response_gap), without waiting for a timer.
   std::uint64_t replay_gap_retries = 0;
+  // READ responses placed ahead of a gap, and the missing ranges asked for again by a duplicate
+  // READ request each (QpConfig::selective_read_repair); each such request is also in
+  // retransmitted_packets.
+  std::uint64_t read_responses_ahead = 0;
+  std::uint64_t read_ranges_asked = 0;
   std::uint64_t duplicate_requests = 0;
   // Replays of a duplicate READ or ATOMIC the responder sent ahead of responses it had queued
   // for later requests (Responder::queue_replay).

@@ -392,6 +392,10 @@ void register_sim(CLI::App& app, ExitStatus& status) {
   cmd->add_option("--lossy-read-tail-probe-floor-us", c.lossy_read_tail_probe_floor_us,
                   "The same floor when the probe would replay a READ, whose answer is the READ's "
                   "responses still due (0 = --lossy-tail-probe-floor-us)");
+  cmd->add_option("--selective-read-repair", c.selective_read_repair,
+                  "1: READ responses after a gap are placed as they come and only the missing "
+                  "ranges are asked for again (the daemon's QPs); 0: a gap asks for the READ "
+                  "again from there and resends every later request (rxe's go-back-N)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

@@ -52,6 +52,7 @@ struct QpOptions {
   std::uint8_t timeout = kTimeoutExp;
   std::uint32_t max_unacked_psns = QpConfig{}.max_unacked_psns;
   std::uint32_t loss_window_min_psns = 0;  // QpConfig::loss_window_min_psns
+  bool selective_read_repair = false;      // QpConfig::selective_read_repair
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -63,6 +64,12 @@ class ProtocolTest : public ::testing::Test {
     h.bth.dest_qp = kLocalQpn;
     h.bth.psn = wire::Psn(psn);
     h.bth.ack_req = ack_req;
+    return h;
+  }
+  // A READ response from the peer; FIRST, LAST and ONLY carry an ACK AETH with MSN 1.
+  static wire::TransportHeaders read_response(wire::Opcode op, std::uint32_t psn) {
+    wire::TransportHeaders h = packet(op, psn);
+    if (wire::opcode_info(op).headers.has(wire::Header::kAeth)) h.aeth = wire::Aeth::ack(1);
     return h;
   }
 
@@ -88,6 +95,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.lossy_read_tail_probe_floor_ns = o.lossy_read_tail_probe_floor_ns;
     cfg.max_unacked_psns = o.max_unacked_psns;
     cfg.loss_window_min_psns = o.loss_window_min_psns;
+    cfg.selective_read_repair = o.selective_read_repair;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
   }

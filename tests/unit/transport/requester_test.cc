@@ -306,12 +306,6 @@ INSTANTIATE_TEST_SUITE_P(
                       FatalNakCase{NakCode::kRemoteAccessError, WcStatus::kRemAccessErr},
                       FatalNakCase{NakCode::kRemoteOperationalError, WcStatus::kRemOpErr}));
 
-wire::TransportHeaders read_response(Opcode op, std::uint32_t psn) {
-  wire::TransportHeaders h = ProtocolTest::packet(op, psn);
-  if (wire::opcode_info(op).headers.has(wire::Header::kAeth)) h.aeth = Aeth::ack(1);
-  return h;
-}
-
 TEST_F(RequesterTest, PartialReadRetryAsksOnlyForTheMissingTail) {
   const std::uint64_t remote = local + 8192;
   fill(remote, 600, 3);
