@@ -10,6 +10,8 @@
 # probe found a loss no NAK had reported, as after a lost NAK), resend_repeats (first resent
 # packets sent twice), replays_reordered (duplicate READs whose replay the responder sent ahead of
 # later READs' replies), replay_gap_retries (READ retries the responses started without a timer),
+# read_responses_ahead and read_ranges_asked (READ responses placed after a gap, and the missing
+# ranges asked for again, each by one duplicate READ: selective READ repair),
 # rcvd_seq_err (PSN-sequence NAKs received), out_of_seq_request (requests the responders dropped
 # out of sequence), rx_port_drops (frames the hosts' receive rings dropped), rx_reads and
 # rx_empty_reads (the udp port's reads of its socket, and those that found nothing);
@@ -121,7 +123,7 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes duplicate_request probe_gaps resend_repeats replays_reordered replay_gap_retries rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes duplicate_request probe_gaps resend_repeats replays_reordered replay_gap_retries read_responses_ahead read_ranges_asked rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done

@@ -97,6 +97,11 @@ enum class Counter : std::uint8_t {
   // missing PSN or a later READ's replay came ahead of the head READ's
   // (transport::QpCounters::replay_gap_retries).
   kReplayGapRetries,
+  // READ responses placed after a gap, and the missing ranges asked for again by a duplicate
+  // READ naming each (transport::QpCounters::read_responses_ahead, read_ranges_asked; selective
+  // READ repair, transport/read_repair.h).
+  kReadResponsesAhead,
+  kReadRangesAsked,
   // Receive WQEs a responder found only by pulling its rings again when a request needed one
   // (transport::QpCounters::receives_pulled_late): each an RNR NAK or UD drop avoided.
   kReceivesPulledLate,
@@ -155,6 +160,8 @@ inline constexpr std::array<std::string_view, kCounterCount> kCounterNames = {
     "resend_repeats",
     "replays_reordered",
     "replay_gap_retries",
+    "read_responses_ahead",
+    "read_ranges_asked",
     "receives_pulled_late",
     "rx_impair_drops",
 };

@@ -49,6 +49,9 @@ void feed_qp_counters(CounterBlock& block, const transport::QpCounters& now,
   add_growth(block, Counter::kReplaysReordered, now.replays_reordered, reported.replays_reordered);
   add_growth(block, Counter::kReplayGapRetries, now.replay_gap_retries,
              reported.replay_gap_retries);
+  add_growth(block, Counter::kReadResponsesAhead, now.read_responses_ahead,
+             reported.read_responses_ahead);
+  add_growth(block, Counter::kReadRangesAsked, now.read_ranges_asked, reported.read_ranges_asked);
   add_growth(block, Counter::kReceivesPulledLate, now.receives_pulled_late,
              reported.receives_pulled_late);
   add_growth(block, Counter::kCnpRcvd, now.cnps_received, reported.cnps_received);
@@ -160,6 +163,8 @@ nlohmann::ordered_json qp_show_json(const transport::Qp& qp, const QpShowContext
   j["probe_gaps"] = c.probe_gaps;
   j["resend_repeats"] = c.resend_repeats;
   j["replay_gap_retries"] = c.replay_gap_retries;
+  j["read_responses_ahead"] = c.read_responses_ahead;
+  j["read_ranges_asked"] = c.read_ranges_asked;
   j["naks_received"] = c.naks_received;
   j["rnr_naks_received"] = c.rnr_naks_received;
   j["packets_sent"] = c.packets_sent;

@@ -68,7 +68,7 @@ struct QpShowContext {
 // One QP as `xroce qp show --json` prints it: qpn, type, state, sq_psn (next to send),
 // unacked_psn, rq_psn (next expected), dest_qpn, peer, worker, pid, send_queue_depth,
 // retransmits (packets sent again), timeouts, adaptive_retransmits, resend_timeouts,
-// tail_probes, replay_gap_retries, naks_received,
+// tail_probes, replay_gap_retries, read_responses_ahead, read_ranges_asked, naks_received,
 // rnr_naks_received, packets sent and received, payload_bytes_sent/received, naks_sent,
 // rnr_naks_sent, duplicate_requests, replays_reordered, out_of_sequence, cnps_received,
 // ecn_ce_received (CE-marked packets seen), and the round-trip estimate rtt_us (smoothed),

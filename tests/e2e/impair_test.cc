@@ -118,6 +118,15 @@ TEST_P(ImpairE2e, WriteAndReadCompleteAtTwoPercentLossEachWay) {
       << "losses repaired by nothing";
   // The WRITEs' go-back-Ns sent their first packet twice (transport/requester.h retry).
   EXPECT_GT(counter(p, 0, "resend_repeats") + counter(p, 1, "resend_repeats"), 0);
+  // The READs kept the responses after each gap and asked only for the missing ranges
+  // (transport/read_repair.h): one range asked per run of lost responses, never more than were
+  // placed ahead of the gaps.
+  const long long ahead =
+      counter(p, 0, "read_responses_ahead") + counter(p, 1, "read_responses_ahead");
+  const long long asked = counter(p, 0, "read_ranges_asked") + counter(p, 1, "read_ranges_asked");
+  EXPECT_GT(ahead, 0);
+  EXPECT_GT(asked, 0);
+  EXPECT_LE(asked, ahead);
   // Off again: a clean run drops nothing more.
   for (int side = 0; side < 2; ++side)
     ASSERT_EQ(p.exec(side, {xroce_bin(), "impair", "set", p.dev(side), "loss=0"}).status, 0);

@@ -67,6 +67,8 @@ constexpr std::pair<const char*, const char*> kQpCounters[] = {
     {"probe_gaps", "probe_gaps"},
     {"resend_repeats", "resend_repeats"},
     {"replay_gap_retries", "replay_gap_retries"},
+    {"read_responses_ahead", "read_responses_ahead"},
+    {"read_ranges_asked", "read_ranges_asked"},
     {"replays_reordered", "replays_reordered"},
     {"loss_window_reductions", "loss_window_reductions"},
     {"naks_sent", "naks_sent"},

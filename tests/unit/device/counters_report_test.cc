@@ -32,6 +32,8 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   qp.resend_repeats = 7;
   qp.replays_reordered = 4;
   qp.replay_gap_retries = 2;
+  qp.read_responses_ahead = 6;
+  qp.read_ranges_asked = 3;
   qp.receives_pulled_late = 6;
   feed_qp_counters(block, qp, reported);
   feed_qp_counters(block, qp, reported);  // nothing new: nothing added
@@ -51,6 +53,8 @@ TEST(CountersReport, QpCountersAddOnlyTheirGrowth) {
   EXPECT_EQ(at(v, Counter::kResendRepeats), 7u);
   EXPECT_EQ(at(v, Counter::kReplaysReordered), 4u);
   EXPECT_EQ(at(v, Counter::kReplayGapRetries), 2u);
+  EXPECT_EQ(at(v, Counter::kReadResponsesAhead), 6u);
+  EXPECT_EQ(at(v, Counter::kReadRangesAsked), 3u);
   EXPECT_EQ(at(v, Counter::kReceivesPulledLate), 6u);
 }
 
@@ -184,7 +188,8 @@ TEST(CountersReport, QpShowReadsTheTransportCore) {
   for (const char* key :
        {"payload_bytes_sent", "payload_bytes_received", "naks_sent", "rnr_naks_sent",
         "ecn_ce_received", "cnps_received", "rtt_samples", "tail_probes", "probe_gaps",
-        "resend_repeats", "replays_reordered", "receives_pulled_late", "loss_window_reductions"}) {
+        "resend_repeats", "replays_reordered", "receives_pulled_late", "loss_window_reductions",
+        "read_responses_ahead", "read_ranges_asked"}) {
     EXPECT_EQ(j[key], 0) << key;
   }
   EXPECT_EQ(j["rtt_us"], 0.0);
