@@ -205,12 +205,7 @@ CompleterState Completer::read_ahead(const Response& r, bool in_head) {
     return response_gap(r, in_head);
   }
   if (ctx_.read_repair.received(r.psn)) return CompleterState::kDrop;  // a duplicate
-  // The READ it answers: started WQEs hold consecutive PSN ranges from sq_head on.
-  std::uint64_t i = ctx_.sq_head;
-  while (i != ctx_.sq_tail && ctx_.wqe(i).stage == WqeStage::kStarted &&
-         ctx_.wqe(i).last_psn.before(r.psn)) {
-    ++i;
-  }
+  const std::uint64_t i = started_wqe_reaching(r.psn, ctx_.sq_head);   // the READ it answers
   if (i == ctx_.sq_tail) return CompleterState::kDrop;
   SendWqe& w = ctx_.wqe(i);
   if (w.stage != WqeStage::kStarted || !w.is_read() ||
@@ -235,16 +230,22 @@ CompleterState Completer::read_ahead(const Response& r, bool in_head) {
   return CompleterState::kDone;
 }
 
+std::uint64_t Completer::started_wqe_reaching(wire::Psn psn, std::uint64_t from) const {
+  std::uint64_t i = from;
+  while (i != ctx_.sq_tail && ctx_.wqe(i).stage == WqeStage::kStarted &&
+         ctx_.wqe(i).last_psn.before(psn)) {
+    ++i;
+  }
+  return i;
+}
+
 bool Completer::ask_again(const std::vector<ReadRepair::Range>& lost) {
   const std::size_t queued = ctx_.read_asks.size();
   std::uint64_t i = ctx_.sq_head;
   for (const ReadRepair::Range& range : lost) {
     wire::Psn first = range.first;
     while (first.at_or_before(range.last)) {
-      while (i != ctx_.sq_tail && ctx_.wqe(i).stage == WqeStage::kStarted &&
-             ctx_.wqe(i).last_psn.before(first)) {
-        ++i;
-      }
+      i = started_wqe_reaching(first, i);
       if (i == ctx_.sq_tail) break;
       const SendWqe& w = ctx_.wqe(i);
       if (w.stage != WqeStage::kStarted || !w.is_read() || first.before(w.first_psn)) {
@@ -468,8 +469,7 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
       ctx_.read_asks.clear();
       std::uint64_t i = ctx_.sq_head;
       for (const ReadRepair::Range& range : lost_) {
-        while (i != ctx_.sq_tail && ctx_.wqe(i).last_psn.before(range.first))
-          ++i;
+        i = started_wqe_reaching(range.first, i);
         if (i != ctx_.sq_tail) ctx_.read_asks.push_back(QpContext::ReadAsk{i, range});
       }
       ctx_.rtt.on_rto_expired();

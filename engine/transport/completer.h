@@ -68,6 +68,9 @@ class Completer {
   // Asks for the ranges in `lost` again, each split at its READs' ends; false when one falls on
   // a PSN that is not a READ's (a SEND, WRITE or ATOMIC): then only a go-back-N repairs it.
   bool ask_again(const std::vector<ReadRepair::Range>& lost);
+  // From `from` on, the first WQE that is not started or whose PSNs reach `psn` (sq_tail if
+  // none): started WQEs hold consecutive PSN ranges from sq_head on.
+  std::uint64_t started_wqe_reaching(wire::Psn psn, std::uint64_t from) const;
   // Moves comp_psn over the responses placed ahead that now follow it, completing their READs.
   void take_placed();
   CompleterState do_atomic(const Response& r, SendWqe& w);
