@@ -259,7 +259,8 @@ bool Completer::ask_again(const std::vector<ReadRepair::Range>& lost) {
     }
   }
   // A loss, as a NAK's: the window halves once per round trip of losses, timings are void, and
-  // the resend probe's timer watches the ranges (QpConfig::resend_probe_floor_ns).
+  // the resend probe's timer watches the ranges, at their own floor (QpConfig::
+  // read_repair_floor_ns).
   ctx_.loss_window.on_loss(ctx_.psn_high);
   ctx_.rtt.on_retry();
   ctx_.resend_probe = true;

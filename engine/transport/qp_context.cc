@@ -172,14 +172,19 @@ void QpContext::resolve_adaptive_timer() const {
   // likely a stall whose ACKs are still draining, not a loss. A tail probe still unanswered on a
   // lossy path waits the resend probe's timer too, not the RTO (tail_probe_expires_early): the
   // probe or its answer was most likely lost (each at the path's loss rate), and the RTO's floor
-  // is sized for a stalled host, far longer than the go-back-N its expiry then starts.
+  // is sized for a stalled host, far longer than the go-back-N its expiry then starts. While the
+  // resend probe watches only READ ranges asked for again, its expiry asks for them again, a
+  // packet each, so it takes their own floor (QpConfig::read_repair_floor_ns).
   const bool lossy_probe_unanswered = tail_probe && !resend_probe && tail_probe_expires_early;
   if (rtt.samples() != 0) {
     if ((resend_probe || lossy_probe_unanswered) && config.resend_probe_floor_ns != 0) {
-      const std::uint64_t floor_ns =
+      std::uint64_t floor_ns =
           tail_probe && !loss_window.reduced()
               ? std::max(config.resend_probe_floor_ns, config.tail_probe_floor_ns)
               : config.resend_probe_floor_ns;
+      if (resend_probe && !tail_probe && config.read_repair_floor_ns != 0 &&
+          read_repair.repairing())
+        floor_ns = config.read_repair_floor_ns;
       rto_ns = std::min(rto_ns, std::max(floor_ns, 4 * rtt.min_ns()));
     } else if (!resend_probe && !tail_probe && config.tail_probe_floor_ns != 0 &&
                last_sent_ackreq && !budget_contended() && tail_probe_is_cheap()) {

@@ -103,6 +103,14 @@ inline constexpr std::uint64_t kDaemonLossyTailProbeFloorNs = 150'000;
 // go-back-N does and it keeps the resend probe's floor. At 150 us the READs at 2 % loss moved no
 // more than at 500 (above or below their pair, round by round).
 inline constexpr std::uint64_t kDaemonLossyReadTailProbeFloorNs = kDaemonResendProbeFloorNs;
+// The daemon's floor of the timer that watches READ ranges asked for again (QpConfig::
+// read_repair_floor_ns). Most ranges are one response; when the duplicate request or its replay
+// is lost (about 4 % of them at 2 % loss) nothing after it shows the loss, and the QP's window
+// stands full until the timer asks again. Its expiry costs a packet per range, not a window, so
+// it need not wait the resend probe's 500 us: at 100 us a READ at 2 % loss moved more in
+// alternated rounds on both ports; at 50 us the expiries doubled, most of them needless, for no
+// more (bench/README.md "A timer of its own for READ ranges").
+inline constexpr std::uint64_t kDaemonReadRepairFloorNs = 100'000;
 
 // The daemon's floor of the loss window (QpConfig::loss_window_min_psns): 32 PSNs, 128 KiB at a
 // 4096-byte MTU. On the wire at 2 % loss (bench/README.md "Loss") a fixed window of 32 kept the
@@ -165,6 +173,11 @@ struct QpConfig {
   // naming the sub-range; false: a gap asks for the READ again from the gap to its end and
   // resends every later request (rxe's go-back-N, docs/protocol.md 3.9).
   bool selective_read_repair = false;
+  // The resend probe's floor while it watches only ranges asked for again (selective READ
+  // repair, no go-back-N under way): min(RTO, max(this floor, 4 * the least round trip)). Its
+  // expiry asks for the ranges still missing again, a packet each, not a window. 0: the resend
+  // probe's floor.
+  std::uint64_t read_repair_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
   XrcDomain* xrc = nullptr;  // XRC_RECV: the QP's XRC domain (not owned)
@@ -185,6 +198,7 @@ inline void use_daemon_timers_and_windows(QpConfig& config) {
   config.lossy_tail_probe_floor_ns = kDaemonLossyTailProbeFloorNs;
   config.lossy_read_tail_probe_floor_ns = kDaemonLossyReadTailProbeFloorNs;
   config.selective_read_repair = true;
+  config.read_repair_floor_ns = kDaemonReadRepairFloorNs;
 }
 
 // kExecuted: the WQE did all it does without a response (a local operation, a UC message sent);

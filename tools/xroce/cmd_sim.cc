@@ -396,6 +396,10 @@ void register_sim(CLI::App& app, ExitStatus& status) {
                   "1: READ responses after a gap are placed as they come and only the missing "
                   "ranges are asked for again (the daemon's QPs); 0: a gap asks for the READ "
                   "again from there and resends every later request (rxe's go-back-N)");
+  cmd->add_option("--read-repair-floor-us", c.read_repair_floor_us,
+                  "While only READ ranges asked for again are missing, the adaptive timer runs "
+                  "for min(RTO, max(this, 4 x the least round trip)) and asks for them again "
+                  "(0 = --resend-probe-floor-us)");
   cmd->add_option("--jitter-us", c.jitter_us,
                   "Extra delay, uniform up to this, of every frame a host sends (order kept)");
   cmd->add_option("--stall-every-us", c.stall_every_us,

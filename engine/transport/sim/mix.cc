@@ -80,8 +80,9 @@ std::string reproduce_command(const ScenarioConfig& c) {
       "--max-msg %u --outstanding %u --bottleneck-gbps %g --queue-bytes %llu "
       "--inflight-budget %u --rto-floor-us %llu --resend-probe-floor-us %llu "
       "--loss-window-min-psns %u --tail-probe-floor-us %llu --lossy-tail-probe-floor-us %llu "
-      "--lossy-read-tail-probe-floor-us %llu --selective-read-repair %d --nic-queue-bytes %llu "
-      "--jitter-us %llu "
+      "--lossy-read-tail-probe-floor-us %llu --selective-read-repair %d --read-repair-floor-us "
+      "%llu "
+      "--nic-queue-bytes %llu --jitter-us %llu "
       "--stall-every-us %llu --stall-max-us %llu --path-stall-every-us %llu "
       "--path-stall-max-us %llu",
       static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(c.ops), c.nodes,
@@ -93,7 +94,8 @@ std::string reproduce_command(const ScenarioConfig& c) {
       static_cast<unsigned long long>(c.tail_probe_floor_us),
       static_cast<unsigned long long>(c.lossy_tail_probe_floor_us),
       static_cast<unsigned long long>(c.lossy_read_tail_probe_floor_us),
-      c.selective_read_repair ? 1 : 0, static_cast<unsigned long long>(c.nic_queue_bytes),
+      c.selective_read_repair ? 1 : 0, static_cast<unsigned long long>(c.read_repair_floor_us),
+      static_cast<unsigned long long>(c.nic_queue_bytes),
       static_cast<unsigned long long>(c.jitter_us),
       static_cast<unsigned long long>(c.stall_every_us),
       static_cast<unsigned long long>(c.stall_max_us),

@@ -109,6 +109,7 @@ Endpoint& Driver::make_endpoint(std::size_t n, QpType type) {
   qc.lossy_tail_probe_floor_ns = cfg_.lossy_tail_probe_floor_us * 1000;
   qc.lossy_read_tail_probe_floor_ns = cfg_.lossy_read_tail_probe_floor_us * 1000;
   qc.selective_read_repair = cfg_.selective_read_repair;
+  qc.read_repair_floor_ns = cfg_.read_repair_floor_us * 1000;
   e->qp = std::make_unique<Qp>(qc, node.mrs);
   e->base = node.mem.allocate(bytes);
   e->mr = node.mrs.register_region(e->base, bytes, kRegionAccess);

@@ -95,6 +95,9 @@ struct ScenarioConfig {
   std::uint64_t lossy_read_tail_probe_floor_us = 0;
   // Every RC QP's selective READ repair (QpConfig::selective_read_repair; the daemon's is on).
   bool selective_read_repair = false;
+  // The resend probe's floor while it watches only READ ranges asked for again (QpConfig::
+  // read_repair_floor_ns; 0 = resend_probe_floor_us).
+  std::uint64_t read_repair_floor_us = 0;
   // Round trips that are not steady, as through daemons on a busy host. jitter_us: every frame
   // a host sends takes up to this much longer, uniformly (FIFO kept). stall_every_us: each
   // node's NIC stops at intervals uniform in [0, 2 * stall_every_us] (0 = never) for a time

@@ -53,6 +53,7 @@ struct QpOptions {
   std::uint32_t max_unacked_psns = QpConfig{}.max_unacked_psns;
   std::uint32_t loss_window_min_psns = 0;  // QpConfig::loss_window_min_psns
   bool selective_read_repair = false;      // QpConfig::selective_read_repair
+  std::uint64_t read_repair_floor_ns = 0;  // QpConfig::read_repair_floor_ns
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -96,6 +97,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.max_unacked_psns = o.max_unacked_psns;
     cfg.loss_window_min_psns = o.loss_window_min_psns;
     cfg.selective_read_repair = o.selective_read_repair;
+    cfg.read_repair_floor_ns = o.read_repair_floor_ns;
     qp = std::make_unique<Qp>(cfg, mrs, o.srq);
     bring_up(o);
   }

@@ -191,6 +191,49 @@ TEST_F(SelectiveReadTest, AnUnansweredRangeIsAskedForAgainWhenTheTimerExpires) {
   EXPECT_TRUE(std::equal(dst.begin(), dst.end(), bytes(remote, 4 * kMtu).begin()));
 }
 
+// With a floor of its own for ranges asked for again (QpConfig::read_repair_floor_ns), the timer
+// that watches them runs for that floor, not the resend probe's: a range asked for again costs a
+// packet, not a window. A go-back-N (here over an ATOMIC) keeps the resend probe's floor.
+TEST_F(SelectiveReadTest, RangesAskedForAgainHaveTheirOwnTimerAndAGoBackNKeepsTheProbes) {
+  constexpr std::uint64_t kRepairFloorNs = 20'000;
+  QpOptions o;
+  o.selective_read_repair = true;
+  o.resend_probe_floor_ns = 100'000;
+  o.read_repair_floor_ns = kRepairFloorNs;
+  make_qp(o);
+  fill(remote, 4 * kMtu, 9);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 4 * kMtu)})), 0);
+  ASSERT_EQ(drain(0).size(), 1u);
+  response(kSqPsn, 4, 0, remote, 10);  // an RTT sample of 10 ns: the floors rule
+  response(kSqPsn, 4, 2, remote, 11);
+  response(kSqPsn, 4, 3, remote, 12);
+  ASSERT_EQ(drain(12).size(), 1u);  // the range asked for
+  std::uint64_t deadline = *qp->next_deadline();
+  EXPECT_EQ(deadline, 12 + kRepairFloorNs);
+  qp->handle_timeout(deadline);
+  auto out = drain(deadline);
+  ASSERT_EQ(out.size(), 1u);  // the same range, asked for again
+  EXPECT_EQ(out[0].psn(), kSqPsn + 1);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, kMtu);
+  response(kSqPsn, 4, 1, remote, deadline + 10, Opcode::kRcReadResponseLast);
+  ASSERT_EQ(completions().size(), 1u);
+  const auto dst = bytes(local, 4 * kMtu);
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), bytes(remote, 4 * kMtu).begin()));
+
+  // A READ response past an ATOMIC: a go-back-N, watched by the resend probe's floor.
+  const std::uint64_t t = deadline + 1'000;
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kAtomicCmpAndSwp, 2, {sge(local, 8)})), 0);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 3, {sge(local + 64, 2 * kMtu)})), 0);
+  ASSERT_EQ(drain(t).size(), 2u);
+  response(kSqPsn + 5, 2, 0, remote, t + 10);
+  out = drain(t + 10);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].opcode(), Opcode::kRcCompareSwap);
+  deadline = *qp->next_deadline();
+  EXPECT_EQ(deadline, t + 10 + 100'000);
+  EXPECT_EQ(qp->counters().read_ranges_asked, 2u);  // the range, twice
+}
+
 // The replay of a range loses its own first packet: its second shows it, and that PSN is asked
 // for again at once.
 TEST_F(SelectiveReadTest, AReplayThatLosesItsFirstPacketAsksForItAgainAtOnce) {
