@@ -175,8 +175,8 @@ struct QpConfig {
   bool selective_read_repair = false;
   // The resend probe's floor while it watches only ranges asked for again (selective READ
   // repair, no go-back-N under way): min(RTO, max(this floor, 4 * the least round trip)). Its
-  // expiry asks for the ranges still missing again, a packet each, not a window. 0: the resend
-  // probe's floor.
+  // expiry asks for the ranges still missing again, one request each that only that range
+  // answers, not a window. 0: the resend probe's floor.
   std::uint64_t read_repair_floor_ns = 0;
   bool sq_sig_all = false;  // every send WQE completes signaled
   DeviceLimits limits;
