@@ -1,5 +1,6 @@
 #include "transport/completer.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace xroce::transport {
@@ -239,7 +240,18 @@ std::uint64_t Completer::started_wqe_reaching(wire::Psn psn, std::uint64_t from)
   return i;
 }
 
-bool Completer::ask_again(const std::vector<ReadRepair::Range>& lost) {
+// rxe's responder moves a READ's resource to the start of each duplicate it answers
+// (rxe_resp.c duplicate_request sets res->read.va_org to the duplicate's VA) and drops, silently,
+// a later duplicate that starts before it. So a range asked for after a later one of the same
+// READ would never be answered, nor would a go-back-N from before it, and the QP would end in
+// IBV_WC_RETRY_EXC_ERR. Every ask for a READ therefore starts at that READ's first PSN still
+// missing, which only moves forward; it may bring again responses already placed between two
+// losses, which are dropped as duplicates. IBA 9.4.4 allows any sub-range; this is what rxe
+// answers.
+bool Completer::queue_read_asks(std::vector<ReadRepair::Range>& lost) {
+  std::sort(lost.begin(), lost.end(), [&](const ReadRepair::Range& a, const ReadRepair::Range& b) {
+    return a.first.distance_from(ctx_.comp_psn) < b.first.distance_from(ctx_.comp_psn);
+  });
   const std::size_t queued = ctx_.read_asks.size();
   std::uint64_t i = ctx_.sq_head;
   for (const ReadRepair::Range& range : lost) {
@@ -253,11 +265,23 @@ bool Completer::ask_again(const std::vector<ReadRepair::Range>& lost) {
         return false;
       }
       const wire::Psn last = range.last.before(w.last_psn) ? range.last : w.last_psn;
-      ctx_.read_asks.push_back(QpContext::ReadAsk{i, {first, last}});
-      ctx_.read_repair.asked({first, last});
+      if (ctx_.read_asks.size() > queued && ctx_.read_asks.back().wqe == i) {
+        ctx_.read_asks.back().range.last = last;
+      } else {
+        const wire::Psn from = w.first_psn.after(ctx_.comp_psn) ? w.first_psn : ctx_.comp_psn;
+        ctx_.read_asks.push_back(
+            QpContext::ReadAsk{i, {ctx_.read_repair.first_missing(from, first), last}});
+      }
       first = last + 1;
     }
   }
+  for (std::size_t k = queued; k < ctx_.read_asks.size(); ++k)
+    ctx_.read_repair.asked(ctx_.read_asks[k].range);
+  return true;
+}
+
+bool Completer::ask_again(std::vector<ReadRepair::Range>& lost) {
+  if (!queue_read_asks(lost)) return false;
   // A loss, as a NAK's: the window halves once per round trip of losses, timings are void, and
   // the resend probe's timer watches the ranges, at their own floor (QpConfig::
   // read_repair_floor_ns).
@@ -466,18 +490,14 @@ void Completer::adaptive_retransmit(std::uint64_t now_ns) {
     // what is missing of them again, rather than go back over what arrived.
     lost_.clear();
     ctx_.read_repair.expired(ctx_.comp_psn, lost_);
-    if (!lost_.empty()) {
-      ctx_.read_asks.clear();
-      std::uint64_t i = ctx_.sq_head;
-      for (const ReadRepair::Range& range : lost_) {
-        i = started_wqe_reaching(range.first, i);
-        if (i != ctx_.sq_tail) ctx_.read_asks.push_back(QpContext::ReadAsk{i, range});
-      }
+    ctx_.read_asks.clear();
+    if (!lost_.empty() && queue_read_asks(lost_)) {
       ctx_.rtt.on_rto_expired();
       ctx_.rtt.on_retry();
       ctx_.restart_adaptive_timer(now_ns);
       return;
     }
+    ctx_.read_repair.restart();  // what follows replays everything from comp_psn
   }
   ctx_.resend_probe = false;  // one probe per NAK; then the RTO, doubling
   ctx_.tail_probe = false;

@@ -65,9 +65,14 @@ class Completer {
   // Selective READ repair (transport/read_repair.h).
   bool selective() const { return ctx_.config.selective_read_repair; }
   CompleterState read_ahead(const Response& r, bool in_head);
-  // Asks for the ranges in `lost` again, each split at its READs' ends; false when one falls on
-  // a PSN that is not a READ's (a SEND, WRITE or ATOMIC): then only a go-back-N repairs it.
-  bool ask_again(const std::vector<ReadRepair::Range>& lost);
+  // Asks for the ranges in `lost` again (queue_read_asks) and counts it as a loss; false as
+  // queue_read_asks.
+  bool ask_again(std::vector<ReadRepair::Range>& lost);
+  // Queues one duplicate READ per READ the ranges in `lost` (sorted here) fall in, from that
+  // READ's first PSN still missing to the last PSN lost in it, and records them as asked; false
+  // when one falls on a PSN that is not a started READ's (a SEND, WRITE or ATOMIC): then only a
+  // go-back-N repairs it, and nothing is queued.
+  bool queue_read_asks(std::vector<ReadRepair::Range>& lost);
   // From `from` on, the first WQE that is not started or whose PSNs reach `psn` (sq_tail if
   // none): started WQEs hold consecutive PSN ranges from sq_head on.
   std::uint64_t started_wqe_reaching(wire::Psn psn, std::uint64_t from) const;

@@ -88,8 +88,22 @@ class ReadRepair {
     }
   }
 
-  // The caller asks for `r` again (a range from on_response or expired()).
-  void asked(const Range& r) { asked_.push_back(r); }
+  // The caller asks for `r` again (from on_response's or expired()'s ranges): it takes the place
+  // of the ranges asked for before that lie within it.
+  void asked(const Range& r) {
+    std::erase_if(asked_, [&](const Range& a) {
+      return wire::psn_in_range(a.first, r.first, r.last) &&
+             wire::psn_in_range(a.last, r.first, r.last);
+    });
+    asked_.push_back(r);
+  }
+  // The first PSN in [from, last] not received (`from` comp_psn or covered), or last + 1.
+  wire::Psn first_missing(wire::Psn from, wire::Psn last) const {
+    wire::Psn p = from;
+    while (p.at_or_before(last) && received(p))
+      ++p;
+    return p;
+  }
   // Whether a range asked for again ends at `psn`: its replay ends there with LAST or ONLY.
   bool asked_range_ends_at(wire::Psn psn) const {
     return std::any_of(asked_.begin(), asked_.end(), [&](const Range& a) { return a.last == psn; });

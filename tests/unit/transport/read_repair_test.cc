@@ -234,6 +234,48 @@ TEST_F(SelectiveReadTest, RangesAskedForAgainHaveTheirOwnTimerAndAGoBackNKeepsTh
   EXPECT_EQ(qp->counters().read_ranges_asked, 2u);  // the range, twice
 }
 
+// Two losses in one READ: rxe's responder moves the READ's resource to the start of each
+// duplicate it answers and drops a later one that starts before it (rxe_resp.c
+// duplicate_request), so the second ask starts at the READ's first PSN still missing, not at the
+// second loss, and takes the first's place; so does the timer's ask when neither replay comes.
+TEST_F(SelectiveReadTest, AsksForOneReadStartAtItsFirstMissingPsnAsRxeRequires) {
+  fill(remote, 10 * kMtu, 11);
+  ASSERT_EQ(qp->post_send(wr(WrOpcode::kRdmaRead, 1, {sge(local, 10 * kMtu)})), 0);
+  ASSERT_EQ(drain(0).size(), 1u);
+  for (const std::uint32_t i : {0u, 1u, 3u})
+    response(kSqPsn, 10, i, remote, 10 + i);
+  auto out = drain(20);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, kMtu);
+  for (const std::uint32_t i : {4u, 5u, 7u})
+    response(kSqPsn, 10, i, remote, 20 + i);
+  out = drain(30);
+  ASSERT_EQ(out.size(), 1u);  // PSN 6 lost too: asked for from PSN 2, still missing
+  EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(out[0].hdr().reth->va, 0x7000000u + 2 * kMtu);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, 5 * kMtu);
+  const std::uint64_t deadline = *qp->next_deadline();
+  qp->handle_timeout(deadline);
+  out = drain(deadline);
+  ASSERT_EQ(out.size(), 1u);  // one ask again, from PSN 2 to 6
+  EXPECT_EQ(out[0].psn(), kSqPsn + 2);
+  EXPECT_EQ(out[0].hdr().reth->dma_length, 5 * kMtu);
+  for (std::uint32_t i = 2; i <= 6; ++i) {
+    response(kSqPsn, 10, i, remote, deadline + i,
+             i == 6 ? Opcode::kRcReadResponseLast : Opcode::kRcReadResponseMiddle);
+  }
+  EXPECT_TRUE(completions().empty());
+  for (const std::uint32_t i : {8u, 9u})
+    response(kSqPsn, 10, i, remote, deadline + 10 + i);
+  const auto c = completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  const auto dst = bytes(local, 10 * kMtu);
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), bytes(remote, 10 * kMtu).begin()));
+  EXPECT_TRUE(drain(deadline + 30).empty());
+}
+
 // The replay of a range loses its own first packet: its second shows it, and that PSN is asked
 // for again at once.
 TEST_F(SelectiveReadTest, AReplayThatLosesItsFirstPacketAsksForItAgainAtOnce) {
