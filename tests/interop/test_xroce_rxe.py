@@ -13,7 +13,9 @@ bridge. Phases, each with both sides once as server and once as client unless sa
            recovery when receives arrive late) from each side against the other.
   gbn      through xroce-switch (a second xroce device behind it): one dropped WRITE or READ
            response packet in each direction; the data arrives intact and counters show the
-           retransmission.
+           retransmission. Then xroce WRITEs 1 MiB to rxe and READs it back through random
+           loss both ways, eight seeds: the READ's losses are repaired by sub-range READs
+           that rxe answers (selective READ repair), and the data arrives intact.
   cnp      through xroce-switch marking rxe's ECT(0) WRITEs CE: no CNP from xroce by default;
            with np_enable=1 CNPs go to rxe, which ignores them (transfer completes, rxe works).
   windows  ibv_uc_pingpong -c (one packet and multi-packet messages); xri_verbs through a type 2
@@ -50,6 +52,9 @@ GBN_DROP_NTH = 5  # the 5th matching frame of a 256-packet transfer
 # queued. The default 1 MiB buffer holds rxe's whole window (128 PSNs), so nothing is dropped.
 CNP_SWITCH_FLAGS = ("--rate-mbit", 100, "--ecn", "1,2,1.0")
 CNP_WRITES = 200
+# READ repair against rxe: loss of every RoCE frame both ways, and the switch's seeds.
+READ_LOSS = "0.03"
+READ_LOSS_SEEDS = tuple(range(1, 9))
 
 # ibv_rc_pingpong -c: (message size, path MTU, iterations). Small -n: the VM is emulated.
 RC_PINGPONG = [(1, 1024, 50), (4096, 1024, 50), (65536, 1024, 10), (1 << 20, 1024, 2),
@@ -424,6 +429,38 @@ class Suite:
                                      f"responder {resp_diff}")
             log(f"go-back-N, {what}: data equal; requester {requester.name} {req_diff}; "
                 f"responder {responder.name} {resp_diff}")
+        self.read_repair_under_loss(sw, xr2)
+
+    def read_repair_under_loss(self, sw, xr2) -> None:
+        """xroce READs 1 MiB (256 PSNs at 4096 bytes) from rxe through random loss of every RoCE
+        frame both ways: responses, replays and the duplicate READs that ask for them. rxe moves a
+        READ's resource to the start of each duplicate it answers and drops a later one that
+        starts before it (rxe_resp.c duplicate_request), so xroce must ask for one READ's lost
+        ranges from its first missing PSN on (engine/transport/completer.cc queue_read_asks), or
+        a range lost twice is never answered and the READ ends in retry-exceeded."""
+        size = 1 << 20
+        asked = 0
+        for seed in READ_LOSS_SEEDS:
+            sw.start("--loss", READ_LOSS, "--seed", seed)
+            before = xr2.counters()
+            s, c = self.xri_pair(self.rxe, xr2, f"--size {size} --mtu 4096",
+                                 f"--test write --size {size} --mtu 4096")
+            stats = sw.stop()
+            got = diff(before, xr2.counters())
+            dropped = sum(p.get("dropped_impair", 0) for p in stats.values())
+            wcs = self.completions(c, "client")
+            if wcs != {1: "success", 2: "success"} or "read_back equal" not in c:
+                raise AssertionError(f"READ under {READ_LOSS} loss, seed {seed}: completions "
+                                     f"{wcs}; xroce {got}; switch {stats}\nclient:\n{c}\n"
+                                     f"server:\n{s}")
+            asked += got.get("read_ranges_asked", 0)
+            log(f"READ from rxe under {READ_LOSS} loss, seed {seed}: data equal; the switch "
+                f"dropped {dropped}; xroce read_responses_ahead "
+                f"{got.get('read_responses_ahead', 0)}, read_ranges_asked "
+                f"{got.get('read_ranges_asked', 0)}, adaptive_retransmits "
+                f"{got.get('adaptive_retransmits', 0)}")
+        if asked < 1:
+            raise AssertionError("READ under loss: xroce asked rxe for no range in any seed")
 
 
     # --- CNPs toward rxe --------------------------------------------------------------------
