@@ -1,5 +1,6 @@
 #include "wire/icrc.h"
 
+#include <immintrin.h>
 #include <isa-l/crc.h>
 
 #include <array>
@@ -19,7 +20,8 @@ constexpr std::uint32_t kRegisterAfterLrhPlaceholder = 0xDEBB20E3;
 constexpr std::uint32_t kReflectedPoly = 0xEDB88320;
 
 // ISA-L's folding CRC has a fixed cost of tens of nanoseconds per call; below this many bytes
-// a slicing-by-8 table is faster (measured in bench_wire).
+// small_update is at least as fast (bench_wire: with the switch at 64, 256 or 1024 bytes the
+// 1,024- and 4,096-byte ICRCs took the same time; with no ISA-L at all they took 4-8x as long).
 constexpr std::size_t kFoldingMinBytes = 64;
 
 // ISA-L 2.30's AVX-512 CRC (crc32_gzip_refl_by16_10) returns without VZEROUPPER. The dirty
@@ -67,6 +69,58 @@ std::uint32_t slice8_update(std::uint32_t reg, const std::uint8_t* p, std::size_
   return reg;
 }
 
+const bool kCpuHasClmul = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("pclmul") != 0;
+}();
+
+// Advances the raw CRC register over `n` >= 16 bytes with carry-less multiplies: the register
+// is folded into the first 16 bytes, each further 16 bytes are folded in at a distance of 128
+// bits, and the 128-bit remainder is reduced to 32 bits (a 64-bit fold, a 32-bit fold, then a
+// bit-reflected Barrett reduction); the last n % 16 bytes go through the slicing tables. The
+// method is Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ" (2009); the
+// constants are those Linux's arch/x86/crypto/crc32-pclmul_asm.S uses for this polynomial (its
+// R3/R4 for the 128-bit fold, R5 for the 32-bit fold, P and its Barrett quotient u, all
+// bit-reflected). For the 40 or 60 masked header bytes of every packet this is a short chain of
+// multiplies with no table lookups; with it a frame's encode and decode each take 4-12 ns less
+// than with slicing-by-8 there (bench_wire, frame/encode and frame/decode_and_validate).
+__attribute__((target("pclmul,sse2"))) std::uint32_t clmul_update(std::uint32_t reg,
+                                                                  const std::uint8_t* p,
+                                                                  std::size_t n) {
+  assert(n >= 16);
+  const __m128i fold128 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);  // hi: R4, lo: R3
+  const __m128i fold32 = _mm_set_epi64x(0, 0x0163cd6124);              // R5
+  const __m128i barrett = _mm_set_epi64x(0x01F7011641, 0x01DB710641);  // hi: u, lo: P
+  const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
+  __m128i x = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)),
+                            _mm_cvtsi32_si128(static_cast<int>(reg)));
+  p += 16;
+  n -= 16;
+  for (; n >= 16; p += 16, n -= 16) {
+    const __m128i lo = _mm_clmulepi64_si128(x, fold128, 0x00);  // x.lo * R3
+    const __m128i hi = _mm_clmulepi64_si128(x, fold128, 0x11);  // x.hi * R4
+    x = _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // 128 -> 64 bits (this appends the 32 zero bits a CRC's remainder needs).
+  x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, fold128, 0x10));
+  // 64 -> 32 bits.
+  x = _mm_xor_si128(_mm_srli_si128(x, 4),
+                    _mm_clmulepi64_si128(_mm_and_si128(x, low32), fold32, 0x00));
+  // Barrett: the remainder lands in bits 32-63.
+  __m128i q = _mm_clmulepi64_si128(_mm_and_si128(x, low32), barrett, 0x10);
+  q = _mm_clmulepi64_si128(_mm_and_si128(q, low32), barrett, 0x00);
+  x = _mm_xor_si128(x, q);
+  reg = static_cast<std::uint32_t>(_mm_cvtsi128_si32(_mm_srli_si128(x, 4)));
+  return slice8_update(reg, p, n);
+}
+
+// The register after `n` bytes, without ISA-L's fixed cost per call: for the masked headers and
+// the short rest of a small packet.
+std::uint32_t small_update(std::uint32_t reg, const std::uint8_t* p, std::size_t n) {
+  if (kCpuHasClmul && n >= 16) return clmul_update(reg, p, n);
+  return slice8_update(reg, p, n);
+}
+
 constexpr std::size_t kMaxMaskedBytes = kIpv6HeaderBytes + kUdpHeaderBytes + kBthBytes;
 constexpr std::size_t kUdpChecksumOffset = 6;
 constexpr std::size_t kBthResv8aOffset = 4;  // FECN, BECN, Resv6a
@@ -99,6 +153,18 @@ std::size_t mask_variant_fields(std::uint8_t* p, bool v6) {
 
 }  // namespace
 
+namespace detail {
+std::uint32_t crc32_register_update(std::uint32_t reg, Bytes bytes, bool carry_less) {
+  if (carry_less && kCpuHasClmul && bytes.size() >= 16) {
+    return clmul_update(reg, bytes.data(), bytes.size());
+  }
+  return slice8_update(reg, bytes.data(), bytes.size());
+}
+bool carry_less_available() {
+  return kCpuHasClmul;
+}
+}  // namespace detail
+
 std::uint32_t icrc_compute(Bytes ip_datagram) {
   assert(!ip_datagram.empty());
   const bool v6 = (ip_datagram[0] >> 4) == 6;
@@ -108,10 +174,10 @@ std::uint32_t icrc_compute(Bytes ip_datagram) {
   std::array<std::uint8_t, kMaxMaskedBytes> masked;
   std::memcpy(masked.data(), ip_datagram.data(), prefix);
   mask_variant_fields(masked.data(), v6);
-  const std::uint32_t reg = slice8_update(kRegisterAfterLrhPlaceholder, masked.data(), prefix);
+  const std::uint32_t reg = small_update(kRegisterAfterLrhPlaceholder, masked.data(), prefix);
   const std::uint8_t* rest = ip_datagram.data() + prefix;
   const std::size_t rest_len = ip_datagram.size() - prefix;
-  if (rest_len < kFoldingMinBytes) return ~slice8_update(reg, rest, rest_len);
+  if (rest_len < kFoldingMinBytes) return ~small_update(reg, rest, rest_len);
   // crc32_gzip_refl(previous, ...) continues a zlib-style CRC: it inverts on entry and exit,
   // so it takes the finished value of the prefix.
   const std::uint32_t crc = crc32_gzip_refl(~reg, rest, rest_len);

@@ -37,6 +37,14 @@ std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t
 // the ICRC without computing it again. Uses the solver's cached columns for that length.
 std::uint32_t icrc_ipv4_id_change(std::size_t datagram_bytes, std::uint16_t id_change);
 
+// The two ways icrc_compute advances the raw (un-inverted) CRC-32 register over short inputs,
+// for tests that hold each against the reference: carry-less multiplies where the CPU has them
+// (`carry_less`, for 16 bytes or more) and slicing-by-8, the fallback and the tail of the other.
+namespace detail {
+std::uint32_t crc32_register_update(std::uint32_t reg, Bytes bytes, bool carry_less);
+bool carry_less_available();
+}  // namespace detail
+
 // The ICRC field is the one little-endian value in a RoCEv2 packet.
 inline std::uint32_t load_icrc(const std::uint8_t* p) {
   return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 |
