@@ -70,8 +70,9 @@ IcrcCheck recover_ipv4_id(const UdpEnvelope& env, std::size_t payload_len,
   const std::size_t datagram = kIpv4HeaderBytes + kUdpHeaderBytes + payload_len - wire::kIcrcBytes;
   const std::uint32_t wire_icrc = wire::load_icrc(ip + datagram);
   const wire::Bytes covered(ip, datagram);
-  if (wire::icrc_compute(covered) == wire_icrc) return IcrcCheck::kVerified;
-  const std::optional<std::uint16_t> id = wire::icrc_solve_ipv4_id(covered, wire_icrc);
+  const std::uint32_t icrc_now = wire::icrc_compute(covered);
+  if (icrc_now == wire_icrc) return IcrcCheck::kVerified;
+  const std::optional<std::uint16_t> id = wire::icrc_solve_ipv4_id(covered, wire_icrc, icrc_now);
   if (!id) return IcrcCheck::kNoIdVerifies;
   wire::store_be16(ip + 4, *id);
   wire::store_be16(ip + 10, ipv4_header_checksum(ip));

@@ -242,8 +242,16 @@ const IdSolver& id_solver_for(std::size_t datagram_bytes) {
 std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire) {
   const std::size_t prefix = kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes;
   if (ip_datagram.size() < prefix || (ip_datagram[0] >> 4) != 4) return std::nullopt;
+  return icrc_solve_ipv4_id(ip_datagram, icrc_wire, icrc_compute(ip_datagram));
+}
+
+std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire,
+                                                std::uint32_t icrc_now) {
+  const std::size_t prefix = kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes;
+  if (ip_datagram.size() < prefix || (ip_datagram[0] >> 4) != 4) return std::nullopt;
+  assert(icrc_now == icrc_compute(ip_datagram));
   const std::uint16_t current = load_be16(ip_datagram.data() + kIpv4IdOffset);
-  std::uint32_t difference = icrc_compute(ip_datagram) ^ icrc_wire;
+  std::uint32_t difference = icrc_now ^ icrc_wire;
   if (difference == 0) return current;
   std::uint16_t change = 0;
   id_solver_for(ip_datagram.size()).reduce(difference, change);

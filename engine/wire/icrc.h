@@ -29,6 +29,11 @@ std::uint32_t icrc_compute(Bytes ip_datagram);
 // per length and thread), not by trying 65536 values. A corrupted datagram has a solution with
 // probability 2^-16: such a port checks 16 bits instead of 32 (the link's FCS still applies).
 std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire);
+// The same for a caller that has just computed the datagram's ICRC as it stands (`icrc_now`,
+// icrc_compute of the same bytes; asserted in debug builds): it is not computed again. A port
+// that checks every datagram first and solves only for those that fail pays one CRC, not two.
+std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire,
+                                                std::uint32_t icrc_now);
 
 // What an IPv4 datagram's ICRC changes by (XOR) when its identification changes by `id_change`
 // (XOR), for a datagram of `datagram_bytes` (IP header to the ICRC, exclusive). For a sender
