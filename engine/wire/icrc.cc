@@ -155,10 +155,8 @@ std::size_t mask_variant_fields(std::uint8_t* p, bool v6) {
 
 namespace detail {
 std::uint32_t crc32_register_update(std::uint32_t reg, Bytes bytes, bool carry_less) {
-  if (carry_less && kCpuHasClmul && bytes.size() >= 16) {
-    return clmul_update(reg, bytes.data(), bytes.size());
-  }
-  return slice8_update(reg, bytes.data(), bytes.size());
+  return carry_less ? small_update(reg, bytes.data(), bytes.size())
+                    : slice8_update(reg, bytes.data(), bytes.size());
 }
 bool carry_less_available() {
   return kCpuHasClmul;
@@ -237,18 +235,22 @@ const IdSolver& id_solver_for(std::size_t datagram_bytes) {
   return cache.emplace(datagram_bytes, IdSolver(datagram_bytes)).first->second;
 }
 
+// An IPv4 datagram that holds the IP and UDP headers and a BTH: the solver's domain.
+bool id_solvable(Bytes ip_datagram) {
+  return ip_datagram.size() >= kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes &&
+         (ip_datagram[0] >> 4) == 4;
+}
+
 }  // namespace
 
 std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire) {
-  const std::size_t prefix = kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes;
-  if (ip_datagram.size() < prefix || (ip_datagram[0] >> 4) != 4) return std::nullopt;
+  if (!id_solvable(ip_datagram)) return std::nullopt;
   return icrc_solve_ipv4_id(ip_datagram, icrc_wire, icrc_compute(ip_datagram));
 }
 
 std::optional<std::uint16_t> icrc_solve_ipv4_id(Bytes ip_datagram, std::uint32_t icrc_wire,
                                                 std::uint32_t icrc_now) {
-  const std::size_t prefix = kIpv4HeaderBytes + kUdpHeaderBytes + kBthBytes;
-  if (ip_datagram.size() < prefix || (ip_datagram[0] >> 4) != 4) return std::nullopt;
+  if (!id_solvable(ip_datagram)) return std::nullopt;
   assert(icrc_now == icrc_compute(ip_datagram));
   const std::uint16_t current = load_be16(ip_datagram.data() + kIpv4IdOffset);
   std::uint32_t difference = icrc_now ^ icrc_wire;
