@@ -119,6 +119,7 @@ void NeighbourTable::start(std::uint64_t now_ns, const NeighbourKey& key, Entry&
   e.phase = Phase::kRoute;
   e.seq = next_seq();
   e.use_seq = 0;
+  e.solicited_ns = 0;
   e.started_ns = now_ns;
   e.deadline_ns = now_ns + options_.retry_interval_ns;
   requests_.push_back(encode_get_route(e.seq, key.ifindex, key.dst));
@@ -131,10 +132,19 @@ void NeighbourTable::ask_neighbour(std::uint64_t now_ns, const NeighbourKey& /*k
   requests_.push_back(encode_get_neigh(e.seq, e.oif, e.next_hop));
 }
 
-void NeighbourTable::trigger(Entry& e) {
+void NeighbourTable::trigger(std::uint64_t now_ns, Entry& e) {
   if (e.use_seq != 0) return;
   e.use_seq = next_seq();
   requests_.push_back(encode_use_neigh(e.use_seq, e.oif, e.next_hop));
+  // After the NTF_USE, which leaves the kernel an INCOMPLETE entry for the answer to update.
+  solicit(now_ns, e);
+}
+
+void NeighbourTable::solicit(std::uint64_t now_ns, Entry& e) {
+  if (e.next_hop.is_v4()) return;
+  if (e.solicited_ns != 0 && now_ns < e.solicited_ns + options_.solicit_interval_ns) return;
+  e.solicited_ns = now_ns;
+  solicitations_.push_back({e.oif, e.next_hop, e.source});
 }
 
 void NeighbourTable::finish(std::uint64_t now_ns, const NeighbourKey& key, Entry& e, Phase phase) {
@@ -244,16 +254,16 @@ void NeighbourTable::on_neigh(std::uint64_t now_ns, const NlNeigh& n) {
         e.use_seq = 0;
         e.started_ns = now_ns;
         e.deadline_ns = now_ns + options_.retry_interval_ns;
-        trigger(e);
+        trigger(now_ns, e);
       } else if (e.use_seq == 0) {
-        trigger(e);  // a failure left from earlier: try ourselves
+        trigger(now_ns, e);  // a failure left from earlier: try ourselves
       } else {
         // Our probe failed. Keep trying until give-up: right after link-up, IPv6 sends no
         // solicitation until the link-local address has passed DAD (ndisc_send_ns).
         e.use_seq = 0;
       }
     } else if (waiting) {
-      trigger(e);  // NUD_NONE / INCOMPLETE: make sure resolution runs
+      trigger(now_ns, e);  // NUD_NONE / INCOMPLETE: make sure resolution runs
     }
   }
 }
@@ -293,7 +303,7 @@ void NeighbourTable::on_error(std::uint64_t now_ns, const NlError& err) {
       return;
     }
     if (e.seq == err.seq && e.phase == Phase::kNeighbour) {
-      trigger(e);  // ENOENT: the kernel has no entry yet
+      trigger(now_ns, e);  // ENOENT: the kernel has no entry yet
       return;
     }
     if (e.use_seq == err.seq && e.phase == Phase::kNeighbour) {
@@ -330,6 +340,8 @@ void NeighbourTable::handle_timeout(std::uint64_t now_ns) {
         requests_.push_back(encode_get_route(e.seq, key.ifindex, key.dst));
       } else {
         ask_neighbour(now_ns, key, e);
+        // Solicited before and still no answer: again, at the solicitation's own interval.
+        if (e.solicited_ns != 0) solicit(now_ns, e);
       }
     }
     confirm_in_use(now_ns, e);
@@ -358,6 +370,13 @@ std::optional<std::vector<std::uint8_t>> NeighbourTable::poll_request() {
   auto r = std::move(requests_.front());
   requests_.pop_front();
   return r;
+}
+
+std::optional<NeighbourSolicitation> NeighbourTable::poll_solicitation() {
+  if (solicitations_.empty()) return std::nullopt;
+  NeighbourSolicitation s = solicitations_.front();
+  solicitations_.pop_front();
+  return s;
 }
 
 std::optional<NeighbourAnswer> NeighbourTable::poll_answer() {

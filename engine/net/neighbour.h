@@ -24,11 +24,19 @@
 //   2. RTM_GETNEIGH (egress interface, next hop): an entry in a NUD state with a link-layer
 //      address (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP) answers.
 //   3. Otherwise resolution is triggered with RTM_NEWNEIGH + NTF_USE: the kernel sends ARP or
-//      a neighbour solicitation exactly as for a packet of its own, and nothing else. The MAC
-//      comes back as an RTM_NEWNEIGH notification, or from re-asking RTM_GETNEIGH every
-//      retry_interval_ns. No MAC before give_up_ns: unreachable. (NTF_USE needs
-//      CAP_NET_ADMIN; the kernel sends an IPv6 solicitation only once the link-local address
-//      has passed DAD, so resolution right after link-up waits for DAD: the retries cover it.)
+//      a neighbour solicitation as for a packet of its own. The MAC comes back as an
+//      RTM_NEWNEIGH notification, or from re-asking RTM_GETNEIGH every retry_interval_ns. No
+//      MAC before give_up_ns: unreachable. (NTF_USE needs CAP_NET_ADMIN.)
+//   4. For an IPv6 next hop the resolver also sends the solicitation itself (poll_solicitation,
+//      at once and then every solicit_interval_ns while pending), from the route's preferred
+//      source or the address the kernel picks. NTF_USE hands the kernel no packet, and without
+//      one ndisc_send_ns() sources a solicitation only from a link-local address that has
+//      passed DAD, or sends none: right after link-up (DAD takes 1-2 s) and on links with no
+//      link-local address, the kernel's NUD machine stays silent, where rxe's packets, which
+//      carry their source, are solicited for at once. RFC 4861 7.2.2 asks for the prompting
+//      packet's source, an address of the interface: the GID's. The answer (an NA to that
+//      address) updates the kernel's INCOMPLETE entry as any answer would, and comes back
+//      through rule 2.
 // How a resolved entry stays true:
 //   - Neighbour notifications (RTNLGRP_NEIGH) are followed as they arrive: a new MAC for the
 //     next hop (a gratuitous ARP, an unsolicited neighbour advertisement, a re-probe) replaces
@@ -106,6 +114,14 @@ struct NeighbourAnswer {
   bool mac_changed = false;            // (poll_answer) kResolved with another MAC than the last one
 };
 
+// A neighbour solicitation for the shell to send (rule 4 above): for `target`, out of
+// `ifindex`, from `source` when the route names one (else the kernel's choice).
+struct NeighbourSolicitation {
+  int ifindex = 0;
+  wire::IpAddr target;
+  std::optional<wire::IpAddr> source;
+};
+
 struct NeighbourOptions {
   std::uint64_t resolved_lifetime_ns = 10'000'000'000;    // then re-asked from the route on
   std::uint64_t confirm_interval_ns = 1'000'000'000;      // NTF_USE at most this often in use
@@ -113,6 +129,8 @@ struct NeighbourOptions {
   std::uint64_t retry_interval_ns = 200'000'000;          // re-ask while pending
   std::uint64_t give_up_ns = 3'000'000'000;               // pending longer: unreachable
   std::uint64_t forget_after_ns = 60'000'000'000;         // unused this long: forgotten
+  std::uint64_t solicit_interval_ns = 1'000'000'000;      // own IPv6 solicitations (RFC 4861
+                                                          // RETRANS_TIMER) while pending
   // The namespace's default TTL / hop limit, for routes without RTAX_HOPLIMIT.
   std::uint8_t hop_limit_v4 = 64;
   std::uint8_t hop_limit_v6 = 64;
@@ -144,6 +162,7 @@ class NeighbourTable {
   // Outputs, drained after any input. Answers come for entries that settled (resolved,
   // local, unreachable) and for resolved entries whose MAC changed.
   std::optional<std::vector<std::uint8_t>> poll_request();
+  std::optional<NeighbourSolicitation> poll_solicitation();
   std::optional<NeighbourAnswer> poll_answer();
 
   std::size_t size() const { return entries_.size(); }
@@ -170,6 +189,7 @@ class NeighbourTable {
     std::uint64_t deadline_ns = 0;   // retry (pending), expiry (settled)
     std::uint64_t used_ns = 0;       // last resolve()
     std::uint64_t confirmed_ns = 0;  // last NTF_USE sent for an entry in use
+    std::uint64_t solicited_ns = 0;  // last own solicitation of this resolution, 0 = none
   };
   using Entries = std::map<NeighbourKey, Entry>;
 
@@ -178,7 +198,8 @@ class NeighbourTable {
   }
   void start(std::uint64_t now_ns, const NeighbourKey& key, Entry& e);
   void ask_neighbour(std::uint64_t now_ns, const NeighbourKey& key, Entry& e);
-  void trigger(Entry& e);
+  void trigger(std::uint64_t now_ns, Entry& e);
+  void solicit(std::uint64_t now_ns, Entry& e);
   void finish(std::uint64_t now_ns, const NeighbourKey& key, Entry& e, Phase phase);
   void revalidate_all(std::uint64_t now_ns);
   void on_route_reply(std::uint64_t now_ns, const NlRoute& r);
@@ -203,6 +224,7 @@ class NeighbourTable {
   AddressSet dump_;
   std::uint32_t dump_seq_ = 0;
   std::deque<std::vector<std::uint8_t>> requests_;
+  std::deque<NeighbourSolicitation> solicitations_;
   std::deque<NeighbourAnswer> answers_;
   std::uint32_t seq_ = 0;
 };
@@ -213,9 +235,9 @@ class NeighbourResolver {
  public:
   // Opens a non-blocking NETLINK_ROUTE socket in the calling thread's network namespace,
   // subscribed to neighbour, route and address notifications, and starts reading the
-  // namespace's addresses. The hop-limit defaults come from the namespace's sysctls
-  // (net.ipv4.ip_default_ttl, net.ipv6.conf.default.hop_limit). nullptr and `error` (errno)
-  // on failure.
+  // namespace's addresses; and a raw ICMPv6 socket there for solicitations (rule 4). The hop-limit
+  // defaults come from the namespace's sysctls (net.ipv4.ip_default_ttl,
+  // net.ipv6.conf.default.hop_limit). nullptr and `error` (errno) on failure.
   static std::unique_ptr<NeighbourResolver> open(NeighbourOptions options, int& error);
   ~NeighbourResolver();
   NeighbourResolver(const NeighbourResolver&) = delete;
@@ -237,10 +259,15 @@ class NeighbourResolver {
   NeighbourAnswer resolve_blocking(int ifindex, const wire::IpAddr& dst, std::uint64_t timeout_ns);
 
  private:
-  NeighbourResolver(int fd, NeighbourOptions options) : fd_(fd), table_(options) {}
+  NeighbourResolver(int fd, int icmp6_fd, NeighbourOptions options)
+      : fd_(fd), icmp6_fd_(icmp6_fd), table_(options) {}
   void flush_requests();
+  void send_solicitation(const NeighbourSolicitation& s);
 
   int fd_;
+  // A raw ICMPv6 socket of the same namespace for own solicitations (rule 4); -1 when it could
+  // not be opened (no CAP_NET_RAW): then the kernel's NTF_USE path alone resolves IPv6.
+  int icmp6_fd_;
   NeighbourTable table_;
 };
 

@@ -1,7 +1,11 @@
 // NeighbourResolver: the socket shell around NeighbourTable (neighbour.h).
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netinet/icmp6.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 
 #include "net/neighbour.h"
@@ -33,6 +38,35 @@ std::uint8_t read_hop_limit(const char* path) {
   unsigned value = 0;
   if (!(in >> value) || value == 0 || value > 255) return kDefaultHopLimit;
   return static_cast<std::uint8_t>(value);
+}
+
+// A raw ICMPv6 socket that sends neighbour solicitations and reads nothing: every type is
+// filtered out, so nothing queues on it. Hop limit 255, as RFC 4861 7.1.1 has receivers check.
+// -1 when it cannot be opened (CAP_NET_RAW missing).
+int open_icmp6_socket() {
+  const int fd = ::socket(AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMPV6);
+  if (fd < 0) return -1;
+  icmp6_filter filter;
+  ICMP6_FILTER_SETBLOCKALL(&filter);
+  const int hops = 255;
+  if (::setsockopt(fd, IPPROTO_ICMPV6, ICMP6_FILTER, &filter, sizeof filter) != 0 ||
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof hops) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The interface's MAC for the source link-layer address option, which a multicast
+// solicitation from a unicast source must carry (RFC 4861 4.3).
+// Both ioctls ask the namespace of `fd`, not the calling thread's (if_indextoname would).
+bool interface_mac(int fd, int ifindex, std::array<std::uint8_t, 6>& mac) {
+  ifreq ifr{};
+  ifr.ifr_ifindex = ifindex;
+  if (::ioctl(fd, SIOCGIFNAME, &ifr) != 0) return false;
+  if (::ioctl(fd, SIOCGIFHWADDR, &ifr) != 0) return false;
+  std::memcpy(mac.data(), ifr.ifr_hwaddr.sa_data, mac.size());
+  return true;
 }
 
 }  // namespace
@@ -63,7 +97,7 @@ std::unique_ptr<NeighbourResolver> NeighbourResolver::open(NeighbourOptions opti
   }
   options.hop_limit_v4 = namespace_hop_limit(true);
   options.hop_limit_v6 = namespace_hop_limit(false);
-  std::unique_ptr<NeighbourResolver> r(new NeighbourResolver(fd, options));
+  std::unique_ptr<NeighbourResolver> r(new NeighbourResolver(fd, open_icmp6_socket(), options));
   r->table_.set_port_id(local.nl_pid);
   r->table_.load_addresses();
   r->flush_requests();
@@ -72,6 +106,7 @@ std::unique_ptr<NeighbourResolver> NeighbourResolver::open(NeighbourOptions opti
 
 NeighbourResolver::~NeighbourResolver() {
   ::close(fd_);
+  if (icmp6_fd_ >= 0) ::close(icmp6_fd_);
 }
 
 NeighbourAnswer NeighbourResolver::resolve(std::uint64_t now_ns, int ifindex,
@@ -90,6 +125,69 @@ void NeighbourResolver::flush_requests() {
     (void)::sendto(fd_, request->data(), request->size(), 0, reinterpret_cast<sockaddr*>(&kernel),
                    sizeof kernel);
   }
+  // After the NTF_USE requests just sent: their INCOMPLETE entries take the answers.
+  while (auto solicitation = table_.poll_solicitation())
+    send_solicitation(*solicitation);
+}
+
+// A multicast neighbour solicitation (RFC 4861 4.3) for s.target to its solicited-node group
+// out of s.ifindex, from s.source or, without one, the address the kernel picks for that
+// interface (never a tentative one). The kernel fills in the checksum of a raw ICMPv6 socket
+// (RFC 3542 3.1). Best effort: a send that fails leaves the kernel's own path and the table's
+// next solicitation.
+void NeighbourResolver::send_solicitation(const NeighbourSolicitation& s) {
+  if (icmp6_fd_ < 0) return;
+  std::array<std::uint8_t, 6> mac{};
+  if (!interface_mac(icmp6_fd_, s.ifindex, mac)) return;
+  struct {
+    nd_neighbor_solicit ns;
+    nd_opt_hdr option;
+    std::array<std::uint8_t, 6> mac;
+  } __attribute__((packed)) message{};
+  message.ns.nd_ns_type = ND_NEIGHBOR_SOLICIT;
+  std::memcpy(&message.ns.nd_ns_target, s.target.bytes.data(), 16);
+  message.option.nd_opt_type = ND_OPT_SOURCE_LINKADDR;
+  message.option.nd_opt_len = 1;  // in units of 8 bytes
+  message.mac = mac;
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_scope_id = static_cast<std::uint32_t>(s.ifindex);
+  // ff02::1:ffXX:XXXX, the low 24 bits of the target.
+  const std::array<std::uint8_t, 16> group = {0xff,
+                                              0x02,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0,
+                                              0x01,
+                                              0xff,
+                                              s.target.bytes[13],
+                                              s.target.bytes[14],
+                                              s.target.bytes[15]};
+  std::memcpy(&to.sin6_addr, group.data(), group.size());
+  in6_pktinfo info{};
+  info.ipi6_ifindex = static_cast<unsigned>(s.ifindex);
+  if (s.source) std::memcpy(&info.ipi6_addr, s.source->bytes.data(), 16);
+  alignas(cmsghdr) std::array<std::uint8_t, CMSG_SPACE(sizeof(in6_pktinfo))> control{};
+  iovec iov{&message, sizeof message};
+  msghdr msg{};
+  msg.msg_name = &to;
+  msg.msg_namelen = sizeof to;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = IPPROTO_IPV6;
+  c->cmsg_type = IPV6_PKTINFO;
+  c->cmsg_len = CMSG_LEN(sizeof info);
+  std::memcpy(CMSG_DATA(c), &info, sizeof info);
+  (void)::sendmsg(icmp6_fd_, &msg, MSG_DONTWAIT);
 }
 
 void NeighbourResolver::on_readable(std::uint64_t now_ns) {

@@ -1,8 +1,9 @@
 // Route and neighbour resolution against the kernel (engine/net/neighbour.h): two namespaces
 // joined by a veth pair with no static neighbour entries, so every answer comes from real ARP /
-// ND that the resolver triggered; off-link destinations routed through the peer; the
-// namespace's own addresses answered as local; and changes followed: a peer whose MAC changes
-// (announced, and unannounced with the kernel's probes), a route moved to another gateway.
+// ND that the resolver triggered (IPv6 also with no link-local address to send from); off-link
+// destinations routed through the peer; the namespace's own addresses answered as local; and
+// changes followed: a peer whose MAC changes (announced, and unannounced with the kernel's probes),
+// a route moved to another gateway.
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <gtest/gtest.h>
@@ -195,6 +196,15 @@ TEST_F(NeighbourIntegration, OnLinkIpv4TriggersArp) {
 }
 
 TEST_F(NeighbourIntegration, OnLinkIpv6TriggersNeighbourSolicitation) {
+  expect_resolves_to_peer(v6(0xc8, 2));
+}
+
+// Without a usable link-local address (here none at all; right after link-up, one still in
+// DAD) the kernel sends no solicitation for an NTF_USE (ndisc_send_ns has no source): the
+// resolver's own, from the global address, is what gets the answer (neighbour.h rule 4).
+TEST_F(NeighbourIntegration, Ipv6ResolvesWithoutAUsableLinkLocalAddress) {
+  ASSERT_TRUE(hosts_->run(
+      fmt::format("ip -n {0} -6 addr flush dev {1} scope link", hosts_->ns_a(), hosts_->if_a())));
   expect_resolves_to_peer(v6(0xc8, 2));
 }
 

@@ -446,6 +446,63 @@ TEST_F(NeighbourTableTest, ANotificationIsNotTakenForAReply) {
   EXPECT_EQ(next_request().type, RTM_GETNEIGH);
 }
 
+// Rule 4 (neighbour.h): NTF_USE gives the kernel no packet to source an IPv6 solicitation
+// from, so the table asks the shell for one of its own, right after the NTF_USE, from the
+// route's preferred source; then again once per solicit interval while no answer comes, and
+// not after the answer. An IPv4 next hop never gets one: ARP needs no source address of ours.
+TEST_F(NeighbourTableTest, AnIpv6TriggerAlsoSolicitsFromTheRoutesSourceUntilAnswered) {
+  NeighbourTable t6{NeighbourOptions{
+      .retry_interval_ns = 10 * kMs, .give_up_ns = 3000 * kMs, .solicit_interval_ns = 1000 * kMs}};
+  t6.set_port_id(kPortId);
+  const wire::IpAddr self6 = v6(9);
+  auto next = [&] {
+    auto r = t6.poll_request();
+    EXPECT_TRUE(r.has_value());
+    return r ? parse(*r) : Request{};
+  };
+  auto feed6 = [&](std::uint64_t now, const std::vector<std::uint8_t>& bytes) {
+    for (const auto& m : decode_netlink(bytes))
+      t6.handle_message(now, m);
+  };
+  t6.resolve(0, kIf, kPeer6);
+  feed6(0, route_message(next().seq, kPeer6, kIf, std::nullopt, RTN_UNICAST, self6));
+  EXPECT_FALSE(t6.poll_solicitation().has_value()) << "the kernel's entry not asked yet";
+  t6.handle_message(1 * kMs, NlError{next().seq, kPortId, ENOENT});
+  EXPECT_EQ(next().type, RTM_NEWNEIGH);
+  const auto first = t6.poll_solicitation();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->ifindex, kIf);
+  EXPECT_EQ(first->target, kPeer6);
+  EXPECT_EQ(first->source, self6);
+  EXPECT_FALSE(t6.poll_solicitation().has_value());
+  // Retries of the neighbour request within the interval solicit nothing more.
+  for (std::uint64_t t = 11; t < 1001; t += 10) {
+    t6.handle_timeout(t * kMs);
+    while (const auto r = t6.poll_request())
+      feed6(t * kMs, neigh_message(parse(*r).seq, kIf, kPeer6, NUD_INCOMPLETE));
+    EXPECT_FALSE(t6.poll_solicitation().has_value()) << t;
+  }
+  t6.handle_timeout(1011 * kMs);
+  const auto again = t6.poll_solicitation();
+  ASSERT_TRUE(again.has_value()) << "no answer within the interval: solicited again";
+  EXPECT_EQ(again->target, kPeer6);
+  feed6(1012 * kMs, neigh_message(0, kIf, kPeer6, NUD_REACHABLE, kMac));
+  EXPECT_EQ(t6.poll_answer().value_or(NeighbourAnswer{}).state, NeighbourState::kResolved);
+  for (std::uint64_t t = 1020; t < 2500; t += 100) {
+    t6.handle_timeout(t * kMs);
+    while (t6.poll_request()) {
+    }
+    EXPECT_FALSE(t6.poll_solicitation().has_value()) << t;
+  }
+
+  // IPv4: the NTF_USE alone.
+  table.resolve(0, kIf, kPeer);
+  feed(0, route_message(next_request().seq, kPeer, kIf));
+  table.handle_message(0, NlError{next_request().seq, kPortId, ENOENT});
+  EXPECT_EQ(next_request().type, RTM_NEWNEIGH);
+  EXPECT_FALSE(table.poll_solicitation().has_value());
+}
+
 TEST_F(NeighbourTableTest, SilentNeighbourIsRetriedThenUnreachableAfterGiveUp) {
   table.resolve(0, kIf, kPeer);
   feed(0, route_message(next_request().seq, kPeer, kIf));
