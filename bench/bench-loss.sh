@@ -26,10 +26,12 @@
 # switch line gives way to rx_impair_drops.
 # ROUNDS=N (default 1) measures every loss N times in turn on each port, so that a busy minute of
 # this host shows as one round among several (bench-goals.sh judges the goal on the median).
+# FAMILY=ipv6 runs the QPs over the devices' IPv6 GIDs (2001:2:0:dd::1 and ::2) instead of the
+# IPv4-mapped ones (the default, ipv4); perftest's own TCP exchange stays on IPv4 either way.
 # JSON_OUT=FILE also writes every run there (port, round, loss, program, mbps, ratio_clean: the MB/s
 # against the same program's at loss 0 on the same port in the same round, when one was measured
 # first; and the counters' growth by name; bench/goals.py reads it), with the commit and load.
-#   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] [FAMILY=ipv4|ipv6] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -42,6 +44,8 @@ impair=${IMPAIR:-switch}
 read -r -a kinds <<<"${PORTS:-afxdp udp}"
 rtt_period=${RTT_SAMPLE_S:-2}
 [[ $impair == switch || $impair == device ]] || { echo "IMPAIR is switch or device" >&2; exit 2; }
+family=${FAMILY:-ipv4}
+[[ $family == ipv4 || $family == ipv6 ]] || { echo "FAMILY is ipv4 or ipv6" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 rounds=${ROUNDS:-1}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS is a count of rounds" >&2; exit 2; }
@@ -54,6 +58,7 @@ xroce=$bin/xroce
 tag=xrbl-$$
 ns_a=$tag-a ns_m=$tag-m ns_b=$tag-b
 ip_a=198.18.221.1 ip_b=198.18.221.2
+ip6_a=2001:2:0:dd::1 ip6_b=2001:2:0:dd::2
 out=$(mktemp -d)
 switch_pid=
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
@@ -100,6 +105,14 @@ in_ns "$ns_a" ip link set dev va mtu 9000 up
 in_ns "$ns_b" ip link set dev vb mtu 9000 up
 in_ns "$ns_a" ip addr add $ip_a/24 dev va
 in_ns "$ns_b" ip addr add $ip_b/24 dev vb
+in_ns "$ns_a" ip addr add $ip6_a/64 dev va nodad
+in_ns "$ns_b" ip addr add $ip6_b/64 dev vb nodad
+
+# The GID index of an address on a device (ibv_devinfo -v: "GID[  1]:  2001:2:0:dd::1, RoCE v2").
+gid_index() {  # namespace device address
+  in_ns "$1" "$xroce" exec -- ibv_devinfo -v -d "$2" |
+    sed -nE "s/.*GID\[ *([0-9]+)\]:[[:space:]]*$3, RoCE v2.*/\1/p" | head -1
+}
 
 start_switch() {  # loss
   # Real-time priority, as a switch has its own silicon (tools/switch/README.md).
@@ -159,11 +172,11 @@ rtt_summary() {  # file of sample_rtt lines
 # One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
 bandwidth() {  # program
   local port=18515
-  in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x 0 -s 65536 -D "$seconds" -p $port \
+  in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x "$gid_a" -s 65536 -D "$seconds" -p $port \
     >"$out/srv.txt" 2>&1 &
   local srv=$!
   wait_listen "$ns_a" $port
-  if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x 0 -s 65536 -D "$seconds" -p $port $ip_a \
+  if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x "$gid_b" -s 65536 -D "$seconds" -p $port $ip_a \
     >"$out/cli.txt" 2>&1 && wait $srv; then
     awk '$1 == 65536 { print $4 }' "$out/cli.txt"
   else
@@ -173,7 +186,7 @@ bandwidth() {  # program
   fi
 }
 
-echo "impair: $impair; load: $(uptime)"
+echo "impair: $impair; family: $family; load: $(uptime)"
 load_start=$(load_average)
 rows=$out/rows.jsonl
 : >"$rows"
@@ -181,6 +194,12 @@ declare -A clean_mbps=()
 for kind in "${kinds[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbl0 netdev va port "$kind" queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbl1 netdev vb port "$kind" queues 1 >/dev/null
+  gid_a=0 gid_b=0
+  if [[ $family == ipv6 ]]; then
+    gid_a=$(gid_index "$ns_a" xbl0 $ip6_a)
+    gid_b=$(gid_index "$ns_b" xbl1 $ip6_b)
+    [[ -n $gid_a && -n $gid_b ]] || { echo "no IPv6 GID on the devices" >&2; exit 1; }
+  fi
   # Each round measures every loss in turn, the clean rate first: a lossy run's ratio_clean is
   # against the clean run of its own round.
   for run in "${runs[@]}"; do
@@ -217,7 +236,7 @@ for kind in "${kinds[@]}"; do
         ratio=$(awk -v a="$mbps" -v b="$clean" 'BEGIN { printf "%.3f", a / b }')
       fi
       json_row port="$kind" round="$round" loss="$loss" program="$program" seconds="$seconds" \
-        impair="$impair" mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
+        impair="$impair" family="$family" mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
         "${grown[@]}" >>"$rows"
     done
     [[ $impair == switch ]] || continue

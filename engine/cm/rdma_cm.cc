@@ -203,8 +203,10 @@ int RdmaCm::resolve_addr(std::uint64_t now_ns, std::uint64_t file, std::uint32_t
   Id* id = find(file, handle);
   if (id == nullptr) return EINVAL;
   if (id->state == IdState::kIdle) {
-    SockAddr from = src.value_or(SockAddr{wire::IpAddr::v4(0), 0, dst.v4});
-    if (from.any() && !dst.v4) from.ip = wire::IpAddr{};
+    // No source: the wildcard of the destination's family, as cma_bind_addr() makes one.
+    SockAddr from =
+        src.value_or(SockAddr{dst.v4 ? wire::IpAddr::v4(0) : wire::IpAddr{}, 0, dst.v4});
+    if (from.any() && from.v4 != dst.v4) from = SockAddr{wire::IpAddr{}, from.port, false};
     if (const int err = bind(file, handle, from); err != 0) return err;
   }
   if (id->state != IdState::kAddrBound) return EINVAL;

@@ -92,6 +92,29 @@ TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
   EXPECT_EQ(cm.value("mads_dropped", 0), 0);
 }
 
+// rdma_cm over IPv6 addresses: the route, the neighbour (right after the devices came up, while
+// the link-local addresses may still be in DAD: engine/net/neighbour.h rule 4) and the CM's
+// IPv6 GIDs, with data checked ping by ping.
+TEST_P(RdmacmTest, RpingOverIpv6Addresses) {
+  Pair pair("xrcm-rping6", next_subnet(), port());
+  ASSERT_TRUE(pair.ready());
+  auto [server, client] =
+      server_client(pair, {"rping", "-s", "-V", "-C", "200", "-a", pair.ip6(0), "-p", "7176"},
+                    {"rping", "-c", "-V", "-v", "-C", "200", "-a", pair.ip6(0), "-p", "7176"});
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_EQ(server.status, 0) << server.output;
+  std::size_t pings = 0;
+  for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
+       at = client.output.find("rdma-ping-", at + 1))
+    ++pings;
+  EXPECT_EQ(pings, 200u) << client.output.substr(0, 2000);
+  EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
+  // The connection's REQ, RTU and DREQ/DREP reached the server's daemon, none dropped.
+  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+  EXPECT_GE(cm.value("mads_received", 0), 3);
+  EXPECT_EQ(cm.value("mads_dropped", 0), 0);
+}
+
 TEST_P(RdmacmTest, ConnectToAPortNobodyListensOnIsRejected) {
   Pair pair("xrcm-rej", next_subnet(), port());
   ASSERT_TRUE(pair.ready());

@@ -249,6 +249,32 @@ TEST(RdmaCm, UnreachableAfterRetriesAndAddrErrorForNoRoute) {
   EXPECT_EQ(expect_event(h.a, kFileA, RdmaCmEvent::kAddrError).status, -EHOSTUNREACH);
 }
 
+// rdma_resolve_addr with no source toward an IPv6 destination (rping -a <IPv6>): the id binds
+// the IPv6 wildcard and takes the route's IPv6 source, as the kernel's cma_bind_addr() does.
+// An IPv4 wildcard there was no address of any device: EADDRNOTAVAIL before the address was
+// even routed.
+TEST(RdmaCm, ResolvingAnIpv6DestinationWithoutASourceTakesTheRoutesIpv6Source) {
+  std::array<std::uint8_t, 16> self{0x20, 0x01, 0x00, 0x02, 0, 0, 0, 0xb2};
+  std::array<std::uint8_t, 16> peer = self;
+  self[15] = 2;
+  peer[15] = 1;
+  OneRoute route{wire::IpAddr::v6(self)};
+  RdmaCm cm{route, EndpointConfig{0, 20, 3, 16, 24, 13}};
+  cm.add_device(0, CmDeviceInfo{0xc, {wire::IpAddr::v6(self)}, 3, 3, 16});
+  const std::uint32_t id = *cm.create_id(kFileA, 0xa0, PortSpace::kTcp);
+  ASSERT_EQ(
+      cm.resolve_addr(0, kFileA, id, std::nullopt, SockAddr{wire::IpAddr::v6(peer), 7176, false}),
+      0);
+  expect_event(cm, kFileA, RdmaCmEvent::kAddrResolved);
+  const auto resolved = cm.query_route(kFileA, id);
+  ASSERT_TRUE(resolved);
+  EXPECT_EQ(resolved->src.ip, wire::IpAddr::v6(self));
+  EXPECT_FALSE(resolved->src.v4);
+  EXPECT_NE(resolved->src.port, 0);
+  EXPECT_EQ(resolved->dst.ip, wire::IpAddr::v6(peer));
+  EXPECT_FALSE(resolved->dst.v4);
+}
+
 TEST(RdmaCm, BacklogBoundsUnretrievedRequests) {
   Hosts h;
   const std::uint32_t listener = *h.b.create_id(kFileB, 0xb0, PortSpace::kTcp);
