@@ -212,7 +212,7 @@ int RdmaCm::resolve_addr(std::uint64_t now_ns, std::uint64_t file, std::uint32_t
   if (id->state != IdState::kAddrBound) return EINVAL;
   id->dst = dst;
   id->state = IdState::kAddrQuery;
-  auto route = resolver_.resolve(id->src.ip, dst.ip);
+  auto route = resolver_.resolve(id->src.ip, dst.ip, dst.scope_id);
   if (route && devices_.count(route->device) == 0) route = wire::Err(ENODEV);
   if (route && id->device && *id->device != route->device) route = wire::Err(EADDRNOTAVAIL);
   if (!route) {
@@ -220,7 +220,11 @@ int RdmaCm::resolve_addr(std::uint64_t now_ns, std::uint64_t file, std::uint32_t
     queue(*id, make_record(id->uid, id->handle, RdmaCmEvent::kAddrError, -route.error()));
     return 0;
   }
-  if (id->src.any()) id->src.ip = route->src;
+  if (id->src.any()) {
+    id->src.ip = route->src;
+    // A link-local source is the one of the interface the link-local destination named.
+    if (route->src.is_link_local_v6()) id->src.scope_id = dst.scope_id;
+  }
   id->device = route->device;
   id->hop_limit = route->hop_limit;
   id->state = IdState::kAddrResolved;

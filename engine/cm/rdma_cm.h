@@ -52,6 +52,8 @@ struct SockAddr {
   wire::IpAddr ip;  // IPv4-mapped for IPv4; all zeros (v4) or :: (v6) is "any"
   std::uint16_t port = 0;
   bool v4 = true;
+  // IPv6 link-local addresses: the interface they belong to (sin6_scope_id); 0 otherwise.
+  std::uint32_t scope_id = 0;
   bool any() const;
   bool operator==(const SockAddr&) const = default;
 };
@@ -75,7 +77,9 @@ struct Route {
 class Resolver {
  public:
   virtual ~Resolver() = default;
-  virtual wire::Result<Route, int> resolve(const wire::IpAddr& src, const wire::IpAddr& dst) = 0;
+  // `dst_scope_id`: the interface of an IPv6 link-local `dst` (its sin6_scope_id), else 0.
+  virtual wire::Result<Route, int> resolve(const wire::IpAddr& src, const wire::IpAddr& dst,
+                                           std::uint32_t dst_scope_id) = 0;
 };
 
 // The conn param of the ucma ABI (struct rdma_ucm_conn_param, without the pointer).

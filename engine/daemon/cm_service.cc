@@ -56,7 +56,7 @@ std::optional<cm::SockAddr> sockaddr_of(const void* p) {
     std::memcpy(&in6, p, sizeof in6);
     std::array<std::uint8_t, 16> b;
     std::memcpy(b.data(), &in6.sin6_addr, 16);
-    return cm::SockAddr{wire::IpAddr::v6(b), ntohs(in6.sin6_port), false};
+    return cm::SockAddr{wire::IpAddr::v6(b), ntohs(in6.sin6_port), false, in6.sin6_scope_id};
   }
   return std::nullopt;
 }
@@ -73,6 +73,7 @@ void put_sockaddr(void* p, const cm::SockAddr& a) {
     sockaddr_in6 in6{};
     in6.sin6_family = AF_INET6;
     in6.sin6_port = htons(a.port);
+    in6.sin6_scope_id = a.scope_id;
     std::memcpy(&in6.sin6_addr, a.ip.bytes.data(), 16);
     std::memcpy(p, &in6, sizeof in6);
   }
@@ -156,7 +157,8 @@ void fill_path(ib_user_path_rec& p, const cm::RouteInfo& r) {
 }  // namespace
 
 wire::Result<cm::Route, int> KernelRouteResolver::resolve(const wire::IpAddr& src,
-                                                          const wire::IpAddr& dst) {
+                                                          const wire::IpAddr& dst,
+                                                          std::uint32_t dst_scope_id) {
   const bool v4 = dst.is_v4();
   const int fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return wire::Err(errno);
@@ -180,6 +182,7 @@ wire::Result<cm::Route, int> KernelRouteResolver::resolve(const wire::IpAddr& sr
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons(4791);
     std::memcpy(&in6->sin6_addr, dst.bytes.data(), 16);
+    in6->sin6_scope_id = dst_scope_id;  // a link-local destination is reached on its interface
     len = sizeof(sockaddr_in6);
   }
   int err = 0;

@@ -36,7 +36,8 @@ class KernelRouteResolver final : public cm::Resolver {
  public:
   using DeviceOfIp = std::function<std::optional<std::uint32_t>(const wire::IpAddr&)>;
   explicit KernelRouteResolver(DeviceOfIp device_of) : device_of_(std::move(device_of)) {}
-  wire::Result<cm::Route, int> resolve(const wire::IpAddr& src, const wire::IpAddr& dst) override;
+  wire::Result<cm::Route, int> resolve(const wire::IpAddr& src, const wire::IpAddr& dst,
+                                       std::uint32_t dst_scope_id) override;
 
  private:
   DeviceOfIp device_of_;

@@ -29,11 +29,6 @@ namespace {
 constexpr std::uint16_t kNudValid =
     NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
 
-// fe80::/10: an address that means something only on its own link.
-bool is_link_local_v6(const wire::IpAddr& a) {
-  return !a.is_v4() && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80;
-}
-
 }  // namespace
 
 std::uint32_t NeighbourTable::next_seq() {
@@ -55,7 +50,7 @@ std::optional<int> NeighbourTable::local_holder(int ifindex, const wire::IpAddr&
   for (auto it = local_.lower_bound({dst.bytes, INT_MIN}); it != local_.end(); ++it) {
     if (it->first != dst.bytes) break;
     // A link-local address is ours only on its own link.
-    if (!is_link_local_v6(dst) || ifindex == 0 || it->second == ifindex) return it->second;
+    if (!dst.is_link_local_v6() || ifindex == 0 || it->second == ifindex) return it->second;
   }
   return std::nullopt;
 }

@@ -75,6 +75,10 @@ bool IpAddr::is_v4() const {
   return std::equal(kV4MappedPrefix.begin(), kV4MappedPrefix.end(), bytes.begin());
 }
 
+bool IpAddr::is_link_local_v6() const {
+  return !is_v4() && bytes[0] == 0xfe && (bytes[1] & 0xc0) == 0x80;
+}
+
 std::uint32_t IpAddr::v4_host_order() const {
   return load_be32(bytes.data() + 12);
 }

@@ -50,6 +50,8 @@ struct IpAddr {
   static IpAddr v4(std::uint32_t host_order);
   static IpAddr v6(const std::array<std::uint8_t, 16>& b) { return IpAddr{b}; }
   bool is_v4() const;
+  // fe80::/10: an IPv6 address that means something only on its own link.
+  bool is_link_local_v6() const;
   std::uint32_t v4_host_order() const;  // valid when is_v4()
   bool operator==(const IpAddr&) const = default;
 };

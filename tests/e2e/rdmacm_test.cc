@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fabric.h"
@@ -92,27 +94,54 @@ TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
   EXPECT_EQ(cm.value("mads_dropped", 0), 0);
 }
 
+// Side i's link-local address once it has passed DAD (a tentative one is no GID yet), or "".
+std::string link_local(const Pair& pair, int i) {
+  std::string address;
+  eventually(
+      [&] {
+        const RunResult r = pair.exec(i, {"ip", "-6", "-o", "addr", "show", "dev", pair.netdev(i),
+                                          "scope", "link", "-tentative"});
+        std::smatch m;
+        if (std::regex_search(r.output, m, std::regex(R"(inet6 (fe80:[0-9a-f:]+)/)")))
+          address = m[1].str();
+        return !address.empty();
+      },
+      seconds(10));
+  return address;
+}
+
 // rdma_cm over IPv6 addresses: the route, the neighbour (right after the devices came up, while
 // the link-local addresses may still be in DAD: engine/net/neighbour.h rule 4) and the CM's
-// IPv6 GIDs, with data checked ping by ping.
+// IPv6 GIDs, with data checked ping by ping; then over the link-local addresses, which name
+// their interface (fe80::...%xpv0: sin6_scope_id), as the kernel's rdma_cm takes them.
 TEST_P(RdmacmTest, RpingOverIpv6Addresses) {
   Pair pair("xrcm-rping6", next_subnet(), port());
   ASSERT_TRUE(pair.ready());
-  auto [server, client] =
-      server_client(pair, {"rping", "-s", "-V", "-C", "200", "-a", pair.ip6(0), "-p", "7176"},
-                    {"rping", "-c", "-V", "-v", "-C", "200", "-a", pair.ip6(0), "-p", "7176"});
-  EXPECT_EQ(client.status, 0) << client.output;
-  EXPECT_EQ(server.status, 0) << server.output;
-  std::size_t pings = 0;
-  for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
-       at = client.output.find("rdma-ping-", at + 1))
-    ++pings;
-  EXPECT_EQ(pings, 200u) << client.output.substr(0, 2000);
-  EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
-  // The connection's REQ, RTU and DREQ/DREP reached the server's daemon, none dropped.
-  const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
-  EXPECT_GE(cm.value("mads_received", 0), 3);
-  EXPECT_EQ(cm.value("mads_dropped", 0), 0);
+  const std::string server_ll = link_local(pair, 0);
+  ASSERT_FALSE(server_ll.empty());
+  const std::vector<std::pair<std::string, std::string>> addresses = {
+      {pair.ip6(0), pair.ip6(0)},
+      {server_ll + "%" + pair.netdev(0), server_ll + "%" + pair.netdev(1)}};
+  int connections = 0;
+  for (const auto& [listen, connect] : addresses) {
+    SCOPED_TRACE(connect);
+    auto [server, client] =
+        server_client(pair, {"rping", "-s", "-V", "-C", "200", "-a", listen, "-p", "7176"},
+                      {"rping", "-c", "-V", "-v", "-C", "200", "-a", connect, "-p", "7176"});
+    EXPECT_EQ(client.status, 0) << client.output;
+    EXPECT_EQ(server.status, 0) << server.output;
+    std::size_t pings = 0;
+    for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
+         at = client.output.find("rdma-ping-", at + 1))
+      ++pings;
+    EXPECT_EQ(pings, 200u) << client.output.substr(0, 2000);
+    EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
+    ++connections;
+    // Each connection's REQ, RTU and DREQ/DREP reached the server's daemon, none dropped.
+    const auto cm = stat(pair, 0).value("cm", nlohmann::json::object());
+    EXPECT_GE(cm.value("mads_received", 0), 3 * connections);
+    EXPECT_EQ(cm.value("mads_dropped", 0), 0);
+  }
 }
 
 TEST_P(RdmacmTest, ConnectToAPortNobodyListensOnIsRejected) {

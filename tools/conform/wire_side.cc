@@ -321,10 +321,6 @@ std::optional<wire::IpAddr> parse_ip(const std::string& text) {
 
 namespace {
 
-bool is_link_local(const wire::IpAddr& ip) {
-  return !ip.is_v4() && ip.bytes[0] == 0xfe && (ip.bytes[1] & 0xc0) == 0x80;
-}
-
 // IFNAME's addresses of the target's family: for IPv6 the link-local ones only when the target
 // is link-local itself (a RoCE GID of a global address is reached from a global one).
 std::vector<wire::IpAddr> interface_addresses(const std::string& ifname,
@@ -341,7 +337,7 @@ std::vector<wire::IpAddr> interface_addresses(const std::string& ifname,
       std::array<std::uint8_t, 16> b{};
       std::memcpy(b.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
       const wire::IpAddr ip = wire::IpAddr::v6(b);
-      if (is_link_local(ip) == is_link_local(target)) out.push_back(ip);
+      if (ip.is_link_local_v6() == target.is_link_local_v6()) out.push_back(ip);
     }
   }
   freeifaddrs(list);

@@ -16,7 +16,8 @@ const wire::IpAddr kIpB = wire::IpAddr::v4(0xc6120002);
 class OneRoute : public Resolver {
  public:
   explicit OneRoute(wire::IpAddr self) : self_(self) {}
-  wire::Result<Route, int> resolve(const wire::IpAddr&, const wire::IpAddr& dst) override {
+  wire::Result<Route, int> resolve(const wire::IpAddr&, const wire::IpAddr& dst,
+                                   std::uint32_t) override {
     if (dst == wire::IpAddr::v4(0xc6130001)) return wire::Err(EHOSTUNREACH);
     return Route{self_, 0, 64};
   }
