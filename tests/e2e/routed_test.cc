@@ -1,6 +1,6 @@
 // Routed RoCE with unmodified Debian programs: devices in two subnets joined by a router
 // namespace (IP forwarding on) reach each other through the gateway, IPv4 and IPv6 GIDs, both
-// port kinds: ibv_rc_pingpong -c, ibv_ud_pingpong -c and ib_write_bw. Then a long
+// port kinds: ibv_rc_pingpong -c, ibv_ud_pingpong -c, ib_write_bw and rping (rdma_cm). Then a long
 // ibv_rc_pingpong -c survives a MAC change of the gateway's interface in mid-run (the router
 // announces it, as a router does when its address moves: gratuitous ARP / unsolicited neighbour
 // advertisement); on the afxdp port the device's resolver follows it (neighbour_changes).
@@ -204,6 +204,30 @@ TEST_P(RoutedTest, PingpongsAndWriteBandwidthThroughTheGateway) {
     EXPECT_EQ(net_->counter(0, "neighbour_failures"), 0);
     EXPECT_EQ(net_->counter(1, "neighbour_failures"), 0);
   }
+}
+
+// rdma_cm through the gateway: the route to a's address leads through r, the CM's MADs and
+// rping's data go to the gateway's MAC, on both families.
+TEST_P(RoutedTest, RpingThroughTheGateway) {
+  if (!have("rping")) GTEST_SKIP() << "needs rdmacm-utils";
+  const std::string address = GetParam().v6 ? net_->v6(0) : net_->v4(0);
+  Child server(net_->app(0, {"rping", "-s", "-V", "-C", "100", "-a", address, "-p", "7180"}));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return cm_listener(
+            net_->exec(0, {xroce_bin(), "cm", "show", net_->dev(0), "--json"}).output,
+            server.pid());
+      },
+      seconds(20)));
+  const RunResult client =
+      run(net_->app(1, {"rping", "-c", "-V", "-v", "-C", "100", "-a", address, "-p", "7180"}),
+          seconds(60));
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_NE(client.output.find("rdma-ping-99: "), std::string::npos) << client.output;
+  EXPECT_EQ(client.output.find("mismatch"), std::string::npos) << client.output;
+  EXPECT_EQ(server.wait(seconds(20)), 0);
+  for (int side = 0; side < 2; ++side)
+    EXPECT_EQ(net_->counter(side, "loopback_pkts"), 0) << side;  // all through the router
 }
 
 TEST_P(RoutedTest, AGatewayMacChangeInMidRunIsFollowed) {
