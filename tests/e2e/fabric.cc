@@ -370,4 +370,12 @@ bool Host::wait_gone(pid_t pid, std::chrono::milliseconds deadline) {
       deadline);
 }
 
+void PrintTo(const PortFamily& p, std::ostream* os) {
+  *os << p.port << (p.v6 ? " ipv6" : " ipv4");
+}
+
+std::string port_family_name(const PortFamily& p) {
+  return p.port + (p.v6 ? "_ipv6" : "_ipv4");
+}
+
 }  // namespace xroce::e2e

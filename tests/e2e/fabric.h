@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -136,5 +137,15 @@ long long stat_counter(const std::string& stat_output, const std::string& name);
 // sees its file close, a moment after the process is reaped, so the listener of the server
 // before can still show, and a client started on it is refused (REJ, invalid service ID).
 bool cm_listener(const std::string& cm_show_json, pid_t pid = 0);
+
+// The parameter of the tests run on each port kind over each address family.
+struct PortFamily {
+  std::string port;  // afxdp | udp
+  bool v6;           // IPv6 GIDs (else IPv4-mapped ones)
+};
+// "udp ipv6" in GoogleTest's messages; "udp_ipv6" as the test's name
+// (INSTANTIATE_TEST_SUITE_P(..., [](const auto& info) { return port_family_name(info.param); })).
+void PrintTo(const PortFamily& p, std::ostream* os);
+std::string port_family_name(const PortFamily& p);
 
 }  // namespace xroce::e2e

@@ -81,17 +81,10 @@ TEST(ImpairControl, SetRoundTripsAndBadInputChangesNothing) {
   EXPECT_EQ(impair_show(p, 0)["loss"], 0.125);
 }
 
-struct Param {
-  std::string port;  // afxdp | udp
-  bool v6;           // IPv6 GIDs (else IPv4-mapped ones)
-};
-
-void PrintTo(const Param& p, std::ostream* os) {
-  *os << p.port << (p.v6 ? " ipv6" : " ipv4");
-}
+using Param = PortFamily;
 
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
-  return info.param.port + (info.param.v6 ? "_ipv6" : "_ipv4");
+  return port_family_name(info.param);
 }
 
 // perftest prints each side's GID as 16 decimal bytes ("GID: 32:01:00:02:..."); the IPv6 GID

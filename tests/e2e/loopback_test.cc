@@ -20,17 +20,10 @@
 namespace xroce::e2e {
 namespace {
 
-struct Param {
-  std::string port;  // afxdp | udp
-  bool v6;           // IPv6 GIDs (else IPv4-mapped ones)
-};
-
-void PrintTo(const Param& p, std::ostream* os) {
-  *os << p.port << (p.v6 ? " ipv6" : " ipv4");
-}
+using Param = PortFamily;
 
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
-  return info.param.port + (info.param.v6 ? "_ipv6" : "_ipv4");
+  return port_family_name(info.param);
 }
 
 // Every RoCE frame and ARP request on every interface of a namespace, from construction until

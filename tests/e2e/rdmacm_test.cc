@@ -68,6 +68,16 @@ class RdmacmTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// The pings an `rping -c -v` client got back. -v prints each (rping's CM thread may print into
+// the middle of a line: count the ping texts); -V fails the run on a mismatch.
+std::size_t rping_pings(const std::string& client_output) {
+  std::size_t pings = 0;
+  for (std::size_t at = client_output.find("rdma-ping-"); at != std::string::npos;
+       at = client_output.find("rdma-ping-", at + 1))
+    ++pings;
+  return pings;
+}
+
 TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
   Pair pair("xrcm-rping", next_subnet(), port());
   ASSERT_TRUE(pair.ready());
@@ -76,14 +86,8 @@ TEST_P(RdmacmTest, RpingVerifiesAThousandPings) {
                     {"rping", "-c", "-V", "-v", "-C", "1000", "-a", pair.ip(0), "-p", "7174"});
   EXPECT_EQ(client.status, 0) << client.output;
   EXPECT_EQ(server.status, 0) << server.output;
-  // -v prints each ping the client got back (rping's CM thread may print into the middle of a
-  // line: count the ping texts); -V fails the run on a mismatch.
-  std::size_t pings = 0;
-  for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
-       at = client.output.find("rdma-ping-", at + 1))
-    ++pings;
   EXPECT_NE(client.output.find("rdma-ping-999: "), std::string::npos);
-  EXPECT_EQ(pings, 1000u) << client.output.substr(0, 2000);
+  EXPECT_EQ(rping_pings(client.output), 1000u) << client.output.substr(0, 2000);
   EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
   // Both processes are gone: nothing of them stays in the daemons.
   EXPECT_TRUE(eventually(
@@ -130,11 +134,7 @@ TEST_P(RdmacmTest, RpingOverIpv6Addresses) {
                       {"rping", "-c", "-V", "-v", "-C", "200", "-a", connect, "-p", "7176"});
     EXPECT_EQ(client.status, 0) << client.output;
     EXPECT_EQ(server.status, 0) << server.output;
-    std::size_t pings = 0;
-    for (std::size_t at = client.output.find("rdma-ping-"); at != std::string::npos;
-         at = client.output.find("rdma-ping-", at + 1))
-      ++pings;
-    EXPECT_EQ(pings, 200u) << client.output.substr(0, 2000);
+    EXPECT_EQ(rping_pings(client.output), 200u) << client.output.substr(0, 2000);
     EXPECT_EQ(client.output.find("mismatch"), std::string::npos);
     ++connections;
     // Each connection's REQ, RTU and DREQ/DREP reached the server's daemon, none dropped.
