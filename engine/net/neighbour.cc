@@ -253,8 +253,10 @@ void NeighbourTable::on_neigh(std::uint64_t now_ns, const NlNeigh& n) {
       } else if (e.use_seq == 0) {
         trigger(now_ns, e);  // a failure left from earlier: try ourselves
       } else {
-        // Our probe failed. Keep trying until give-up: right after link-up, IPv6 sends no
-        // solicitation until the link-local address has passed DAD (ndisc_send_ns).
+        // Our probe failed. Keep trying until give-up: a neighbour may come up late, and
+        // for IPv6 the kernel sends no solicitation of its own for an NTF_USE until the
+        // link-local address has passed DAD (ndisc_send_ns; rule 4's solicitations go
+        // meanwhile).
         e.use_seq = 0;
       }
     } else if (waiting) {

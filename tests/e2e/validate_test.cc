@@ -92,6 +92,29 @@ struct PairPeers {
   }
 };
 
+// The same pair named by its IPv6 addresses: the path checks and the QPs over the IPv6 GIDs,
+// the test programs' own TCP exchange (IPv4 only in Debian's ibv_rc_pingpong and perftest) to
+// the peer device's IPv4 address.
+struct PairPeers6 : PairPeers {
+  std::string ip(int side) const { return pair.ip6(side); }
+};
+
+TEST_F(ValidateTest, AnIpv6PeerPassesThePathAndDataChecks) {
+  Pair pair("xrops-val6", next_subnet(), "udp");
+  ASSERT_TRUE(pair.ready());
+  const auto v = validate(PairPeers6{{pair}}, {"--skip-perftest"});
+  EXPECT_EQ(v.run.status, 0) << v.run.output;
+  ASSERT_TRUE(v.report.is_object()) << v.run.output;
+  EXPECT_EQ(v.report["passed"], true) << v.report.dump(1);
+  for (const auto& c : v.report["checks"])
+    EXPECT_EQ(c["result"], "pass") << c.dump();
+  EXPECT_NE(check_result(v.report, "data").find("buffers checked"), std::string::npos);
+  const int peer_gid = gid_index(pair.netns(1), pair.dev(1), pair.ip6(1));
+  EXPECT_EQ(v.report["peer_device"].value("gid", ""),
+            pair.ip6(1) + " [" + std::to_string(peer_gid) + "]")
+      << v.report.dump(1);
+}
+
 TEST_F(ValidateTest, AHealthyPeerPassesEveryCheck) {
   Pair pair("xrops-val", next_subnet(), "afxdp");
   ASSERT_TRUE(pair.ready());

@@ -81,6 +81,14 @@ class Validation {
         const std::string why = fmt::format("the path cannot carry RoCE MTU {} (path_mtu)", mtu_);
         add("data", Outcome::kSkip, why);
         if (!args_.skip_perftest) add("perftest", Outcome::kSkip, why);
+      } else if (exchange_.empty()) {
+        // Not a failure of the path: the programs that test it cannot be started.
+        const std::string why = fmt::format(
+            "the peer's device {} has no IPv4 address, which the test programs' own TCP exchange "
+            "needs (ibv_rc_pingpong and perftest listen on IPv4 only)",
+            peer_device_->name);
+        add("data", Outcome::kSkip, why);
+        if (!args_.skip_perftest) add("perftest", Outcome::kSkip, why);
       } else {
         check_data();
         if (!args_.skip_perftest) run_perftest();
@@ -170,6 +178,7 @@ class Validation {
     }
     local_gid_index_ = *local_gid;
     peer_gid_index_ = *peer_gid;
+    exchange_ = validate::exchange_address(args_.peer, *peer_device_).value_or("");
     report_.local_device = local_device_->name;
     report_.local_gid = fmt::format("{} [{}]", source, local_gid_index_);
     report_.peer_device = peer_device_->name;
@@ -333,7 +342,7 @@ class Validation {
     const auto client =
         run_pair({{"op", "pingpong"}, {"port", port}, {"size", size}, {"iterations", iterations}},
                  validate::pingpong_argv(local_device_->name, local_gid_index_, mtu_, port, size,
-                                         iterations, args_.peer),
+                                         iterations, exchange_),
                  error);
     if (error.empty() &&
         client.output.find(std::to_string(iterations) + " iters in") == std::string::npos) {
@@ -361,7 +370,7 @@ class Validation {
                     {"iterations", iterations},
                     {"qp_timeout", args_.qp_timeout}},
                    validate::perftest_argv(spec, {local_device_->name, local_gid_index_, mtu_, port,
-                                                  iterations, args_.qp_timeout, args_.peer}),
+                                                  iterations, args_.qp_timeout, exchange_}),
                    error);
       validate::PerftestRow row{spec.name, spec.latency, false, {}, error};
       if (error.empty()) {
@@ -414,6 +423,9 @@ class Validation {
   const validate::VerbsDevice* peer_device_ = nullptr;
   int local_gid_index_ = 0;
   int peer_gid_index_ = 0;
+  // The peer address the test programs' TCP exchange connects to (validate::exchange_address);
+  // empty when the peer has none.
+  std::string exchange_;
   int mtu_ = 0;
   int test_index_ = 0;
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 namespace xroce::cli::validate {
 
@@ -127,6 +128,18 @@ std::optional<int> roce_v2_gid_index(const VerbsDevice& device, const std::strin
     if (g.type != "RoCE v2") continue;
     const auto have = address_bytes(g.gid);
     if (have && *have == *want) return g.index;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> exchange_address(const std::string& peer, const VerbsDevice& device) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, peer.c_str(), &v4) == 1) return peer;
+  constexpr std::string_view kMapped = "::ffff:";
+  for (const auto& g : device.gids) {
+    if (g.type != "RoCE v2" || !g.gid.starts_with(kMapped)) continue;
+    const std::string address = g.gid.substr(kMapped.size());
+    if (inet_pton(AF_INET, address.c_str(), &v4) == 1) return address;
   }
   return std::nullopt;
 }

@@ -41,6 +41,12 @@ std::vector<VerbsDevice> parse_ibv_devinfo(const std::string& text);
 // The index of the device's RoCE v2 GID for an IPv4 or IPv6 address.
 std::optional<int> roce_v2_gid_index(const VerbsDevice& device, const std::string& address);
 
+// Where the test programs' own TCP exchange (ibv_rc_pingpong's and perftest's, which listen on
+// IPv4 only in Debian's builds) reaches the peer: `peer` itself when it is an IPv4 address, else
+// the address of the peer device's first IPv4-mapped RoCE v2 GID (the QPs still use the GIDs of
+// `peer`); nullopt when the device has none.
+std::optional<std::string> exchange_address(const std::string& peer, const VerbsDevice& device);
+
 // ECN codepoints (RFC 3168), the low two bits of the IPv4 TOS / IPv6 traffic class.
 const char* ecn_name(int codepoint);
 

@@ -72,6 +72,17 @@ TEST(ValidateDevinfo, FindsTheRoceV2GidOfAnAddress) {
   EXPECT_EQ(roce_v2_gid_index(devices[1], "not an address"), std::nullopt);
 }
 
+// The test programs' own TCP exchange listens on IPv4 only: an IPv6 peer is reached there at
+// its device's IPv4 address (its QPs still use the IPv6 GIDs); a device without one has none.
+TEST(ValidateDevinfo, TheProgramsExchangeGoesToAnIpv4AddressOfThePeer) {
+  const auto devices = parse_ibv_devinfo(kDevinfo);
+  EXPECT_EQ(exchange_address("198.18.7.10", devices[0]), "198.18.7.10");
+  EXPECT_EQ(exchange_address("2001:2:0:7::10", devices[0]), "198.18.7.10");
+  VerbsDevice v6_only = devices[0];
+  v6_only.gids.erase(v6_only.gids.begin() + 1);
+  EXPECT_EQ(exchange_address("2001:2:0:7::10", v6_only), std::nullopt);
+}
+
 TEST(ValidatePerftest, ParsesBandwidthAndLatencyReports) {
   const std::string bw = R"(
 ---------------------------------------------------------------------------------------
