@@ -49,6 +49,8 @@ class UcxHosts {
   }
   // The address side i is reached at (the netdev's IPv4 address).
   std::string ip(int i) const { return one_host_ ? host_->ipv4() : pair_->ip(side(i)); }
+  // Side i's IPv6 address (a GID of its device).
+  std::string ipv6(int i) const { return one_host_ ? host_->ipv6() : pair_->ip6(side(i)); }
 
   RunResult exec(int i, std::vector<std::string> argv,
                  std::chrono::milliseconds deadline = std::chrono::seconds(30)) const {

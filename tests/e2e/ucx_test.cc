@@ -2,7 +2,8 @@
 // device: UCP tag_bw with UCX_NET_DEVICES=<dev>:1 (UCX picks its transports: between two
 // namespaces of one machine it sends the data over shared memory and cma, and wires up and
 // keeps an rc_verbs lane on the device), and the UCT tests that name the transport on the
-// device: put_lat over rc_verbs, am_lat over ud_verbs. Between two namespaces and with both
+// device: put_lat over rc_verbs, am_lat over ud_verbs (also over the devices' IPv6 GIDs,
+// UCX_IB_GID_INDEX). Between two namespaces and with both
 // sides on one host (one device: loopback), on both port kinds. Each run must end with
 // ucx_perftest's final line for every iteration, and the device must have received the run's
 // packets (xroce stat). Needs root; skips without it or without ucx_perftest.
@@ -35,14 +36,19 @@ class UcxPerftest : public ::testing::TestWithParam<std::tuple<std::string, bool
   }
 
   // Runs one ucx_perftest test (server on side 0, client on side 1) with `extra` options on
-  // both sides; returns the packets side 0's device received meanwhile.
+  // both sides, and `server_env` / `client_env` (NAME=VALUE) in their environments; returns the
+  // packets side 0's device received meanwhile.
   std::uint64_t run_perftest(const std::vector<std::string>& server_extra,
-                             const std::vector<std::string>& client_extra) {
+                             const std::vector<std::string>& client_extra,
+                             const std::string& server_env = "",
+                             const std::string& client_env = "") {
     const std::string port = "13337";
     std::vector<std::string> server{"env", device_env(), kPerftest, "-p", port};
+    if (!server_env.empty()) server.insert(server.begin() + 2, server_env);
     server.insert(server.end(), server_extra.begin(), server_extra.end());
     std::vector<std::string> client{
         "env", device_env(), kPerftest, "-p", port, "-n", std::to_string(kIterations)};
+    if (!client_env.empty()) client.insert(client.begin() + 2, client_env);
     client.insert(client.end(), client_extra.begin(), client_extra.end());
     const std::uint64_t before = hosts_->received_packets(0);
     auto [s, c] = hosts_->server_client(server, client, port);
@@ -86,6 +92,25 @@ TEST_P(UcxPerftest, AmLatOverUdVerbs) {
   const auto received = run_perftest({"-d", device(), "-x", "ud_verbs"},
                                      {"-d", device(), "-x", "ud_verbs", "-t", "am_lat"});
   EXPECT_GE(received, static_cast<std::uint64_t>(kIterations));
+}
+
+// Both over the devices' IPv6 GIDs (UCX_IB_GID_INDEX): RDMA WRITEs with IPv6 headers, and
+// ud_verbs' GRH check against the network header type an IPv6 datagram's completion reports.
+TEST_P(UcxPerftest, PutLatAndAmLatOverIpv6Gids) {
+  std::string gid_env[2];
+  for (int i = 0; i < 2; ++i) {
+    const int index = gid_index(hosts_->netns(i), UcxHosts::kDevice, hosts_->ipv6(i));
+    ASSERT_GE(index, 0) << "no GID for " << hosts_->ipv6(i);
+    gid_env[i] = "UCX_IB_GID_INDEX=" + std::to_string(index);
+  }
+  for (const std::string transport : {"rc_verbs", "ud_verbs"}) {
+    SCOPED_TRACE(transport);
+    const auto received = run_perftest(
+        {"-d", device(), "-x", transport},
+        {"-d", device(), "-x", transport, "-t", transport == "rc_verbs" ? "put_lat" : "am_lat"},
+        gid_env[0], gid_env[1]);
+    EXPECT_GE(received, static_cast<std::uint64_t>(kIterations));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ports, UcxPerftest,
