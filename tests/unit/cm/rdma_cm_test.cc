@@ -276,6 +276,38 @@ TEST(RdmaCm, ResolvingAnIpv6DestinationWithoutASourceTakesTheRoutesIpv6Source) {
   EXPECT_FALSE(resolved->dst.v4);
 }
 
+// A link-local destination names its interface (rping -a fe80::1%eth0): the route is looked
+// up on that interface, and the link-local source the route gives belongs to it too.
+TEST(RdmaCm, ALinkLocalDestinationsInterfaceGoesToTheRouteAndTheSource) {
+  std::array<std::uint8_t, 16> self{0xfe, 0x80};
+  std::array<std::uint8_t, 16> peer = self;
+  self[15] = 2;
+  peer[15] = 1;
+  struct ScopedRoute : Resolver {
+    wire::IpAddr self;
+    std::uint32_t asked_scope = 0;
+    wire::Result<Route, int> resolve(const wire::IpAddr&, const wire::IpAddr&,
+                                     std::uint32_t dst_scope_id) override {
+      asked_scope = dst_scope_id;
+      return Route{self, 0, 64};
+    }
+  } route;
+  route.self = wire::IpAddr::v6(self);
+  RdmaCm cm{route, EndpointConfig{0, 20, 3, 16, 24, 14}};
+  cm.add_device(0, CmDeviceInfo{0xd, {wire::IpAddr::v6(self)}, 3, 3, 16});
+  const std::uint32_t id = *cm.create_id(kFileA, 0xa0, PortSpace::kTcp);
+  ASSERT_EQ(cm.resolve_addr(0, kFileA, id, std::nullopt,
+                            SockAddr{wire::IpAddr::v6(peer), 7176, false, 7}),
+            0);
+  expect_event(cm, kFileA, RdmaCmEvent::kAddrResolved);
+  EXPECT_EQ(route.asked_scope, 7u);
+  const auto resolved = cm.query_route(kFileA, id);
+  ASSERT_TRUE(resolved);
+  EXPECT_EQ(resolved->src.ip, wire::IpAddr::v6(self));
+  EXPECT_EQ(resolved->src.scope_id, 7u);
+  EXPECT_EQ(resolved->dst.scope_id, 7u);
+}
+
 TEST(RdmaCm, BacklogBoundsUnretrievedRequests) {
   Hosts h;
   const std::uint32_t listener = *h.b.create_id(kFileB, 0xb0, PortSpace::kTcp);
