@@ -12,7 +12,8 @@
 // address maps to (ip netns exec, inside xroce exec); orted connects back to mpirun over TCP
 // between the namespaces. Once with UCX's defaults (between namespaces of one machine UCX moves
 // much of the data over shared memory; the device still carries its rc_verbs lane), once with
-// UCX_TLS=self,rc_verbs,ud_verbs so that every byte crosses the device. Needs root; skips
+// UCX_TLS=self,rc_verbs,ud_verbs so that every byte crosses the device, and that again over the
+// devices' IPv6 GIDs (UCX_IB_GID_INDEX). Needs root; skips
 // without it or without mpicc/mpirun.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -134,6 +135,17 @@ TEST_P(OpenMpi, PingPongAndAllreduceWithUcxDefaults) {
 // alone 4 times, at least 4 x 4 MiB / 4 KiB packets whatever the MTU.
 TEST_P(OpenMpi, PingPongAndAllreduceOverTheDeviceOnly) {
   EXPECT_GE(run_mpi({"UCX_TLS=self,rc_verbs,ud_verbs"}), 4u * 1024u);
+}
+
+// The same over the devices' IPv6 GIDs: one UCX_IB_GID_INDEX for every rank, so both sides'
+// IPv6 GIDs must have the same index (they do: each device lists its IPv4 address first).
+TEST_P(OpenMpi, PingPongAndAllreduceOverTheDeviceOnIpv6Gids) {
+  const int index = gid_index(hosts_->netns(0), UcxHosts::kDevice, hosts_->ipv6(0));
+  ASSERT_GE(index, 0) << "no GID for " << hosts_->ipv6(0);
+  ASSERT_EQ(gid_index(hosts_->netns(1), UcxHosts::kDevice, hosts_->ipv6(1)), index);
+  EXPECT_GE(
+      run_mpi({"UCX_TLS=self,rc_verbs,ud_verbs", "UCX_IB_GID_INDEX=" + std::to_string(index)}),
+      4u * 1024u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ports, OpenMpi,
