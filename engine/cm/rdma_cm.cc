@@ -203,10 +203,11 @@ int RdmaCm::resolve_addr(std::uint64_t now_ns, std::uint64_t file, std::uint32_t
   Id* id = find(file, handle);
   if (id == nullptr) return EINVAL;
   if (id->state == IdState::kIdle) {
-    // No source: the wildcard of the destination's family, as cma_bind_addr() makes one.
-    SockAddr from =
-        src.value_or(SockAddr{dst.v4 ? wire::IpAddr::v4(0) : wire::IpAddr{}, 0, dst.v4});
-    if (from.any() && from.v4 != dst.v4) from = SockAddr{wire::IpAddr{}, from.port, false};
+    // No source, or a wildcard: the wildcard of the destination's family (with the port asked
+    // for), as cma_bind_addr() makes one.
+    const SockAddr wildcard{dst.v4 ? wire::IpAddr::v4(0) : wire::IpAddr{},
+                            src ? src->port : std::uint16_t{0}, dst.v4};
+    const SockAddr from = src && !src->any() ? *src : wildcard;
     if (const int err = bind(file, handle, from); err != 0) return err;
   }
   if (id->state != IdState::kAddrBound) return EINVAL;

@@ -153,22 +153,10 @@ void NeighbourResolver::send_solicitation(const NeighbourSolicitation& s) {
   to.sin6_family = AF_INET6;
   to.sin6_scope_id = static_cast<std::uint32_t>(s.ifindex);
   // ff02::1:ffXX:XXXX, the low 24 bits of the target.
-  const std::array<std::uint8_t, 16> group = {0xff,
-                                              0x02,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0,
-                                              0x01,
-                                              0xff,
-                                              s.target.bytes[13],
-                                              s.target.bytes[14],
-                                              s.target.bytes[15]};
+  std::array<std::uint8_t, 16> group{0xff, 0x02};
+  group[11] = 0x01;
+  group[12] = 0xff;
+  std::copy_n(s.target.bytes.begin() + 13, 3, group.begin() + 13);
   std::memcpy(&to.sin6_addr, group.data(), group.size());
   in6_pktinfo info{};
   info.ipi6_ifindex = static_cast<unsigned>(s.ifindex);
