@@ -28,10 +28,16 @@
 # this host shows as one round among several (bench-goals.sh judges the goal on the median).
 # FAMILY=ipv6 runs the QPs over the devices' IPv6 GIDs (2001:2:0:dd::1 and ::2) instead of the
 # IPv4-mapped ones (the default, ipv4); perftest's own TCP exchange stays on IPv4 either way.
+# SIZE=BYTES (default 65536) sets the messages' size and PROGRAMS (default "ib_write_bw
+# ib_read_bw") the perftest programs, so that small messages can be measured the same way: there
+# the counters to read are rcvd_rnr_err (RNR NAKs the requesters received: a SEND found no
+# receive posted) and worker_sleeps (how often the devices' workers went to sleep, each a wake-up
+# later: bench/README.md "Small messages").
 # JSON_OUT=FILE also writes every run there (port, round, loss, program, mbps, ratio_clean: the MB/s
 # against the same program's at loss 0 on the same port in the same round, when one was measured
 # first; and the counters' growth by name; bench/goals.py reads it), with the commit and load.
-#   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] [FAMILY=ipv4|ipv6] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] [FAMILY=ipv4|ipv6] [SIZE=BYTES]
+#   [PROGRAMS="ib_write_bw ib_read_bw"] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -48,6 +54,9 @@ family=${FAMILY:-ipv4}
 [[ $family == ipv4 || $family == ipv6 ]] || { echo "FAMILY is ipv4 or ipv6" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 rounds=${ROUNDS:-1}
+size=${SIZE:-65536}
+[[ $size =~ ^[1-9][0-9]*$ ]] || { echo "SIZE is a message size in bytes" >&2; exit 2; }
+read -r -a programs <<<"${PROGRAMS:-ib_write_bw ib_read_bw}"
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS is a count of rounds" >&2; exit 2; }
 runs=()
 for ((round = 1; round <= rounds; round++)); do
@@ -136,7 +145,7 @@ counter() {  # namespace, device, name
 }
 counters() {  # the repair counters of both devices together
   local name total
-  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes duplicate_request probe_gaps resend_repeats replays_reordered replay_gap_retries read_responses_ahead read_ranges_asked rcvd_seq_err out_of_seq_request rx_port_drops rx_impair_drops rx_reads rx_empty_reads; do
+  for name in completer_retry_err adaptive_retransmits resend_timeouts tail_probes duplicate_request probe_gaps resend_repeats replays_reordered replay_gap_retries read_responses_ahead read_ranges_asked rcvd_seq_err out_of_seq_request rcvd_rnr_err rx_port_drops rx_impair_drops rx_reads rx_empty_reads worker_sleeps; do
     total=$(( $(counter "$ns_a" xbl0 $name) + $(counter "$ns_b" xbl1 $name) ))
     printf ' %s %s' "$name" "$total"
   done
@@ -172,13 +181,13 @@ rtt_summary() {  # file of sample_rtt lines
 # One perftest program, server in a, client in b; prints its average MB/s (or FAILED).
 bandwidth() {  # program
   local port=18515
-  in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x "$gid_a" -s 65536 -D "$seconds" -p $port \
+  in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x "$gid_a" -s "$size" -D "$seconds" -p $port \
     >"$out/srv.txt" 2>&1 &
   local srv=$!
   wait_listen "$ns_a" $port
-  if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x "$gid_b" -s 65536 -D "$seconds" -p $port $ip_a \
+  if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x "$gid_b" -s "$size" -D "$seconds" -p $port $ip_a \
     >"$out/cli.txt" 2>&1 && wait $srv; then
-    awk '$1 == 65536 { print $4 }' "$out/cli.txt"
+    awk -v size="$size" '$1 == size { print $4 }' "$out/cli.txt"
   else
     wait $srv 2>/dev/null || true
     { echo "--- $1 failed; client:"; cat "$out/cli.txt"; echo "--- server:"; cat "$out/srv.txt"; } >&2
@@ -210,12 +219,12 @@ for kind in "${kinds[@]}"; do
       in_ns "$ns_a" "$xroce" impair set xbl0 "loss=$loss" seed=1 >/dev/null
       in_ns "$ns_b" "$xroce" impair set xbl1 "loss=$loss" seed=2 >/dev/null
     fi
-    for program in ib_write_bw ib_read_bw; do
+    for program in "${programs[@]}"; do
       before=$(counters)
       : >"$out/rtt.txt"
       sample_rtt "$ns_b" xbl1 >>"$out/rtt.txt" &
       sampler=$!
-      mbps=$(bandwidth $program)
+      mbps=$(bandwidth "$program")
       kill "$sampler" 2>/dev/null || true
       wait "$sampler" 2>/dev/null || true
       after=$(counters)
@@ -236,7 +245,8 @@ for kind in "${kinds[@]}"; do
         ratio=$(awk -v a="$mbps" -v b="$clean" 'BEGIN { printf "%.3f", a / b }')
       fi
       json_row port="$kind" round="$round" loss="$loss" program="$program" seconds="$seconds" \
-        impair="$impair" family="$family" mbps="$mbps" ratio_clean="$ratio" load="$(load_average)" \
+        impair="$impair" family="$family" size="$size" mbps="$mbps" ratio_clean="$ratio" \
+        load="$(load_average)" \
         "${grown[@]}" >>"$rows"
     done
     [[ $impair == switch ]] || continue

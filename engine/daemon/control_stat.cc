@@ -115,6 +115,10 @@ Reply stat(OpContext& ctx) {
     nlohmann::ordered_json port = {{"mode", status.port_mode}, {"queues", status.workers}};
     for (const net::PortStatField& f : net::kPortStatFields)
       port[f.name] = status.port.*f.member;
+    // How often the queues' workers went to sleep, each a wake-up later: on a host with fewer
+    // cores than busy threads an idle worker sleeps at once (worker_sleep.h), and what a sleep
+    // and its wake-up cost there sets the rate of small messages (bench/README.md).
+    port["worker_sleeps"] = status.counters.sleeps;
     out["port"] = std::move(port);
   }
   if (const auto cm = ctx.devices.cm().stat(name)) {

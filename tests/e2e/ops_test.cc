@@ -481,7 +481,7 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
   for (const char* name :
        {"rx_packets", "rx_bytes", "rx_drops", "tx_packets", "tx_bytes", "tx_drops", "tx_rejected",
         "tx_pending", "rx_joined_in_place", "rx_reassembled", "tx_gso_sends", "rx_gro_datagrams",
-        "rx_gro_copied", "tx_kicks", "rx_reads", "rx_empty_reads"}) {
+        "rx_gro_copied", "tx_kicks", "rx_reads", "rx_empty_reads", "worker_sleeps"}) {
     ASSERT_TRUE(port_stats.contains(name)) << name << " missing from " << port_stats.dump();
     const bool gauge = std::string_view(name) == "tx_pending";
     const std::string key =
