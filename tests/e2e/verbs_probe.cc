@@ -18,6 +18,8 @@
 //                            (verbs_probe_transport.cc)
 //   verbs_probe DEV refusals|recv_depth|loopback_semantics|channel_cq_ex  what rdma-core's pyverbs
 //                            suite checks of a provider (verbs_probe_semantics.cc)
+//   verbs_probe DEV recv_doorbell  receives posted while the worker sleeps: used by a SEND, or
+//                            flushed at once in the error state (verbs_probe_semantics.cc)
 //   verbs_probe DEV poll_slice  the scheduler slice of a thread polling an empty CQ, before and
 //                            after, for a SCHED_OTHER and a SCHED_BATCH thread
 //   verbs_probe DEV poll_sleep  whether a thread polling an empty CQ sleeps, with 2 MiB of sends
@@ -289,7 +291,7 @@ int main_probe(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: verbs_probe DEV pdmr|unsup|objects|channel|nochannel|events|hold|pdloop N|"
                  "dma_regions|dma_hold|dma_loopback N|refusals|recv_depth|loopback_semantics|"
-                 "channel_cq_ex|transport|many_qps ARGS|poll_slice|poll_sleep\n");
+                 "channel_cq_ex|recv_doorbell|transport|many_qps ARGS|poll_slice|poll_sleep\n");
     return 2;
   }
   ibv_context* ctx = e2e::open_device_named(argv[1]);
@@ -315,6 +317,7 @@ int main_probe(int argc, char** argv) {
   if (mode == "recv_depth") rc = recv_depth(ctx);
   if (mode == "loopback_semantics") rc = loopback_semantics(ctx);
   if (mode == "channel_cq_ex") rc = channel_cq_ex(ctx);
+  if (mode == "recv_doorbell") rc = recv_doorbell(ctx);
   if (mode == "many_qps") rc = many_qps(ctx, argc - 3, argv + 3);
   if (mode == "poll_slice") rc = poll_slice(ctx);
   if (mode == "poll_sleep") rc = poll_sleep(ctx);

@@ -22,6 +22,7 @@ int transport(ibv_context* ctx);
 int refusals(ibv_context* ctx);
 int recv_depth(ibv_context* ctx);
 int loopback_semantics(ibv_context* ctx);
+int recv_doorbell(ibv_context* ctx);
 int channel_cq_ex(ibv_context* ctx);
 int poll_sleep(ibv_context* ctx);
 // verbs_probe_many.cc: argv after "many_qps"

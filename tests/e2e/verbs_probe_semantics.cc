@@ -12,6 +12,12 @@
 //                              NAK fails the test); ibv_query_qp reports the PSNs the QPs are at;
 //                              UD to our own IPv4 and IPv6 GIDs reports the network header type
 //                              in wc.sl as mlx5 does (loopback: needs the device to reach its GID)
+//   verbs_probe DEV recv_doorbell  receives posted while the worker sleeps (include/xroce/
+//                              queues.h "Doorbells"): on an RC loopback pair (rnr_retry 0) each
+//                              SEND, sent after the device has idled, finds the one receive
+//                              posted during the idle time; with the receiver in the error state
+//                              each receive posted after an idle time is flushed
+//                              (IBV_WC_WR_FLUSH_ERR) at once, not when the worker's sleep ends
 //   verbs_probe DEV channel_cq_ex  a completion channel given to ibv_create_cq_ex or
 //                              ibv_create_cq is free again once the CQ is gone, and destroying it
 //                              closes its fd (run with libxroce-preload.so)
@@ -20,6 +26,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -440,6 +447,101 @@ void check_resize_below_posted(ibv_context* ctx, ibv_pd* pd, int gid_index, cons
 }
 
 }  // namespace
+
+namespace {
+
+// Lets the device go idle: long enough for an idle worker to stop spinning and sleep (20 us of
+// spinning at most, worker_sleep.h). Not a wait for a condition: the idleness is what is tested,
+// and the harness checks that the workers did sleep (worker_sleeps).
+void idle_the_device() {
+  const timespec pause{0, 3'000'000};
+  nanosleep(&pause, nullptr);
+}
+
+// Polls `cq` for one completion for up to two seconds.
+bool one_completion(ibv_cq* cq, ibv_wc& wc) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int n = ibv_poll_cq(cq, 1, &wc);
+    if (n < 0) return false;
+    if (n == 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int recv_doorbell(ibv_context* ctx) {
+  constexpr int kRounds = 8;
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_gid gid{};
+  const bool have_gid = find_gid(ctx, is_v4_mapped, gid) == 0;
+  ibv_cq* send_cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+  ibv_cq* recv_cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+  ibv_qp* sender = create_qp(pd, send_cq, IBV_QPT_RC, 1);
+  ibv_qp* receiver = create_qp(pd, recv_cq, IBV_QPT_RC, 16);
+  Buffer out(pd, kRounds * kMessageBytes);
+  Buffer in(pd, 2 * kRounds * kMessageBytes);
+  const bool made = pd != nullptr && have_gid && sender != nullptr && receiver != nullptr &&
+                    out.mr != nullptr && in.mr != nullptr &&
+                    connect_qp(sender, receiver->qp_num, gid, 0, 0, kStartPsn) &&
+                    connect_qp(receiver, sender->qp_num, gid, 0, 0, kStartPsn);
+  check(made, "recv_doorbell_setup");
+  if (!made) return 1;
+  // A healthy QP: the SEND that follows the receive posted while the worker slept finds it
+  // (rnr_retry 0: one RNR NAK would fail the SEND).
+  bool found = true;
+  for (int i = 0; i < kRounds && found; ++i) {
+    idle_the_device();
+    std::memset(out.data.data() + i * kMessageBytes, i + 1, kMessageBytes);
+    ibv_wc sent{}, got{};
+    found = post_one_recv(receiver, nullptr, in, i, kMessageBytes) == 0 &&
+            post_one_send(sender, out, i, kMessageBytes) == 0 && one_completion(send_cq, sent) &&
+            sent.status == IBV_WC_SUCCESS && one_completion(recv_cq, got) &&
+            got.status == IBV_WC_SUCCESS && got.wr_id == static_cast<uint64_t>(i) &&
+            std::memcmp(in.data.data() + i * kMessageBytes, out.data.data() + i * kMessageBytes,
+                        kMessageBytes) == 0;
+    if (!found)
+      std::printf("round %d: send %s, receive %s\n", i, ibv_wc_status_str(sent.status),
+                  ibv_wc_status_str(got.status));
+  }
+  check(found, "a_send_finds_the_receive_posted_while_the_worker_slept");
+  // In the error state a receive is the worker's at once: posted while it sleeps, its doorbell
+  // wakes the worker, which flushes it with no other traffic to wake it. Without the doorbell
+  // the worker would find it only when its own sleep ends (100 ms with nothing armed,
+  // SleepPolicy::kMaxSleepNs; measured: 97 ms each): the median of the flushes' times tells the
+  // two apart, and a wake-up or two delayed on a loaded host do not move it.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  check(ibv_modify_qp(receiver, &attr, IBV_QP_STATE) == 0, "receiver_to_error");
+  bool flushed = true;
+  std::vector<double> flush_ms;
+  for (int i = 0; i < kRounds && flushed; ++i) {
+    idle_the_device();
+    const uint64_t id = kRounds + i;
+    ibv_wc wc{};
+    const auto posted = std::chrono::steady_clock::now();
+    flushed = post_one_recv(receiver, nullptr, in, id, kMessageBytes) == 0 &&
+              one_completion(recv_cq, wc) && wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == id;
+    flush_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - posted)
+            .count());
+    if (!flushed) std::printf("round %d: %s\n", i, ibv_wc_status_str(wc.status));
+  }
+  check(flushed, "a_receive_posted_in_error_while_the_worker_slept_is_flushed");
+  std::sort(flush_ms.begin(), flush_ms.end());
+  std::printf("flushed after (ms):");
+  for (const double ms : flush_ms)
+    std::printf(" %.2f", ms);
+  std::printf("\n");
+  check(flushed && flush_ms[flush_ms.size() / 2] < 40.0, "the_flush_does_not_wait_for_a_timer");
+  ibv_destroy_qp(sender);
+  ibv_destroy_qp(receiver);
+  ibv_destroy_cq(send_cq);
+  ibv_destroy_cq(recv_cq);
+  ibv_dealloc_pd(pd);
+  return 0;
+}
 
 int loopback_semantics(ibv_context* ctx) {
   ibv_pd* pd = ibv_alloc_pd(ctx);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "fabric.h"
@@ -135,6 +137,21 @@ TEST_P(VerbsSemantics, SysClassInfinibandIsTheDevicesTreeForEveryProgram) {
 // completions carry the network header type in wc.sl for IPv4 and IPv6.
 TEST_P(VerbsSemantics, LoopbackTrafficUsesEveryReceiveAndReportsCurrentState) {
   expect_probe_passes("loopback_semantics");
+}
+
+// A receive posted while the worker sleeps (include/xroce/queues.h "Doorbells") is used by the
+// SEND that follows on a healthy QP (rnr_retry 0), and flushed at once, not when the worker's
+// sleep ends, on a QP in the error state. The workers must have slept during the probe's idle
+// times for it to test that.
+TEST_P(VerbsSemantics, AReceivePostedWhileTheWorkerSleepsIsUsedOrFlushedAtOnce) {
+  const auto sleeps = [&] {
+    const auto stat = nlohmann::json::parse(
+        host_->exec({xroce_bin(), "stat", kDevice, "--json"}).output, nullptr, false);
+    return stat.is_object() ? stat["port"].value("worker_sleeps", std::uint64_t{0}) : 0;
+  };
+  const std::uint64_t before = sleeps();
+  expect_probe_passes("recv_doorbell");
+  EXPECT_GE(sleeps() - before, 16u) << "the workers did not sleep in the idle times";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ports, VerbsSemantics, ::testing::Values("afxdp", "udp"),
