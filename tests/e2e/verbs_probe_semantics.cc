@@ -446,10 +446,6 @@ void check_resize_below_posted(ibv_context* ctx, ibv_pd* pd, int gid_index, cons
   ibv_destroy_cq(cq);
 }
 
-}  // namespace
-
-namespace {
-
 // Lets the device go idle: long enough for an idle worker to stop spinning and sleep (20 us of
 // spinning at most, worker_sleep.h). Not a wait for a condition: the idleness is what is tested,
 // and the harness checks that the workers did sleep (worker_sleeps).

@@ -147,7 +147,9 @@ TEST_P(VerbsSemantics, AReceivePostedWhileTheWorkerSleepsIsUsedOrFlushedAtOnce) 
   const auto sleeps = [&] {
     const auto stat = nlohmann::json::parse(
         host_->exec({xroce_bin(), "stat", kDevice, "--json"}).output, nullptr, false);
-    return stat.is_object() ? stat["port"].value("worker_sleeps", std::uint64_t{0}) : 0;
+    if (!stat.is_object() || !stat.contains("port") || !stat["port"].is_object())
+      return std::uint64_t{0};
+    return stat["port"].value("worker_sleeps", std::uint64_t{0});
   };
   const std::uint64_t before = sleeps();
   expect_probe_passes("recv_doorbell");
