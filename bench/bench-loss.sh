@@ -54,10 +54,10 @@ family=${FAMILY:-ipv4}
 [[ $family == ipv4 || $family == ipv6 ]] || { echo "FAMILY is ipv4 or ipv6" >&2; exit 2; }
 [[ ${#losses[@]} -gt 0 ]] || losses=(0 0.02)
 rounds=${ROUNDS:-1}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS is a count of rounds" >&2; exit 2; }
 size=${SIZE:-65536}
 [[ $size =~ ^[1-9][0-9]*$ ]] || { echo "SIZE is a message size in bytes" >&2; exit 2; }
 read -r -a programs <<<"${PROGRAMS:-ib_write_bw ib_read_bw}"
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS is a count of rounds" >&2; exit 2; }
 runs=()
 for ((round = 1; round <= rounds; round++)); do
   for loss in "${losses[@]}"; do runs+=("$round:$loss"); done
