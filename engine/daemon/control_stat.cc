@@ -119,6 +119,9 @@ Reply stat(OpContext& ctx) {
     // cores than busy threads an idle worker sleeps at once (worker_sleep.h), and what a sleep
     // and its wake-up cost there sets the rate of small messages (bench/README.md).
     port["worker_sleeps"] = status.counters.sleeps;
+    // Of those, the sleeps without doorbells while a QP streamed (worker.h, WorkerConfig::
+    // moderation_ns): how often the workers moderated the applications' doorbells.
+    port["worker_moderated_sleeps"] = status.counters.moderated_sleeps;
     out["port"] = std::move(port);
   }
   if (const auto cm = ctx.devices.cm().stat(name)) {

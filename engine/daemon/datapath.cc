@@ -53,6 +53,18 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
   return std::unique_ptr<net::Port>(std::move(*port));
 }
 
+// XROCE_DOORBELL_MODERATION_US in the daemon's environment: how long a worker with a streaming
+// QP sleeps without doorbells (WorkerConfig::moderation_ns), in microseconds; 0 turns the
+// moderation off, to compare. Unset or not a number: the default.
+std::uint64_t moderation_ns() {
+  const char* us = std::getenv("XROCE_DOORBELL_MODERATION_US");
+  if (us == nullptr || *us == '\0') return WorkerConfig::kDefaultModerationNs;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(us, &end, 10);
+  if (*end != '\0' || v > 1'000'000) return WorkerConfig::kDefaultModerationNs;
+  return v * 1000;
+}
+
 // A worker's own route and neighbour resolver (its rtnetlink socket); null when it cannot be
 // opened (the worker then says so, and no destination resolves).
 std::unique_ptr<net::NeighbourResolver> open_resolver(std::uint32_t worker) {
@@ -139,6 +151,7 @@ void Datapath::start_workers(std::vector<std::unique_ptr<net::Port>> ports, int 
     wc.routes = &routes_;
     wc.port = std::move(ports[i]);
     wc.sleeper = std::make_unique<UringSleeper>();
+    wc.moderation_ns = moderation_ns();
     wc.ifindex = ifindex;
     wc.resolve_macs = resolve_macs;
     if (resolve_macs) wc.resolver = open_resolver(wc.index);

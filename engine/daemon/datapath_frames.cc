@@ -29,6 +29,7 @@ DatapathCounters& DatapathCounters::operator+=(const DatapathCounters& o) {
   tx_loopback += o.tx_loopback;
   tx_loopback_drops += o.tx_loopback_drops;
   sleeps += o.sleeps;
+  moderated_sleeps += o.moderated_sleeps;
   return *this;
 }
 

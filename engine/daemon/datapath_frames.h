@@ -34,6 +34,7 @@ struct DatapathCounters {
   std::uint64_t tx_loopback = 0;        // frames for a GID of this daemon, handed over (loopback)
   std::uint64_t tx_loopback_drops = 0;  // the receiving worker's loopback inbox was full
   std::uint64_t sleeps = 0;             // times a worker went to sleep in io_uring
+  std::uint64_t moderated_sleeps = 0;   // of those, without doorbells (WorkerConfig::moderation_ns)
 
   DatapathCounters& operator+=(const DatapathCounters& o);
 };

@@ -35,6 +35,8 @@ Worker::Worker(WorkerConfig config)
       port_max_frame_bytes_(port_->max_frame_bytes()),
       clock_(clock_or_monotonic(std::move(config.clock))),
       lossy_burst_packets_(config.lossy_burst_packets),
+      moderation_ns_(config.moderation_ns),
+      moderation_sends_(config.moderation_sends),
       pacing_(config.cc),
       egress_(*port_, counters_, make_neighbours(config)),
       ingress_(index_, *routes_, qps_, work_, pacing_, counters_),
@@ -156,6 +158,7 @@ DatapathCounters Worker::counters_on_worker() const {
   assert(on_worker());
   DatapathCounters c = counters_.datapath();
   c.sleeps = sleep_.sleeps();
+  c.moderated_sleeps = sleep_.moderated_sleeps();
   return c;
 }
 
@@ -241,7 +244,7 @@ bool Worker::turn_on_worker() {
   bool busy = run_commands_on_worker();
   // New work before new packets: a receive WQE posted before the peer's send was even made
   // must be there when the send arrives (UD drops a message that finds no receive).
-  busy |= pull_work_on_worker();
+  busy |= pull_work_on_worker(now);
   busy |= ingress_.drain_handovers(now);
   busy |= ingress_.drain_loopback(now);
   busy |= ingress_.receive_waiting(now, *port_, kRxBatchesBeforeTimers);
@@ -268,23 +271,26 @@ bool Worker::run_commands_on_worker() {
 }
 
 void Worker::catch_up_on_worker() {
-  pull_work_on_worker();
-  drain_outputs_on_worker(clock_->now_ns());
+  const std::uint64_t now = clock_->now_ns();
+  pull_work_on_worker(now);
+  drain_outputs_on_worker(now);
   egress_.flush();
 }
 
 // The QPs whose ready bit was set, and those without one. A pull that left work behind (the
 // transport's queue was full) puts the bit back: the QP is pulled again next turn.
-bool Worker::pull_work_on_worker() {
+bool Worker::pull_work_on_worker(std::uint64_t now_ns) {
   bool any = false;
   ready_.take([&](Hosted& hosted) {
     if (hosted.binding->pull_work_on_worker(*hosted.qp)) any = true;
     if (hosted.binding->work_pending_on_worker()) ReadyRings::mark_ready(hosted.ready);
+    note_send_depth_on_worker(now_ns, hosted);
     work_.mark(hosted);
   });
   for (Hosted* hosted : pull_each_turn_) {
     if (!hosted->binding->pull_work_on_worker(*hosted->qp)) continue;
     any = true;
+    note_send_depth_on_worker(now_ns, *hosted);
     work_.mark(*hosted);
   }
   return any;
@@ -379,8 +385,20 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& tran
     hosted.binding->event_on_worker(*e);
     any = true;
   }
+  note_send_depth_on_worker(now_ns, hosted);
   counters_.qp_growth(hosted);
   return any;
+}
+
+// A QP's send queue grows only where the worker pulls it and shrinks only where the worker
+// drains its completions, so those are where a stream shows. It holds the moderation for
+// WorkerConfig::kModerationHoldNs after its queue was last seen that deep: the queue of a stream
+// dips as a burst of completions comes back before the application posts again, and a worker that
+// went back to doorbells at each dip would fall into the state the moderation exists to leave (a
+// doorbell a WQE, each one preempting the application, which then keeps the queue shallow).
+void Worker::note_send_depth_on_worker(std::uint64_t now_ns, const Hosted& hosted) {
+  if (moderation_ns_ != 0 && hosted.qp->send_queue_depth() >= moderation_sends_)
+    moderate_until_ns_ = now_ns + WorkerConfig::kModerationHoldNs;
 }
 
 // A CNP (docs/protocol.md §5.3) to the QP's peer over the QP's own path.
@@ -435,16 +453,24 @@ std::optional<std::uint64_t> Worker::next_deadline_on_worker(std::uint64_t now_n
 }
 
 // "I sleep" is published before the last look for work (worker_sleep.h).
+// A moderated sleep (WorkerConfig::moderation_ns) leaves the rings saying the worker is awake,
+// so the applications ring no doorbell and what they post waits for the sleep's end at the
+// latest. Everything else wakes it as in any sleep: the port, another worker or the control
+// thread (wake()), a deadline sooner than the moderation's.
 void Worker::sleep_on_worker(std::uint64_t now_ns) {
+  const bool moderated = now_ns < moderate_until_ns_ && !sleep_.spin_allowed(now_ns);
   sleep_.publish_asleep();
-  set_asleep_on_worker(true);
+  if (!moderated) set_asleep_on_worker(true);
   if (work_pending_on_worker() || stop_.load()) {
     sleep_.publish_awake();
-    set_asleep_on_worker(false);
+    if (!moderated) set_asleep_on_worker(false);
     return;
   }
   const WaitSet set{port_->wait_fd(), egress_.resolver_fd()};
-  const auto woke = sleep_.sleep(set, next_deadline_on_worker(now_ns), now_ns);
+  std::optional<std::uint64_t> deadline = next_deadline_on_worker(now_ns);
+  if (moderated && (!deadline || *deadline > now_ns + moderation_ns_))
+    deadline = now_ns + moderation_ns_;
+  const auto woke = sleep_.sleep(set, deadline, now_ns, moderated);
   if (woke) woke_on_worker(*woke);
 }
 

@@ -43,7 +43,9 @@
 // and one on a lossy path sends at most WorkerConfig::lossy_burst_packets a turn;
 // then the neighbour resolver (answers release the frames that waited for a MAC), then the
 // backlog and the port's flush, then a sample of the port's receive drops; then the sleep
-// policy.
+// policy: while a QP streams (WorkerConfig::moderation_sends) an idle worker sleeps without
+// doorbells for at most WorkerConfig::moderation_ns, otherwise until its doorbells, port,
+// other workers or next deadline wake it.
 //
 // Device counters: the worker is the one writer of its device::CounterBlock (counters.h) and
 // feeds it as counters_report.h describes (worker_counters.h). The control thread reads the
@@ -108,6 +110,23 @@ struct WorkerConfig {
   // which cost a clean udp ib_write_bw 12-14 % (bench/README.md, "A lossy QP's burst ends at 16
   // packets").
   std::size_t lossy_burst_packets = 16;
+  // Doorbell moderation, as a NIC moderates its interrupts. On a host with more runnable threads
+  // than cores (where an idle worker does not spin: Sleeper::spin_allowed), while one of the
+  // worker's QPs has had `moderation_sends` or more send WQEs not yet completed within the last
+  // kModerationHoldNs (a stream: its application keeps a queue posted), an idle worker sleeps
+  // without asking the applications for doorbells, for at most `moderation_ns`; its port, its
+  // timers and the other workers still wake it. What is posted meanwhile goes out at that
+  // wake-up, several WQEs a wake-up instead of one. Without it each doorbell woke the worker on
+  // its application's core, which the worker then preempted to take the one WQE posted, and
+  // 1 KiB `ib_send_bw` ran at 18-36 MB/s in that state (bench/README.md, "Doorbell
+  // moderation"). A QP with fewer sends posted (a ping-pong, a latency test) gets its doorbells
+  // as before, so a lone request never waits; nor is anything moderated on a host with a core
+  // to spare, where a doorbell's wake-up preempts nobody. 0: never moderated.
+  static constexpr std::uint64_t kDefaultModerationNs = 30'000;
+  // How long a stream's moderation outlasts the last sight of its queue that deep.
+  static constexpr std::uint64_t kModerationHoldNs = 1'000'000;
+  std::uint64_t moderation_ns = kDefaultModerationNs;
+  std::size_t moderation_sends = 16;
   // The one CPU the worker's thread runs on (sched_setaffinity), or none: wherever the
   // scheduler puts it (DatapathConfig::cpus).
   std::optional<std::uint32_t> cpu;
@@ -231,7 +250,7 @@ class Worker {
   bool on_worker() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool turn_on_worker();
   bool run_commands_on_worker();
-  bool pull_work_on_worker();
+  bool pull_work_on_worker(std::uint64_t now_ns);
   bool fire_timers_on_worker(std::uint64_t now_ns);
   void release_budget_queue_on_worker();
   bool drain_outputs_on_worker(std::uint64_t now_ns);
@@ -243,6 +262,7 @@ class Worker {
   void set_asleep_on_worker(bool asleep);
   void forget_ready_on_worker(Hosted& hosted);
   std::optional<std::uint64_t> next_deadline_on_worker(std::uint64_t now_ns);
+  void note_send_depth_on_worker(std::uint64_t now_ns, const Hosted& hosted);
 
   std::uint32_t index_;
   std::optional<std::uint32_t> cpu_;
@@ -252,6 +272,10 @@ class Worker {
   std::size_t port_max_frame_bytes_;
   std::unique_ptr<Clock> clock_;
   std::size_t lossy_burst_packets_;  // WorkerConfig::lossy_burst_packets
+  std::uint64_t moderation_ns_;      // WorkerConfig::moderation_ns
+  std::size_t moderation_sends_;     // WorkerConfig::moderation_sends
+  // Sleeps before this time are moderated (note_send_depth_on_worker).
+  std::uint64_t moderate_until_ns_ = 0;
 
   boost::lockfree::spsc_queue<Command*, boost::lockfree::capacity<kCommandSlots>> commands_;
   std::atomic<bool> stop_{false};

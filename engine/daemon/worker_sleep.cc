@@ -20,7 +20,8 @@ bool SleepPolicy::should_sleep(bool busy, std::uint64_t now_ns) {
 
 std::optional<Wakeup> SleepPolicy::sleep(const WaitSet& set,
                                          std::optional<std::uint64_t> deadline_ns,
-                                         std::uint64_t now_ns) {
+                                         std::uint64_t now_ns, bool moderated) {
+  moderated_ = moderated;
   std::uint64_t wait_ns = kMaxSleepNs;
   if (deadline_ns)
     wait_ns = *deadline_ns > now_ns ? std::min(*deadline_ns - now_ns, kMaxSleepNs) : 0;
@@ -41,7 +42,9 @@ Wakeup SleepPolicy::resume() {
 }
 
 void SleepPolicy::count(const Wakeup& woke) {
-  if (woke.slept) sleeps_.fetch_add(1, std::memory_order_relaxed);
+  if (!woke.slept) return;
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  if (moderated_) moderated_sleeps_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace xroce::daemon

@@ -47,18 +47,25 @@ class SleepPolicy {
     sleeping_.store(true, std::memory_order_seq_cst);
     sleeper_->notify();
   }
-  // Any thread: how many times the worker has slept.
+  // Any thread: how many times the worker has slept, and of those how many were moderated
+  // (sleep()'s `moderated`).
   std::uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+  std::uint64_t moderated_sleeps() const {
+    return moderated_sleeps_.load(std::memory_order_relaxed);
+  }
 
+  // Worker thread: whether the host has a core for every runnable thread (Sleeper::spin_allowed).
+  bool spin_allowed(std::uint64_t now_ns) { return sleeper_->spin_allowed(now_ns); }
   // Worker thread, after each turn (`busy`: it did work): whether the worker should sleep now.
   bool should_sleep(bool busy, std::uint64_t now_ns);
   void publish_asleep() { sleeping_.store(true, std::memory_order_seq_cst); }
   void publish_awake() { sleeping_.store(false, std::memory_order_seq_cst); }
   // Worker thread, asleep (published, and nothing was pending): waits until `deadline_ns` (none:
   // kMaxSleepNs) or a wakeup. nullopt: the Sleeper suspended the wait (worker_platform.h);
-  // the worker stays asleep until resume().
+  // the worker stays asleep until resume(). `moderated`: the worker did not ask for doorbells
+  // (WorkerConfig::moderation_ns); only counted apart.
   std::optional<Wakeup> sleep(const WaitSet& set, std::optional<std::uint64_t> deadline_ns,
-                              std::uint64_t now_ns);
+                              std::uint64_t now_ns, bool moderated = false);
   bool suspended() const { return suspended_; }
   Wakeup resume();
 
@@ -69,8 +76,10 @@ class SleepPolicy {
   std::uint64_t spin_ns_;
   std::uint64_t idle_since_ns_ = 0;  // 0: the last turn did work
   bool suspended_ = false;
+  bool moderated_ = false;  // the sleep in progress (or suspended) is a moderated one
   std::atomic<bool> sleeping_{false};
   std::atomic<std::uint64_t> sleeps_{0};
+  std::atomic<std::uint64_t> moderated_sleeps_{0};
 };
 
 }  // namespace xroce::daemon

@@ -8,7 +8,12 @@
 // Iteration counts are small (-n) and perftest's -a sweep is limited, to keep the run short on
 // a 2-core host; the programs' own checks do not depend on the counts.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -258,6 +263,68 @@ TEST_P(PerftestE2e, FourQps) {
 TEST_P(PerftestE2e, SendWithCompletionEvents) {
   expect_bandwidth("ib_send_bw", {"-e", "-n", "50"});
   expect_latency("ib_send_lat", {"-e", "-n", "50"});
+}
+
+// Loops at SCHED_IDLE, one per online CPU and one more, for a scope: a host with more runnable
+// threads than cores, where an idle worker does not spin (worker_uring.h, spin_allowed). Each is
+// killed and reaped by its pid at the end.
+class BusyHost {
+ public:
+  BusyHost() {
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i <= std::max(cpus, 1L); ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        const sched_param idle{};
+        sched_setscheduler(0, SCHED_IDLE, &idle);
+        for (;;)
+          std::atomic_signal_fence(std::memory_order_seq_cst);  // a loop the compiler keeps
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyHost() {
+    for (const pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  BusyHost(const BusyHost&) = delete;
+  BusyHost& operator=(const BusyHost&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// Doorbell moderation (engine/daemon/worker.h, WorkerConfig::moderation_ns) on a busy host: a
+// stream of 1 KiB SENDs, 128 posted at a time (perftest's default), is carried with the workers
+// sleeping without doorbells, every message completing; a ping-pong, one posted at a time, gets
+// no moderated sleep (its requests never wait for one). Summed over both devices'
+// worker_moderated_sleeps (`xroce stat`).
+TEST_P(PerftestE2e, AStreamsDoorbellsAreModeratedAndAPingPongsAreNot) {
+  constexpr std::uint64_t kUnread = ~std::uint64_t{0};
+  const auto moderated = [&]() -> std::uint64_t {
+    std::uint64_t sum = 0;
+    for (int i = 0; i < 2; ++i) {
+      const auto stat = nlohmann::json::parse(
+          pair_->exec(i, {xroce_bin(), "stat", pair_->dev(i), "--json"}).output, nullptr, false);
+      if (!stat.is_object() || !stat.contains("port") || !stat["port"].is_object()) return kUnread;
+      sum += stat["port"].value("worker_moderated_sleeps", std::uint64_t{0});
+    }
+    return sum;
+  };
+  const BusyHost busy;
+  const std::uint64_t before = moderated();
+  ASSERT_NE(before, kUnread) << "no port object in xroce stat";
+  expect_bandwidth("ib_send_bw", {"-s", "1024", "-n", "20000"});
+  const std::uint64_t after_stream = moderated();
+  ASSERT_NE(after_stream, kUnread);
+  EXPECT_GT(after_stream, before) << "no sleep was moderated during the stream";
+  expect_latency("ib_send_lat", {"-s", "2", "-n", "2000"});
+  EXPECT_EQ(moderated(), after_stream) << "a ping-pong's sleeps were moderated";
+  std::printf("moderated sleeps: %llu in the stream, %llu in the ping-pong\n",
+              static_cast<unsigned long long>(after_stream - before),
+              static_cast<unsigned long long>(moderated() - after_stream));
 }
 
 // Many QPs at once: their windows together far exceed the frames the receiver's port ring holds

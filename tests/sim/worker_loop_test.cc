@@ -81,6 +81,9 @@ WorkerScenario scenario_for(std::uint64_t seed, bool faults) {
   if (seed % 4 == 2) c.host_queue_bytes = 6'000 + seed % 3 * 4'000;  // the port refuses
   c.ecn = seed % 6 == 5;
   c.strangers = static_cast<std::uint32_t>(seed % 3);
+  // Every third seed moderates doorbells at two sends posted, which these QPs' 2-5 outstanding
+  // reach: the moderated sleep must lose nothing either.
+  if (seed % 3 == 1) c.moderation_sends = 2;
   if (faults) {
     c.loss = 0.02;
     c.reorder = 0.02;
@@ -279,6 +282,73 @@ TEST(SimWorkerLoop, OnALossyPathABurstCutShortDoomsFewerPackets) {
   if (only) return;
   EXPECT_GT(resent_whole, 0u);
   EXPECT_LT(resent_cut, resent_whole);
+}
+
+// Doorbell moderation (WorkerConfig::moderation_ns): one QP pair whose applications keep
+// `outstanding` operations of 1 KiB posted, on workers that never spin, so that every idle
+// moment is a sleep and every post to a sleeping worker a doorbell. With 32 posted the queues
+// are deep enough for the moderation (16), the workers sleep without asking for doorbells and
+// the applications ring a fraction of them; every byte still arrives and nothing is sent twice.
+// With one posted (a ping-pong) no sleep is moderated: a lone request never waits for one; nor
+// where the host has a core for every thread (spin allowed), where a wake-up preempts nobody.
+// The simulated time is not compared: a doorbell's wake-up costs the simulator only its latency,
+// not the preempted application's core, and there the moderation's waits take longer.
+WorkerScenario doorbell_stream(std::uint64_t seed, std::uint32_t outstanding,
+                               std::uint64_t moderation_ns) {
+  WorkerScenario c;
+  c.seed = seed;
+  c.qps = 1;
+  c.loopback_qps = 0;
+  c.workers = 1;
+  c.strangers = 0;
+  c.ops = 1000;
+  c.max_outstanding = outstanding;
+  c.max_msg_bytes = 1024;
+  c.mtu = transport::PathMtu::k1024;
+  c.spin_ns = 0;
+  c.spin_allowed = false;
+  c.think_ns = 40'000;
+  c.moderation_ns = moderation_ns;
+  return c;
+}
+
+TEST(SimWorkerLoop, AStreamsWorkerSleepsWithoutDoorbellsAndLosesNothing) {
+  const auto only = one_seed();
+  const std::uint64_t first = only.value_or(8001);
+  const std::uint64_t last = only ? *only : first + 3;
+  for (std::uint64_t seed = first; seed <= last; ++seed) {
+    const WorkerScenario moderated = doorbell_stream(seed, 32, 30'000);
+    const WorkerScenario plain = doorbell_stream(seed, 32, 0);
+    const WorkerScenario pingpong = doorbell_stream(seed, 1, 30'000);
+    WorkerScenario spare_core = moderated;
+    spare_core.spin_allowed = true;
+    const WorkerSummary m = run_worker_scenario(moderated);
+    const WorkerSummary p = run_worker_scenario(plain);
+    const WorkerSummary q = run_worker_scenario(pingpong);
+    const WorkerSummary r = run_worker_scenario(spare_core);
+    expect_clean_and_complete(moderated, m);
+    expect_clean_and_complete(plain, p);
+    expect_clean_and_complete(pingpong, q);
+    expect_clean_and_complete(spare_core, r);
+    EXPECT_GT(m.counters.moderated_sleeps, 0u) << report(moderated, m);
+    EXPECT_EQ(p.counters.moderated_sleeps, 0u) << report(plain, p);
+    EXPECT_EQ(q.counters.moderated_sleeps, 0u) << report(pingpong, q);
+    EXPECT_EQ(r.counters.moderated_sleeps, 0u) << report(spare_core, r);
+    EXPECT_GT(r.counters.sleeps, 0u) << report(spare_core, r);
+    EXPECT_GT(p.doorbells, 0u) << report(plain, p);
+    EXPECT_LT(2 * m.doorbells, p.doorbells)
+        << "moderated " << m.doorbells << " doorbells, plain " << p.doorbells << "\n"
+        << report(moderated, m);
+    std::printf(
+        "seed %llu: doorbells %llu moderated (%llu of %llu sleeps), %llu plain; "
+        "simulated time %llu us against %llu\n",
+        static_cast<unsigned long long>(seed), static_cast<unsigned long long>(m.doorbells),
+        static_cast<unsigned long long>(m.counters.moderated_sleeps),
+        static_cast<unsigned long long>(m.counters.sleeps),
+        static_cast<unsigned long long>(p.doorbells),
+        static_cast<unsigned long long>(m.sim_time_us),
+        static_cast<unsigned long long>(p.sim_time_us));
+  }
 }
 
 // One seed, one run: the same scenario twice gives the same run, turn for turn.

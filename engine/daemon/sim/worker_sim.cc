@@ -492,6 +492,8 @@ void Simulation::start_workers(Device& d) {
     wc.sleeper = std::move(sleeper);
     wc.spin_ns = cfg_.spin_ns;
     wc.lossy_burst_packets = cfg_.lossy_burst_packets;
+    wc.moderation_ns = cfg_.moderation_ns;
+    wc.moderation_sends = cfg_.moderation_sends;
     wc.cc.line_rate_mbps = cfg_.rate_gbps * 1000;
     if (cfg_.ecn) wc.cc.params.np_enable_mask = 0xFF;
     workers_.push_back(std::make_unique<Worker>(std::move(wc)));
@@ -1087,7 +1089,8 @@ std::string describe(const WorkerScenario& s) {
     << s.host_queue_bytes << " ecn " << s.ecn << " turn_ns " << s.turn_ns << " wake_ns "
     << s.wake_ns << " spin_ns " << s.spin_ns << " spin_allowed " << s.spin_allowed << " strangers "
     << s.strangers << " inflight_budget " << s.inflight_budget_psns << " lossy_burst_packets "
-    << s.lossy_burst_packets << (s.daemon_qp_config ? " daemon_qp_config" : "")
+    << s.lossy_burst_packets << " moderation_ns " << s.moderation_ns << " moderation_sends "
+    << s.moderation_sends << (s.daemon_qp_config ? " daemon_qp_config" : "")
     << (s.one_rx_queue ? " one_rx_queue" : "");
   return o.str();
 }

@@ -70,6 +70,10 @@ struct WorkerScenario {
   bool spin_allowed = true;
   // WorkerConfig::lossy_burst_packets (its default); 0: a lossy QP's bursts are not cut.
   std::size_t lossy_burst_packets = 16;
+  // WorkerConfig::moderation_ns and moderation_sends (their defaults): a worker with a QP that
+  // has that many sends posted and not completed sleeps without asking for doorbells.
+  std::uint64_t moderation_ns = 30'000;
+  std::size_t moderation_sends = 16;
   // The QPs get the daemon's timers and windows (transport::use_daemon_timers_and_windows: the
   // loss window among them), not QpConfig's defaults.
   bool daemon_qp_config = false;
