@@ -397,8 +397,10 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& tran
 // went back to doorbells at each dip would fall into the state the moderation exists to leave (a
 // doorbell a WQE, each one preempting the application, which then keeps the queue shallow).
 void Worker::note_send_depth_on_worker(std::uint64_t now_ns, const Hosted& hosted) {
-  if (moderation_ns_ != 0 && hosted.qp->send_queue_depth() >= moderation_sends_)
+  if (moderation_ns_ != 0 && hosted.qp->send_queue_depth() >= moderation_sends_ &&
+      hosted.qp->newest_send_length() <= WorkerConfig::kModerationMaxMessageBytes) {
     moderate_until_ns_ = now_ns + WorkerConfig::kModerationHoldNs;
+  }
 }
 
 // A CNP (docs/protocol.md §5.3) to the QP's peer over the QP's own path.

@@ -113,7 +113,8 @@ struct WorkerConfig {
   // Doorbell moderation, as a NIC moderates its interrupts. On a host with more runnable threads
   // than cores (where an idle worker does not spin: Sleeper::spin_allowed), while one of the
   // worker's QPs has had `moderation_sends` or more send WQEs not yet completed within the last
-  // kModerationHoldNs (a stream: its application keeps a queue posted), an idle worker sleeps
+  // kModerationHoldNs, the newest of at most kModerationMaxMessageBytes (a stream of small
+  // messages: its application keeps a queue posted), an idle worker sleeps
   // without asking the applications for doorbells, for at most `moderation_ns`; its port, its
   // timers and the other workers still wake it. What is posted meanwhile goes out at that
   // wake-up, several WQEs a wake-up instead of one. Without it each doorbell woke the worker on
@@ -125,6 +126,12 @@ struct WorkerConfig {
   static constexpr std::uint64_t kDefaultModerationNs = 30'000;
   // How long a stream's moderation outlasts the last sight of its queue that deep.
   static constexpr std::uint64_t kModerationHoldNs = 1'000'000;
+  // Only a stream of messages this long or shorter is moderated: there a wake-up a WQE is the
+  // cost that sets the rate. A WQE of 64 KiB is 16 packets' work for one doorbell, and a stream
+  // of them keeps its worker busy with frames (64 KiB READs: the responses wake it); moderated,
+  // its sleeps ran to their end with nothing posted, a wake-up a plain sleep does not make, and
+  // `ib_read_bw` lost up to a fifth of its rate in two rounds (bench/README.md).
+  static constexpr std::uint32_t kModerationMaxMessageBytes = 8192;
   std::uint64_t moderation_ns = kDefaultModerationNs;
   std::size_t moderation_sends = 16;
   // The one CPU the worker's thread runs on (sched_setaffinity), or none: wherever the

@@ -76,6 +76,10 @@ class Qp {
   wire::Psn next_send_psn() const { return ctx_.req_psn; }
   wire::Psn oldest_unacked_psn() const { return ctx_.comp_psn; }
   std::size_t send_queue_depth() const { return ctx_.sq_tail - ctx_.sq_head; }
+  // The length of the send WQE posted last, if one is not yet completed (0 otherwise).
+  std::uint32_t newest_send_length() const {
+    return ctx_.sq_tail == ctx_.sq_head ? 0 : ctx_.wqe(ctx_.sq_tail - 1).length;
+  }
   // Whether the requester's last look found it stopped by the device's InflightBudget (it goes
   // on once the budget has room: the caller polls it again then).
   bool waiting_for_budget() const { return ctx_.budget_waiting; }
