@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "daemon/sim/worker_sim.h"
 
@@ -33,6 +34,15 @@ std::uint64_t seed_count(std::uint64_t dflt) {
 std::optional<std::uint64_t> one_seed() {
   if (const char* s = std::getenv("XROCE_WORKER_SIM_SEED")) return std::strtoull(s, nullptr, 10);
   return std::nullopt;
+}
+
+// The seeds of a test over several: XROCE_WORKER_SIM_SEED's alone, else `count` from `first`.
+std::vector<std::uint64_t> seeds_from(std::uint64_t first, std::uint64_t count) {
+  if (const auto only = one_seed()) return {*only};
+  std::vector<std::uint64_t> seeds;
+  for (std::uint64_t i = 0; i < count; ++i)
+    seeds.push_back(first + i);
+  return seeds;
 }
 
 std::string this_binary() {
@@ -231,6 +241,17 @@ TEST(SimWorkerLoop, BudgetFreedOnOneWorkerWakesTheQpsWaitingOnAnother) {
       << report(one_queue, s);
 }
 
+// One RC QP pair between the two devices, one worker each, nothing else on the wire.
+WorkerScenario one_qp_pair(std::uint64_t seed) {
+  WorkerScenario c;
+  c.seed = seed;
+  c.qps = 1;
+  c.loopback_qps = 0;
+  c.workers = 1;
+  c.strangers = 0;
+  return c;
+}
+
 // One QP pair streaming large messages at 2 % loss with the daemon's loss window, on workers
 // whose every packet costs 1.5 us (about what the udp port's requester spends per 4 KiB frame):
 // a turn that sends a window of 32 packets takes 48 us, and a NAK that arrives meanwhile waits
@@ -238,12 +259,7 @@ TEST(SimWorkerLoop, BudgetFreedOnOneWorkerWakesTheQpsWaitingOnAnother) {
 // packets (WorkerConfig::lossy_burst_packets) the NAK is read a burst sooner, so fewer packets
 // are sent again, and nothing is lost either way.
 WorkerScenario lossy_stream(std::uint64_t seed, std::size_t lossy_burst_packets) {
-  WorkerScenario c;
-  c.seed = seed;
-  c.qps = 1;
-  c.loopback_qps = 0;
-  c.workers = 1;
-  c.strangers = 0;
+  WorkerScenario c = one_qp_pair(seed);
   c.ops = 300;
   c.max_outstanding = 16;
   c.max_msg_bytes = 65536;
@@ -259,11 +275,8 @@ WorkerScenario lossy_stream(std::uint64_t seed, std::size_t lossy_burst_packets)
 }
 
 TEST(SimWorkerLoop, OnALossyPathABurstCutShortDoomsFewerPackets) {
-  const auto only = one_seed();
-  const std::uint64_t first = only.value_or(6001);
-  const std::uint64_t last = only ? *only : first + 5;
   std::uint64_t resent_cut = 0, resent_whole = 0, time_cut = 0, time_whole = 0;
-  for (std::uint64_t seed = first; seed <= last; ++seed) {
+  for (const std::uint64_t seed : seeds_from(6001, 6)) {
     for (const std::size_t burst : {std::size_t{16}, std::size_t{0}}) {
       const WorkerScenario c = lossy_stream(seed, burst);
       const WorkerSummary s = run_worker_scenario(c);
@@ -279,7 +292,7 @@ TEST(SimWorkerLoop, OnALossyPathABurstCutShortDoomsFewerPackets) {
       "%llu us against %llu\n",
       static_cast<unsigned long long>(resent_cut), static_cast<unsigned long long>(resent_whole),
       static_cast<unsigned long long>(time_cut), static_cast<unsigned long long>(time_whole));
-  if (only) return;
+  if (one_seed()) return;
   EXPECT_GT(resent_whole, 0u);
   EXPECT_LT(resent_cut, resent_whole);
 }
@@ -295,12 +308,7 @@ TEST(SimWorkerLoop, OnALossyPathABurstCutShortDoomsFewerPackets) {
 // not the preempted application's core, and there the moderation's waits take longer.
 WorkerScenario doorbell_stream(std::uint64_t seed, std::uint32_t outstanding,
                                std::uint64_t moderation_ns) {
-  WorkerScenario c;
-  c.seed = seed;
-  c.qps = 1;
-  c.loopback_qps = 0;
-  c.workers = 1;
-  c.strangers = 0;
+  WorkerScenario c = one_qp_pair(seed);
   c.ops = 1000;
   c.max_outstanding = outstanding;
   c.max_msg_bytes = 1024;
@@ -313,10 +321,7 @@ WorkerScenario doorbell_stream(std::uint64_t seed, std::uint32_t outstanding,
 }
 
 TEST(SimWorkerLoop, AStreamsWorkerSleepsWithoutDoorbellsAndLosesNothing) {
-  const auto only = one_seed();
-  const std::uint64_t first = only.value_or(8001);
-  const std::uint64_t last = only ? *only : first + 3;
-  for (std::uint64_t seed = first; seed <= last; ++seed) {
+  for (const std::uint64_t seed : seeds_from(8001, 4)) {
     const WorkerScenario moderated = doorbell_stream(seed, 32, 30'000);
     const WorkerScenario plain = doorbell_stream(seed, 32, 0);
     const WorkerScenario pingpong = doorbell_stream(seed, 1, 30'000);
