@@ -114,15 +114,15 @@ struct WorkerConfig {
   // than cores (where an idle worker does not spin: Sleeper::spin_allowed), while one of the
   // worker's QPs has had `moderation_sends` or more send WQEs not yet completed within the last
   // kModerationHoldNs, the newest of at most kModerationMaxMessageBytes (a stream of small
-  // messages: its application keeps a queue posted), an idle worker sleeps
-  // without asking the applications for doorbells, for at most `moderation_ns`; its port, its
-  // timers and the other workers still wake it. What is posted meanwhile goes out at that
-  // wake-up, several WQEs a wake-up instead of one. Without it each doorbell woke the worker on
-  // its application's core, which the worker then preempted to take the one WQE posted, and
-  // 1 KiB `ib_send_bw` ran at 18-36 MB/s in that state (bench/README.md, "Doorbell
-  // moderation"). A QP with fewer sends posted (a ping-pong, a latency test) gets its doorbells
-  // as before, so a lone request never waits; nor is anything moderated on a host with a core
-  // to spare, where a doorbell's wake-up preempts nobody. 0: never moderated.
+  // messages: its application keeps a queue posted), an idle worker sleeps without asking the
+  // applications for doorbells, for at most `moderation_ns`; its port, its timers and the other
+  // workers still wake it. What is posted meanwhile goes out at that wake-up, several WQEs a
+  // wake-up instead of one. Without it each doorbell woke the worker on its application's core,
+  // which the worker then preempted to take the one WQE posted, and 1 KiB `ib_send_bw` ran at
+  // 17-52 MB/s in that state (bench/README.md, "Doorbell moderation"). A QP with fewer sends
+  // posted (a ping-pong, a latency test) gets its doorbells as before, so a lone request never
+  // waits; nor is anything moderated on a host with a core to spare, where a doorbell's wake-up
+  // preempts nobody. 0: never moderated.
   static constexpr std::uint64_t kDefaultModerationNs = 30'000;
   // How long a stream's moderation outlasts the last sight of its queue that deep.
   static constexpr std::uint64_t kModerationHoldNs = 1'000'000;
