@@ -121,8 +121,11 @@ std::string link_local(const Pair& pair, int i) {
 TEST_P(RdmacmTest, RpingOverIpv6Addresses) {
   Pair pair("xrcm-rping6", next_subnet(), port());
   ASSERT_TRUE(pair.ready());
+  // Both ends' link-local addresses must have passed DAD: the client's is the source of its
+  // connection, and a tentative one is no GID of its device yet.
   const std::string server_ll = link_local(pair, 0);
   ASSERT_FALSE(server_ll.empty());
+  ASSERT_FALSE(link_local(pair, 1).empty()) << "the client's link-local address stayed tentative";
   const std::vector<std::pair<std::string, std::string>> addresses = {
       {pair.ip6(0), pair.ip6(0)},
       {server_ll + "%" + pair.netdev(0), server_ll + "%" + pair.netdev(1)}};
