@@ -15,6 +15,7 @@
 #include <new>
 
 #include "provider/queues.h"
+#include "xroce/env_count.h"
 #include "xroce/sched_attr.h"
 
 namespace xroce::provider {
@@ -36,15 +37,6 @@ constexpr uint64_t kSupportedWcFlags =
 // polling thread and the daemon's workers).
 constexpr uint32_t kEmptyPollsBeforeYield = 32;
 thread_local uint32_t empty_polls = 0;
-
-// A whole-number environment setting, or `fallback` when unset or not a number.
-uint32_t env_count(const char* name, uint32_t fallback) {
-  const char* v = getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long n = strtoul(v, &end, 10);
-  return (*end == '\0' && n <= UINT32_MAX) ? static_cast<uint32_t>(n) : fallback;
-}
 
 uint32_t empty_polls_before_yield() {
   static const uint32_t count = env_count("XROCE_POLL_YIELD", kEmptyPollsBeforeYield);

@@ -15,6 +15,7 @@
 #include "net/udp_port.h"
 #include "wire/frame_layout.h"
 #include "wire/opcode.h"
+#include "xroce/env_count.h"
 
 namespace xroce::daemon {
 namespace {
@@ -57,12 +58,8 @@ wire::Result<std::unique_ptr<net::Port>, std::string> open_udp(const DatapathCon
 // QP sleeps without doorbells (WorkerConfig::moderation_ns), in microseconds; 0 turns the
 // moderation off, to compare. Unset or not a number: the default.
 std::uint64_t moderation_ns() {
-  const char* us = std::getenv("XROCE_DOORBELL_MODERATION_US");
-  if (us == nullptr || *us == '\0') return WorkerConfig::kDefaultModerationNs;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(us, &end, 10);
-  if (*end != '\0' || v > 1'000'000) return WorkerConfig::kDefaultModerationNs;
-  return v * 1000;
+  constexpr std::uint32_t kDefaultUs = WorkerConfig::kDefaultModerationNs / 1000;
+  return std::uint64_t{env_count("XROCE_DOORBELL_MODERATION_US", kDefaultUs)} * 1000;
 }
 
 // A worker's own route and neighbour resolver (its rtnetlink socket); null when it cannot be
