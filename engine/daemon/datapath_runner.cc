@@ -143,6 +143,10 @@ class RingBinding final : public QpBinding {
     }
   }
 
+  void state_on_worker(transport::QpState state) override {
+    device::sync_receive_doorbell(qp_, state);
+  }
+
   void event_on_worker(const transport::AsyncEvent& e) override {
     const control::AsyncEvent event{qp_.cookie, static_cast<std::uint32_t>(e.type)};
     send_record(qp_.event_fd, &event, sizeof(event));

@@ -385,6 +385,7 @@ bool Worker::drain_qp_on_worker(std::uint64_t now_ns, Hosted& hosted, bool& tran
     hosted.binding->event_on_worker(*e);
     any = true;
   }
+  hosted.binding->state_on_worker(hosted.qp->state());
   note_send_depth_on_worker(now_ns, hosted);
   counters_.qp_growth(hosted);
   return any;

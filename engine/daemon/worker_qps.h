@@ -37,6 +37,10 @@ class QpBinding {
   virtual bool work_pending_on_worker() const = 0;
   virtual void complete_on_worker(const transport::Completion& completion) = 0;
   virtual void event_on_worker(const transport::AsyncEvent& event) = 0;
+  // The state the QP's transport is in after a turn that touched it (so after any move to the
+  // error state it made itself): whether posted receives need a doorbell (queues.h "Receive
+  // doorbells").
+  virtual void state_on_worker(transport::QpState state) { (void)state; }
   // The eventfds the provider rings when it finds the engine asleep (queues.h doorbells); the
   // worker sleeps on them.
   virtual std::vector<int> doorbell_fds_on_worker() const { return {}; }

@@ -508,6 +508,7 @@ int Device::modify_qp(ClientId owner, uint32_t handle, const control::QpAttr& at
       qp->rq.release(qp->rq_consumer);
       qp->rq.complete(qp->rq_consumer);  // nothing of theirs is left to flush either
     }
+    sync_receive_doorbell(*qp, core.state());
   });
   if (err != 0) return err;
   if ((mask & transport::qp_attr::kAv) != 0) qp->av = attr.ah_attr;

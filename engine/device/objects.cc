@@ -167,6 +167,18 @@ uint64_t retire_wqe(const queues::Ring& ring, const queues::WrIdShadow& shadow,
   return shadow.at(index);
 }
 
+void sync_receive_doorbell(QueuePair& qp, transport::QpState state) {
+  if (!qp.rq.valid()) return;
+  using transport::QpState;
+  const bool waits_for_request = state == QpState::kInit || state == QpState::kRtr ||
+                                 state == QpState::kRts || state == QpState::kSqd ||
+                                 state == QpState::kSqe;
+  const uint32_t want =
+      qp.hosted && waits_for_request ? queues::kReceiveDoorbellSkip : queues::kReceiveDoorbellRing;
+  std::atomic<uint32_t>& word = qp.rq.header().receive_doorbell;
+  if (word.load(std::memory_order_relaxed) != want) word.store(want, std::memory_order_seq_cst);
+}
+
 queues::Cqe encode_cqe(const transport::Completion& c) {
   queues::Cqe e{};
   e.wr_id = c.wr_id;

@@ -175,4 +175,11 @@ uint64_t take_wqe(const queues::WrIdShadow& shadow, uint32_t index, const uint8_
 uint64_t retire_wqe(const queues::Ring& ring, const queues::WrIdShadow& shadow,
                     uint64_t transport_wr_id);
 
+// Tells the provider whether a post to the QP's RQ must ring the doorbell (include/xroce/
+// queues.h "Receive doorbells"): not while a worker hosts the QP in `state` and a posted receive
+// only waits for a request, which pulls it; always in the error state, where it is flushed at
+// once, and for a QP no worker hosts. Stores only on a change. On the thread that runs the QP's
+// transport (its worker once hosted), before that thread's next look for posted work.
+void sync_receive_doorbell(QueuePair& qp, transport::QpState state);
+
 }  // namespace xroce::device

@@ -47,6 +47,20 @@
 // (kNoReadyBit: SRQs, XRC targets, a context whose page is full) keeps the per-ring protocol
 // above, and the provider rings when either word says asleep.
 //
+// Receive doorbells. A responder reads its QP's RQ only when a request needs a receive WQE, and
+// then the worker pulls what was posted since (transport::ReceiveSource), so a receive posted to
+// a healthy QP does not need the worker awake: rxe too kicks its responder on a post only for a
+// QP in the error state (rxe_verbs.c rxe_post_recv). The daemon stores kReceiveDoorbellSkip in
+// the RQ's `receive_doorbell` while a worker hosts the QP in a state where a posted receive
+// waits for a request (INIT, RTR, RTS, SQD, SQE), and kReceiveDoorbellRing otherwise (the
+// default): in the error state a posted receive must be flushed at once (IBA C10-42,
+// C10-97.2.1). The provider loads `receive_doorbell` (seq_cst) after its ready bit or `wakeup`
+// says the worker sleeps, and rings only if it reads kReceiveDoorbellRing. A worker that moves
+// the QP to the error state stores kReceiveDoorbellRing before its next look for work: either it
+// sees the ready bit (or `producer`) of a post that skipped the doorbell, or that post reads Ring.
+// So a program reposting receives while its peer streams SENDs no longer wakes the worker, which
+// preempted it on its own core, for each receive.
+//
 // CQ notification (ibv_req_notify_cq). The provider stores kArmNext or kArmSolicited in `arm`
 // (seq_cst). A worker that has published CQEs (seq_cst store of `producer`) exchanges `arm` with
 // kArmNone (seq_cst) when the new CQE qualifies (any CQE for kArmNext; a CQE with
@@ -89,6 +103,10 @@ inline constexpr std::size_t kPageBytesForContext = 4096;
 inline constexpr uint32_t kEngineAwake = 0;
 inline constexpr uint32_t kEngineAsleep = 1;
 
+// `receive_doorbell` values (RQs; above, "Receive doorbells").
+inline constexpr uint32_t kReceiveDoorbellRing = 0;
+inline constexpr uint32_t kReceiveDoorbellSkip = 1;
+
 // `arm` values (ibv_req_notify_cq(cq, solicited_only)).
 inline constexpr uint32_t kArmNone = 0;
 inline constexpr uint32_t kArmNext = 1;
@@ -121,6 +139,8 @@ struct RingHeader {
   alignas(kCacheLine) std::atomic<uint32_t> wakeup{kEngineAwake};
   std::atomic<uint32_t> overflow{0};
   std::atomic<uint32_t> completed{0};
+  // RQ only, written by the daemon: kReceiveDoorbellRing / kReceiveDoorbellSkip (above).
+  std::atomic<uint32_t> receive_doorbell{kReceiveDoorbellRing};
   // CQ only. Written by the provider (kArmNext/kArmSolicited), taken back to kArmNone by the
   // daemon's exchange.
   alignas(kCacheLine) std::atomic<uint32_t> arm{kArmNone};
@@ -293,7 +313,7 @@ class Ring {
   }
   // Makes slots up to (not including) `next` visible to the consumer, and sets the ring's ready
   // bit in `page` (the context's; null: none). Returns true when the consumer said it sleeps
-  // and the doorbell must be rung.
+  // and the doorbell must be rung (not for an RQ whose receives the worker pulls on arrival).
   bool publish(uint32_t next, ContextPage* page = nullptr) const {
     header_->producer.store(next, std::memory_order_seq_cst);
     const uint32_t bit = header_->ready_bit;
@@ -307,7 +327,8 @@ class Ring {
         word.fetch_or(mask, std::memory_order_seq_cst);
       asleep = page->asleep_workers.load(std::memory_order_seq_cst) != 0;
     }
-    return asleep || header_->wakeup.load(std::memory_order_seq_cst) == kEngineAsleep;
+    if (!asleep && header_->wakeup.load(std::memory_order_seq_cst) != kEngineAsleep) return false;
+    return header_->receive_doorbell.load(std::memory_order_seq_cst) != kReceiveDoorbellSkip;
   }
 
   // Consumer side.

@@ -60,6 +60,46 @@ TEST(Ring, DoorbellIsNeededOnlyWhileTheEngineSleeps) {
   EXPECT_FALSE(t.ring.publish(2));
 }
 
+// queues.h "Receive doorbells": a sleeping worker is woken for a receive only when the daemon
+// says the QP needs it; with a ready bit as without.
+TEST(Ring, AReceiveRingsOnlyWhereTheDaemonWantsIt) {
+  TestRing t(8, 16, queues::RingKind::recv);
+  t.ring.header().wakeup.store(queues::kEngineAsleep);
+  t.ring.header().receive_doorbell.store(queues::kReceiveDoorbellSkip);
+  EXPECT_FALSE(t.ring.publish(1));
+  queues::ContextPage page;
+  t.ring.header().ready_bit = 3;
+  t.ring.header().wakeup.store(queues::kEngineAwake);
+  page.asleep_workers.store(1);
+  EXPECT_FALSE(t.ring.publish(2, &page));
+  EXPECT_EQ(page.ready[0].load(), uint64_t{1} << 3) << "the ready bit is set all the same";
+  t.ring.header().receive_doorbell.store(queues::kReceiveDoorbellRing);
+  EXPECT_TRUE(t.ring.publish(3, &page));
+  page.asleep_workers.store(0);
+  EXPECT_FALSE(t.ring.publish(4, &page)) << "nobody sleeps";
+}
+
+// The daemon's side of it: only a hosted QP in a state where a receive waits for a request
+// skips the doorbell; the error state, and a QP no worker hosts, ring.
+TEST(ReceiveDoorbell, SkippedOnlyWhileAHostedQpWaitsForRequests) {
+  TestRing t(8, 16, queues::RingKind::recv);
+  QueuePair qp;
+  qp.rq = t.ring;
+  using transport::QpState;
+  const auto word = [&] { return t.ring.header().receive_doorbell.load(); };
+  sync_receive_doorbell(qp, QpState::kRts);
+  EXPECT_EQ(word(), queues::kReceiveDoorbellRing) << "not hosted: nothing pulls on arrival";
+  qp.hosted = true;
+  for (QpState s : {QpState::kInit, QpState::kRtr, QpState::kRts, QpState::kSqd, QpState::kSqe}) {
+    sync_receive_doorbell(qp, QpState::kReset);
+    EXPECT_EQ(word(), queues::kReceiveDoorbellRing);
+    sync_receive_doorbell(qp, s);
+    EXPECT_EQ(word(), queues::kReceiveDoorbellSkip) << static_cast<int>(s);
+  }
+  sync_receive_doorbell(qp, QpState::kErr);
+  EXPECT_EQ(word(), queues::kReceiveDoorbellRing) << "a receive in error is flushed at once";
+}
+
 TEST(Ring, AProducerIndexBeyondTheRingIsCorruptNotWork) {
   TestRing t(8, 16, queues::RingKind::send);
   t.ring.header().producer.store(9);  // 9 WQEs in an 8-slot ring: a broken client
