@@ -356,6 +356,34 @@ TEST(SimWorkerLoop, AStreamsWorkerSleepsWithoutDoorbellsAndLosesNothing) {
   }
 }
 
+// Receive doorbells (include/xroce/queues.h): the same streams with a receive posted to a sleeping
+// worker ringing its doorbell, as before, and without, as the daemon does now. Without, no
+// receive rings, fewer doorbells ring in all, and every SEND still finds its receive (the
+// responder pulls what was posted since its last pull): every byte arrives, nothing is lost.
+TEST(SimWorkerLoop, AReceiverRingsNoDoorbellForItsReceivesAndLosesNothing) {
+  for (const std::uint64_t seed : seeds_from(8101, 4)) {
+    const WorkerScenario skip = doorbell_stream(seed, 32, 0);
+    WorkerScenario ring = skip;
+    ring.receive_doorbells = true;
+    const WorkerSummary s = run_worker_scenario(skip);
+    const WorkerSummary r = run_worker_scenario(ring);
+    expect_clean_and_complete(skip, s);
+    expect_clean_and_complete(ring, r);
+    EXPECT_GT(s.received, 0u) << report(skip, s);
+    EXPECT_EQ(s.receive_doorbells, 0u) << report(skip, s);
+    EXPECT_GT(r.receive_doorbells, 0u) << report(ring, r);
+    EXPECT_LT(s.doorbells, r.doorbells) << report(skip, s);
+    std::printf(
+        "seed %llu: %llu receives; doorbells %llu (0 for receives, %llu pulled late), "
+        "%llu with receive doorbells (%llu for receives)\n",
+        static_cast<unsigned long long>(seed), static_cast<unsigned long long>(s.received),
+        static_cast<unsigned long long>(s.doorbells),
+        static_cast<unsigned long long>(s.receives_pulled_late),
+        static_cast<unsigned long long>(r.doorbells),
+        static_cast<unsigned long long>(r.receive_doorbells));
+  }
+}
+
 // One seed, one run: the same scenario twice gives the same run, turn for turn.
 TEST(SimWorkerLoop, SameSeedSameRun) {
   const WorkerScenario c = scenario_for(one_seed().value_or(7), true);

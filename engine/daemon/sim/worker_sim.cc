@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <sstream>
 #include <vector>
@@ -304,7 +305,8 @@ class Simulation {
   std::uint32_t pick_length(OpKind k);
   void post_recv(Endpoint& e, std::uint32_t slot);
   void post_to_mailbox(Endpoint& e, transport::WorkRequest wr);
-  void ring_if_asleep(Endpoint& e);
+  // `receive`: for a posted receive, which rings only with WorkerScenario::receive_doorbells.
+  void ring_if_asleep(Endpoint& e, bool receive = false);
   void on_send_completion(Endpoint& e, const transport::Completion& c);
   void on_recv_completion(Endpoint& e, const transport::Completion& c);
   void retire(Endpoint& e, const PendingOp& op);
@@ -330,8 +332,19 @@ class Simulation {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<SimPort*> ports_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
-  // The application's timed posts: (time, sequence) -> endpoint.
-  std::map<std::pair<TimeNs, std::uint64_t>, Endpoint*> app_events_;
+  // The application's timed posts: (time, sequence) -> what it posts where.
+  struct AppEvent {
+    Endpoint* e = nullptr;
+    std::optional<std::uint32_t> recv_slot;  // repost this receive; none: the next operation
+  };
+  void run_app_event(const AppEvent& a) {
+    if (a.recv_slot) {
+      post_recv(*a.e, *a.recv_slot);
+    } else {
+      post_one(*a.e);
+    }
+  }
+  std::map<std::pair<TimeNs, std::uint64_t>, AppEvent> app_events_;
   std::uint64_t app_sequence_ = 0;
   WorkerSummary summary_;
   std::uint64_t sent_pkts_ = 0, rcvd_pkts_ = 0;  // every worker's device counters at the end
@@ -368,6 +381,10 @@ class SimBinding final : public QpBinding {
     for (; !e_.sends.empty(); e_.sends.pop_front())
       if (qp.post_send(e_.sends.front()) != 0) sim_.fail("post_send refused");
     return any;
+  }
+  void pull_receives_on_worker(transport::Qp& qp) override {
+    for (; !e_.recvs.empty(); e_.recvs.pop_front())
+      if (qp.post_recv(e_.recvs.front()) != 0) sim_.fail("post_recv refused");
   }
   bool work_pending_on_worker() const override { return !e_.sends.empty() || !e_.recvs.empty(); }
   void complete_on_worker(const transport::Completion& c) override { sim_.on_completion(e_, c); }
@@ -659,7 +676,7 @@ void Simulation::post_recv(Endpoint& e, std::uint32_t slot) {
   r.sg_list = {transport::Sge{addr, first, e.mr.lkey},
                transport::Sge{addr + first, slot_bytes_ - first, e.mr.lkey}};
   e.recvs.push_back(std::move(r));
-  ring_if_asleep(e);
+  ring_if_asleep(e, true);
 }
 
 void Simulation::post_to_mailbox(Endpoint& e, transport::WorkRequest wr) {
@@ -668,22 +685,26 @@ void Simulation::post_to_mailbox(Endpoint& e, transport::WorkRequest wr) {
 }
 
 // The provider's doorbell: rung only when the worker said it sleeps (queues.h `wakeup`, or for
-// a QP with a ready bit: the bit set, then the page's count of sleeping workers).
-void Simulation::ring_if_asleep(Endpoint& e) {
+// a QP with a ready bit: the bit set, then the page's count of sleeping workers), and for a
+// receive only where the scenario asks (queues.h "Receive doorbells").
+void Simulation::ring_if_asleep(Endpoint& e, bool receive) {
+  const bool skip = receive && !cfg_.receive_doorbells;
   if (e.ready_bit != queues::kNoReadyBit) {
     queues::ContextPage& page = *e.device->page;
     page.ready[e.ready_bit / 64].fetch_or(std::uint64_t{1} << (e.ready_bit % 64));
-    if (page.asleep_workers.load() == 0) return;
+    if (page.asleep_workers.load() == 0 || skip) return;
     // The context's eventfd: every worker that watches it is woken.
     ++summary_.doorbells;
+    if (receive) ++summary_.receive_doorbells;
     bool watched = false;
     for (Agent* a : e.device->agents)
       watched = a->sleeper->ring(e.doorbell_fd) || watched;
     if (!watched) fail("context doorbell rung while a worker sleeps, but no worker watches it");
     return;
   }
-  if (!e.worker_asleep) return;
+  if (!e.worker_asleep || skip) return;
   ++summary_.doorbells;
+  if (receive) ++summary_.receive_doorbells;
   if (!e.agent->sleeper->ring(e.doorbell_fd))
     fail("doorbell " + std::to_string(e.doorbell_fd) + " rung but not watched by its worker");
 }
@@ -790,7 +811,8 @@ void Simulation::on_send_completion(Endpoint& e, const transport::Completion& c)
   }
   retire(e, op);
   // The application posts its next operation after a think time.
-  app_events_.emplace(std::pair(now_ + rng_.below(cfg_.think_ns + 1), app_sequence_++), &e);
+  app_events_.emplace(std::pair(now_ + rng_.below(cfg_.think_ns + 1), app_sequence_++),
+                      AppEvent{&e, std::nullopt});
 }
 
 // Checks the effect of a completed operation and frees its slot.
@@ -852,7 +874,9 @@ void Simulation::on_recv_completion(Endpoint& e, const transport::Completion& c)
     fail(std::string("received data mismatch for ") + to_string(x.kind));
   }
   summary_.bytes_verified += x.length;
-  post_recv(e, static_cast<std::uint32_t>(c.wr_id));
+  // The application reposts the receive as it polls, beside the worker, not in its turn.
+  app_events_.emplace(std::pair(now_ + rng_.below(cfg_.think_ns + 1), app_sequence_++),
+                      AppEvent{&e, static_cast<std::uint32_t>(c.wr_id)});
 }
 
 // The application runs beside the worker, not between its turns: what it posts while the worker
@@ -864,28 +888,29 @@ void Simulation::on_sleep_flag(Endpoint& e, bool asleep) {
     e.worker_asleep = false;
     return;
   }
-  std::vector<Endpoint*> after;
+  std::vector<AppEvent> after;
   for (auto it = app_events_.begin(); it != app_events_.end();) {
     if (it->first.first >= now_ + cfg_.turn_ns) break;
-    if (it->second != &e) {
+    if (it->second.e != &e) {
       ++it;
       continue;
     }
     if (rng_.below(2) == 0) {
-      post_one(e);
+      run_app_event(it->second);
     } else {
-      after.push_back(&e);
+      after.push_back(it->second);
     }
     it = app_events_.erase(it);
   }
   e.worker_asleep = true;
-  for (Endpoint* a : after)
-    post_one(*a);
+  for (const AppEvent& a : after)
+    run_app_event(a);
 }
 
 void Simulation::check_no_lost_wakeup(const Agent& agent) {
   for (const Endpoint* e : agent.endpoints) {
-    if (!e->sends.empty() || !e->recvs.empty())
+    // Receives that rang no doorbell wait for the responder's pull (queues.h "Receive doorbells").
+    if (!e->sends.empty() || (cfg_.receive_doorbells && !e->recvs.empty()))
       fail("lost wakeup: worker " + std::to_string(agent.worker->index()) +
            " went to sleep with work posted to QP " + std::to_string(e->qpn.value()) +
            " and no doorbell");
@@ -991,9 +1016,9 @@ WorkerSummary Simulation::run() {
     if (now_ >= settle_until) break;
     net_.run_until(now_);
     while (!app_events_.empty() && app_events_.begin()->first.first <= now_) {
-      Endpoint* e = app_events_.begin()->second;
+      const AppEvent a = app_events_.begin()->second;
       app_events_.erase(app_events_.begin());
-      post_one(*e);
+      run_app_event(a);
     }
     for (auto& a : agents_)
       if (a->next_turn <= now_) turn(*a);
@@ -1010,6 +1035,7 @@ void Simulation::finish() {
     const transport::QpCounters& k = e->qp->counters();
     summary_.retransmitted_packets += k.retransmitted_packets;
     summary_.timeouts += k.timeouts;
+    summary_.receives_pulled_late += k.receives_pulled_late;
     std::uint64_t v = 0;
     std::memcpy(&v, e->peer->device->mem.view(e->peer->atomic_word, 8).data(), 8);
     if (summary_.failure.empty() && summary_.lost == 0 && v != e->atomic_model) {
@@ -1091,7 +1117,7 @@ std::string describe(const WorkerScenario& s) {
     << s.strangers << " inflight_budget " << s.inflight_budget_psns << " lossy_burst_packets "
     << s.lossy_burst_packets << " moderation_ns " << s.moderation_ns << " moderation_sends "
     << s.moderation_sends << (s.daemon_qp_config ? " daemon_qp_config" : "")
-    << (s.one_rx_queue ? " one_rx_queue" : "");
+    << (s.receive_doorbells ? " receive_doorbells" : "") << (s.one_rx_queue ? " one_rx_queue" : "");
   return o.str();
 }
 

@@ -74,6 +74,10 @@ struct WorkerScenario {
   // has that many sends posted and not completed sleeps without asking for doorbells.
   std::uint64_t moderation_ns = 30'000;
   std::size_t moderation_sends = 16;
+  // Whether a receive posted to a healthy QP rings the doorbell of a sleeping worker. False, as
+  // the daemon (include/xroce/queues.h "Receive doorbells"): the responder pulls it when a request
+  // needs one. (The simulated QPs never reach the error state, where the daemon asks for them.)
+  bool receive_doorbells = false;
   // The QPs get the daemon's timers and windows (transport::use_daemon_timers_and_windows: the
   // loss window among them), not QpConfig's defaults.
   bool daemon_qp_config = false;
@@ -93,10 +97,12 @@ struct WorkerSummary {
   std::uint64_t completion_errors = 0;  // wrong status, order, duplicate or unexpected
   std::uint64_t retransmitted_packets = 0;
   std::uint64_t timeouts = 0;
-  DatapathCounters counters;         // every worker's, summed
-  std::uint64_t doorbells = 0;       // rung because the worker had said it sleeps
-  std::uint64_t port_refusals = 0;   // frames a port refused (back-pressure into the backlog)
-  std::uint64_t network_frames = 0;  // frames the network delivered to a host
+  DatapathCounters counters;               // every worker's, summed
+  std::uint64_t doorbells = 0;             // rung because the worker had said it sleeps
+  std::uint64_t receive_doorbells = 0;     // of those, for a posted receive
+  std::uint64_t receives_pulled_late = 0;  // found by a responder's own pull, every QP's
+  std::uint64_t port_refusals = 0;         // frames a port refused (back-pressure into the backlog)
+  std::uint64_t network_frames = 0;        // frames the network delivered to a host
   std::uint64_t cnps_sent = 0;
   std::uint64_t strangers = 0;        // stranger packets pushed through the door
   std::uint64_t peer_mismatches = 0;  // rx_peer_mismatch, every worker's
