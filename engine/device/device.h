@@ -342,6 +342,8 @@ class Device {
  private:
   ProtectionDomain* owned_pd(ClientId owner, uint32_t pd);
   uint32_t next_qpn();
+  // Tells the provider not to ring for posts to a new SRQ ring where workers run the QPs.
+  void skip_srq_doorbells(const queues::Ring& ring) const;
   // The client's counts, created on first use.
   OwnedCounts& counts(ClientId owner) { return owned_[owner]; }
   // A client's part in a domain ends (close_xrcd, release_client): the domain goes with its

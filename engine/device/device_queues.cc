@@ -194,6 +194,15 @@ int Device::destroy_cq(ClientId owner, uint32_t handle) {
   return 0;
 }
 
+// A receive posted to an SRQ needs no worker awake (include/xroce/queues.h "Receive
+// doorbells"): the QP that needs a WQE pulls the SRQ then, every turn reads it before its packets,
+// and nothing flushes an SRQ's WQEs (a QP's error state leaves them to the others). With no
+// worker (no runner) nothing pulls on arrival, and posts ring as ever.
+void Device::skip_srq_doorbells(const queues::Ring& ring) const {
+  if (runner_ == nullptr) return;
+  ring.header().receive_doorbell.store(queues::kReceiveDoorbellSkip, std::memory_order_release);
+}
+
 Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& request) {
   ProtectionDomain* pd = owned_pd(owner, request.pd);
   if (pd == nullptr) return Err{EINVAL};
@@ -221,6 +230,7 @@ Result<uint32_t, int> Device::create_srq(ClientId owner, const SrqRequest& reque
   srq->attr = control::SrqAttr{slots, max_sge, a.srq_limit};
   srq->region = std::move(*region);
   srq->ring = queues::Ring(srq->region.base(), slots, slot_bytes);
+  skip_srq_doorbells(srq->ring);
   srq->doorbell_fd = request.doorbell_fd;
   srq->srq = std::make_unique<transport::Srq>(slots, max_sge);
   if (a.srq_limit != 0) (void)srq->srq->set_limit(a.srq_limit);
@@ -286,6 +296,7 @@ int Device::resize_srq(ClientId owner, uint32_t handle, uint32_t max_wr) {
       return;
     }
     queues::Ring ring(region->base(), slots, slot_bytes);
+    skip_srq_doorbells(ring);
     for (uint32_t i = 0; i < pending; ++i)
       std::memcpy(ring.slot(i), srq->ring.slot(srq->consumer + i), slot_bytes);
     ring.header().producer.store(pending, std::memory_order_release);

@@ -54,12 +54,14 @@
 // the RQ's `receive_doorbell` while a worker hosts the QP in a state where a posted receive
 // waits for a request (INIT, RTR, RTS, SQD, SQE), and kReceiveDoorbellRing otherwise (the
 // default): in the error state a posted receive must be flushed at once (IBA C10-42,
-// C10-97.2.1). The provider loads `receive_doorbell` (seq_cst) after its ready bit or `wakeup`
-// says the worker sleeps, and rings only if it reads kReceiveDoorbellRing. A worker that moves
-// the QP to the error state stores kReceiveDoorbellRing before its next look for work: either it
-// sees the ready bit (or `producer`) of a post that skipped the doorbell, or that post reads Ring.
-// So a program reposting receives while its peer streams SENDs no longer wakes the worker, which
-// preempted it on its own core, for each receive.
+// C10-97.2.1). An SRQ's ring says Skip for good once workers run the QPs: nothing flushes an
+// SRQ's WQEs, and each turn of a worker reads its SRQs before its packets. The provider loads
+// `receive_doorbell` (seq_cst) after its ready bit or `wakeup` says the worker sleeps, and rings
+// only if it reads kReceiveDoorbellRing. A worker that moves the QP to the error state stores
+// kReceiveDoorbellRing before its next look for work: either it sees the ready bit (or `producer`)
+// of a post that skipped the doorbell, or that post reads Ring. So a program reposting receives
+// while its peer streams SENDs no longer wakes the worker, which preempted it on its own core, for
+// each receive.
 //
 // CQ notification (ibv_req_notify_cq). The provider stores kArmNext or kArmSolicited in `arm`
 // (seq_cst). A worker that has published CQEs (seq_cst store of `producer`) exchanges `arm` with

@@ -15,11 +15,11 @@
 //   verbs_probe DEV recv_doorbell  receives posted while the worker sleeps (include/xroce/
 //                              queues.h "Doorbells"): on an RC loopback pair (rnr_retry 0) each
 //                              SEND, sent after the device has idled, finds the one receive
-//                              posted during the idle time; with a QP in the error state (moved
-//                              there by ibv_modify_qp, or by its transport after a WRITE with a
-//                              foreign key, on both ends) each receive posted after an idle time
-//                              is flushed (IBV_WC_WR_FLUSH_ERR) at once, not when the worker's
-//                              sleep ends
+//                              posted during the idle time, to its RQ or to its SRQ; with a QP in
+//                              the error state (moved there by ibv_modify_qp, or by its transport
+//                              after a WRITE with a foreign key, on both ends) each receive posted
+//                              after an idle time is flushed (IBV_WC_WR_FLUSH_ERR) at once, not
+//                              when the worker's sleep ends
 //   verbs_probe DEV channel_cq_ex  a completion channel given to ibv_create_cq_ex or
 //                              ibv_create_cq is free again once the CQ is gone, and destroying it
 //                              closes its fd (run with libxroce-preload.so)
@@ -487,23 +487,47 @@ int recv_doorbell(ibv_context* ctx) {
   check(made, "recv_doorbell_setup");
   if (!made) return 1;
   // A healthy QP: the SEND that follows the receive posted while the worker slept finds it
-  // (rnr_retry 0: one RNR NAK would fail the SEND).
-  bool found = true;
-  for (int i = 0; i < kRounds && found; ++i) {
-    idle_the_device();
-    std::memset(out.data.data() + i * kMessageBytes, i + 1, kMessageBytes);
-    ibv_wc sent{}, got{};
-    found = post_one_recv(receiver, nullptr, in, i, kMessageBytes) == 0 &&
-            post_one_send(sender, out, i, kMessageBytes) == 0 && one_completion(send_cq, sent) &&
-            sent.status == IBV_WC_SUCCESS && one_completion(recv_cq, got) &&
-            got.status == IBV_WC_SUCCESS && got.wr_id == static_cast<uint64_t>(i) &&
-            std::memcmp(in.data.data() + i * kMessageBytes, out.data.data() + i * kMessageBytes,
-                        kMessageBytes) == 0;
-    if (!found)
-      std::printf("round %d: send %s, receive %s\n", i, ibv_wc_status_str(sent.status),
-                  ibv_wc_status_str(got.status));
-  }
-  check(found, "a_send_finds_the_receive_posted_while_the_worker_slept");
+  // (rnr_retry 0: one RNR NAK would fail the SEND). No doorbell woke the worker for the receive
+  // (queues.h "Receive doorbells"): the responder pulls it when the SEND needs it.
+  const auto sends_find_receives = [&](ibv_qp* to, ibv_qp* from, ibv_srq* srq, uint64_t first,
+                                       int pattern) {
+    bool found = true;
+    for (int i = 0; i < kRounds && found; ++i) {
+      idle_the_device();
+      const uint64_t id = first + static_cast<uint64_t>(i);
+      std::memset(out.data.data() + i * kMessageBytes, pattern + i, kMessageBytes);
+      ibv_wc sent{}, got{};
+      found = post_one_recv(to, srq, in, id, kMessageBytes) == 0 &&
+              post_one_send(from, out, static_cast<uint64_t>(i), kMessageBytes) == 0 &&
+              one_completion(send_cq, sent) && sent.status == IBV_WC_SUCCESS &&
+              one_completion(recv_cq, got) && got.status == IBV_WC_SUCCESS && got.wr_id == id &&
+              std::memcmp(in.data.data() + id * kMessageBytes, out.data.data() + i * kMessageBytes,
+                          kMessageBytes) == 0;
+      if (!found)
+        std::printf("round %d: send %s, receive %s\n", i, ibv_wc_status_str(sent.status),
+                    ibv_wc_status_str(got.status));
+    }
+    return found;
+  };
+  check(sends_find_receives(receiver, sender, nullptr, 0, 1),
+        "a_send_finds_the_receive_posted_while_the_worker_slept");
+  // The same through an SRQ, whose posts ring no doorbell either.
+  ibv_srq_init_attr srq_init{};
+  srq_init.attr.max_wr = 16;
+  srq_init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &srq_init);
+  ibv_qp* srq_sender = create_qp(pd, send_cq, IBV_QPT_RC, 1);
+  ibv_qp* srq_receiver = srq != nullptr ? create_qp(pd, recv_cq, IBV_QPT_RC, 0, srq) : nullptr;
+  const bool srq_pair = srq_sender != nullptr && srq_receiver != nullptr &&
+                        connect_qp(srq_sender, srq_receiver->qp_num, gid, 0, 0, kStartPsn) &&
+                        connect_qp(srq_receiver, srq_sender->qp_num, gid, 0, 0, kStartPsn);
+  check(srq_pair, "recv_doorbell_srq_pair");
+  if (!srq_pair) return 1;
+  check(sends_find_receives(srq_receiver, srq_sender, srq, kRounds, 101),
+        "a_send_finds_the_srq_receive_posted_while_the_worker_slept");
+  ibv_destroy_qp(srq_sender);
+  ibv_destroy_qp(srq_receiver);
+  ibv_destroy_srq(srq);
   // In the error state a receive is the worker's at once: posted while it sleeps, its doorbell
   // wakes the worker, which flushes it with no other traffic to wake it. Without the doorbell
   // the worker would find it only when its own sleep ends (100 ms with nothing armed,
