@@ -123,15 +123,19 @@ int post_one_recv(ibv_qp* qp, ibv_srq* srq, Buffer& buf, uint64_t id, uint32_t b
   return srq != nullptr ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad);
 }
 
-// Posts one signaled SEND of `bytes` from offset id * bytes of `buf` (RC, UC), wr_id `id`.
-int post_one_send(ibv_qp* qp, Buffer& buf, uint64_t id, uint32_t bytes) {
+// Posts one signaled SEND (or `opcode`, an RDMA WRITE to remote_addr with rkey) of `bytes` from
+// offset id * bytes of `buf` (RC, UC), wr_id `id`.
+int post_one_send(ibv_qp* qp, Buffer& buf, uint64_t id, uint32_t bytes,
+                  ibv_wr_opcode opcode = IBV_WR_SEND, uint64_t remote_addr = 0, uint32_t rkey = 0) {
   ibv_sge sge = buf.sge(id * bytes, bytes);
   ibv_send_wr wr{};
   wr.wr_id = id;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
+  wr.opcode = opcode;
   wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(qp, &wr, &bad);
 }
@@ -568,20 +572,11 @@ int recv_doorbell(ibv_context* ctx) {
                     connect_qp(victim, bad_writer->qp_num, gid, 0, 0, kStartPsn);
   check(pair, "recv_doorbell_second_pair");
   if (!pair) return 1;
-  ibv_sge sge = out.sge(0, kMessageBytes);
-  ibv_send_wr write{};
-  write.wr_id = 99;
-  write.sg_list = &sge;
-  write.num_sge = 1;
-  write.opcode = IBV_WR_RDMA_WRITE;
-  write.send_flags = IBV_SEND_SIGNALED;
-  write.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(in.data.data());
-  write.wr.rdma.rkey = in.mr->lkey ^ 0x5a5a5a00u;
-  ibv_send_wr* bad = nullptr;
   ibv_wc failed{};
-  const bool refused = ibv_post_send(bad_writer, &write, &bad) == 0 &&
-                       one_completion(send_cq, failed) && failed.wr_id == 99 &&
-                       failed.status != IBV_WC_SUCCESS;
+  const bool refused =
+      post_one_send(bad_writer, out, 0, kMessageBytes, IBV_WR_RDMA_WRITE,
+                    reinterpret_cast<uint64_t>(in.data.data()), in.mr->lkey ^ 0x5a5a5a00u) == 0 &&
+      one_completion(send_cq, failed) && failed.wr_id == 0 && failed.status != IBV_WC_SUCCESS;
   std::printf("a WRITE with a foreign key: %s\n", ibv_wc_status_str(failed.status));
   check(refused, "a_write_with_a_foreign_key_fails");
   check(refused && flushed_at_once(victim, recv_cq, "responder_in_error_by_the_transport"),
