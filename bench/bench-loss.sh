@@ -33,11 +33,13 @@
 # the counters to read are rcvd_rnr_err (RNR NAKs the requesters received: a SEND found no
 # receive posted) and worker_sleeps (how often the devices' workers went to sleep, each a wake-up
 # later: bench/README.md "Small messages").
+# ARGS="..." (default none) passes more options to both ends of every perftest program, as
+# ARGS=--use-srq to receive through a shared receive queue.
 # JSON_OUT=FILE also writes every run there (port, round, loss, program, mbps, ratio_clean: the MB/s
 # against the same program's at loss 0 on the same port in the same round, when one was measured
 # first; and the counters' growth by name; bench/goals.py reads it), with the commit and load.
 #   [IMPAIR=switch|device] [PORTS="afxdp udp"] [ROUNDS=N] [FAMILY=ipv4|ipv6] [SIZE=BYTES]
-#   [PROGRAMS="ib_write_bw ib_read_bw"] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
+#   [PROGRAMS="ib_write_bw ib_read_bw"] [ARGS="..."] bench/bench-loss.sh [BUILD_DIR] [SECONDS] [LOSS...]
 #   (default: switch build 5 0 0.02)
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -58,6 +60,7 @@ rounds=${ROUNDS:-1}
 size=${SIZE:-65536}
 [[ $size =~ ^[1-9][0-9]*$ ]] || { echo "SIZE is a message size in bytes" >&2; exit 2; }
 read -r -a programs <<<"${PROGRAMS:-ib_write_bw ib_read_bw}"
+read -r -a extra_args <<<"${ARGS:-}"
 runs=()
 for ((round = 1; round <= rounds; round++)); do
   for loss in "${losses[@]}"; do runs+=("$round:$loss"); done
@@ -182,11 +185,11 @@ rtt_summary() {  # file of sample_rtt lines
 bandwidth() {  # program
   local port=18515
   in_ns "$ns_a" "$xroce" exec -- "$1" -d xbl0 -x "$gid_a" -s "$size" -D "$seconds" -p $port \
-    >"$out/srv.txt" 2>&1 &
+    "${extra_args[@]}" >"$out/srv.txt" 2>&1 &
   local srv=$!
   wait_listen "$ns_a" $port
   if in_ns "$ns_b" "$xroce" exec -- "$1" -d xbl1 -x "$gid_b" -s "$size" -D "$seconds" -p $port $ip_a \
-    >"$out/cli.txt" 2>&1 && wait $srv; then
+    "${extra_args[@]}" >"$out/cli.txt" 2>&1 && wait $srv; then
     awk -v size="$size" '$1 == size { print $4 }' "$out/cli.txt"
   else
     wait $srv 2>/dev/null || true
