@@ -122,6 +122,12 @@ Reply stat(OpContext& ctx) {
     // Of those, the sleeps without doorbells while a QP streamed (worker.h, WorkerConfig::
     // moderation_ns): how often the workers moderated the applications' doorbells.
     port["worker_moderated_sleeps"] = status.counters.moderated_sleeps;
+    // Gauges: how many of its largest frames a queue's port holds received, the request PSNs
+    // the device's RC QPs may have unacknowledged together (a quarter of that: Device::
+    // set_port_receive_frames), and how many they have now.
+    port["receive_frames"] = served.runner->datapath().receive_frames();
+    port["inflight_budget_psns"] = dev.inflight_budget().limit_psns();
+    port["inflight_psns"] = dev.inflight_budget().in_flight_psns();
     out["port"] = std::move(port);
   }
   if (const auto cm = ctx.devices.cm().stat(name)) {

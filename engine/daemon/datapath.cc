@@ -232,6 +232,15 @@ std::size_t Datapath::max_frame_bytes() const {
   return bytes;
 }
 
+std::size_t Datapath::receive_frames() const {
+  std::size_t frames = 0;
+  for (const auto& w : workers_) {
+    const std::size_t f = w->port_receive_frames();
+    if (f != 0) frames = frames == 0 ? f : std::min(frames, f);
+  }
+  return frames;
+}
+
 DatapathStatus Datapath::status() {
   DatapathStatus s;
   s.workers = worker_count();

@@ -94,6 +94,9 @@ class Datapath {
   DatapathStatus status();
   // The largest frame every queue's port carries (net::Port::max_frame_bytes).
   std::size_t max_frame_bytes() const;
+  // The fewest of those frames a queue's port holds received (net::Port::receive_frames; 0:
+  // not known).
+  std::size_t receive_frames() const;
 
  private:
   Datapath() = default;

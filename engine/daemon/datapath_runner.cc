@@ -367,6 +367,7 @@ wire::Result<std::unique_ptr<DatapathRunner>, std::string> start_datapath(
   // An AF_XDP port without multi-buffer carries less than a 4 KB-MTU frame: the active MTU
   // comes down to what it carries rather than QPs sending frames it refuses.
   device.set_port_frame_limit((*datapath)->max_frame_bytes());
+  device.set_port_receive_frames((*datapath)->receive_frames());
   return std::make_unique<DatapathRunner>(device, std::move(*datapath));
 }
 

@@ -33,6 +33,7 @@ Worker::Worker(WorkerConfig config)
       port_(std::move(config.port)),
       port_mode_(port_->mode()),
       port_max_frame_bytes_(port_->max_frame_bytes()),
+      port_receive_frames_(port_->receive_frames(port_max_frame_bytes_)),
       clock_(clock_or_monotonic(std::move(config.clock))),
       lossy_burst_packets_(config.lossy_burst_packets),
       moderation_ns_(config.moderation_ns),

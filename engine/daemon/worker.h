@@ -168,6 +168,9 @@ class Worker {
   net::PortMode port_mode() const { return port_mode_; }
   // The port's, fixed when it opened: readable from any thread.
   std::size_t port_max_frame_bytes() const { return port_max_frame_bytes_; }
+  // How many of its largest frames the port's receive queue holds (net::Port::receive_frames;
+  // 0: not known). Fixed when it opened: readable from any thread.
+  std::size_t port_receive_frames() const { return port_receive_frames_; }
 
   // Control thread only. Queues `command` to run on the worker; false if the ring is full.
   bool post_command(Command command);
@@ -277,6 +280,7 @@ class Worker {
   std::unique_ptr<net::Port> port_;
   net::PortMode port_mode_;
   std::size_t port_max_frame_bytes_;
+  std::size_t port_receive_frames_;
   std::unique_ptr<Clock> clock_;
   std::size_t lossy_burst_packets_;  // WorkerConfig::lossy_burst_packets
   std::uint64_t moderation_ns_;      // WorkerConfig::moderation_ns

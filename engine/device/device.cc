@@ -39,6 +39,12 @@ uint32_t Device::active_mtu() const {
   return active_ib_mtu(mtu);
 }
 
+void Device::set_port_receive_frames(std::size_t frames) {
+  const std::size_t quarter = frames == 0 ? kInflightBudgetPsns : frames / 4;
+  inflight_budget_->set_limit_psns(static_cast<uint32_t>(
+      std::clamp<std::size_t>(quarter, transport::InflightBudget::kGrantPsns, UINT32_MAX)));
+}
+
 Device::Device(std::string name, NetdevState netdev, uint32_t seed, MemoryAccessFactory memory,
                transport::KeyBits key_bits)
     : name_(std::move(name)),

@@ -325,14 +325,21 @@ class Device {
   void with_core(QueuePair& qp, const std::function<void(transport::Qp&)>& fn);
 
   // Request PSNs all of this device's RC QPs may have unacknowledged together: a quarter of
-  // the frames a peer's AF_XDP receive ring holds at a 4096-byte MTU (AfXdpPortConfig::
-  // umem_frames / 2 = 2,048 chunks of 4 KiB, and such a frame takes two: 1,024 frames), so a
-  // peer whose worker falls behind for a while still has room for its own requests' ACKs and
-  // responses and other devices' traffic instead of dropping and making every QP go back N at
-  // once. Measured between two namespaces (ib_write_bw -q 1000, 4096-byte MTU): 512 still let
-  // the peer's ring drop (157 frames in one run), 256 did not; one QP's window (128) is below it.
+  // the frames a peer's port holds received, so that a peer whose worker falls behind for a
+  // while still has room for its own requests' ACKs and responses and other devices' traffic
+  // instead of dropping and making every QP go back N at once. A device assumes its peers' ports
+  // are of its own kind and size (set_port_receive_frames); kInflightBudgetPsns until its port
+  // tells, and where it cannot: a quarter of an AF_XDP port's receive ring at a 4096-byte MTU
+  // (AfXdpPortConfig::umem_frames / 2 = 2,048 chunks of 4 KiB, and such a frame takes two: 1,024
+  // frames). Measured there between two namespaces (ib_write_bw -q 1000, 4096-byte MTU): 512 once
+  // let the peer's ring drop (157 frames in one run), 256 did not; one QP's window (128) is below
+  // it.
   static constexpr std::uint32_t kInflightBudgetPsns = 256;
-  // What all of this device's RC QPs may have unacknowledged together (kInflightBudgetPsns).
+  // The data path's ports hold `frames` of their largest received (Datapath::receive_frames, 0:
+  // not known): the in-flight budget becomes a quarter of that, at least a grant.
+  void set_port_receive_frames(std::size_t frames);
+  // What all of this device's RC QPs may have unacknowledged together (kInflightBudgetPsns,
+  // set_port_receive_frames).
   transport::InflightBudget& inflight_budget() { return *inflight_budget_; }
   const std::map<uint32_t, MemoryRegion>& memory_regions() const { return mrs_; }
   const std::map<uint32_t, std::unique_ptr<QueuePair>>& queue_pairs() const { return qps_; }

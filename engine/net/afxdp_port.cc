@@ -472,4 +472,11 @@ PortStats AfXdpPort::stats() const {
   return s;
 }
 
+std::size_t AfXdpPort::receive_frames(std::size_t frame_bytes) const {
+  const std::size_t bytes = std::min(std::max<std::size_t>(frame_bytes, 1), max_frame_bytes_);
+  const std::size_t chunks =
+      multi_buffer_ ? (bytes + XDP_PACKET_HEADROOM + kChunkBytes - 1) / kChunkBytes : 1;
+  return rx_frames() / std::max<std::size_t>(chunks, 1);
+}
+
 }  // namespace xroce::net

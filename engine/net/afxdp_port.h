@@ -69,6 +69,9 @@ class AfXdpPort final : public Port {
   PortStats stats() const override;
   PortMode mode() const override { return mode_; }
   std::size_t max_frame_bytes() const override { return max_frame_bytes_; }
+  // The receive half of the UMEM, in frames of that size: with multi-buffer a frame takes a
+  // chunk per kChunkBytes of it and the kernel's XDP headroom, else one chunk.
+  std::size_t receive_frames(std::size_t frame_bytes) const override;
   bool multi_buffer() const { return multi_buffer_; }
 
  private:

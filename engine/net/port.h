@@ -158,6 +158,12 @@ class Port {
 
   // Largest frame (Ethernet header to ICRC) this port carries.
   virtual std::size_t max_frame_bytes() const = 0;
+
+  // About how many frames of `frame_bytes` the port's receive queue holds before it drops
+  // (what arrives while its worker is busy waits there): the bound a sender of this kind's
+  // traffic should keep its unacknowledged packets well within (device::Device::
+  // set_port_receive_frames). 0: not known; the default.
+  virtual std::size_t receive_frames(std::size_t /*frame_bytes*/) const { return 0; }
 };
 
 }  // namespace xroce::net

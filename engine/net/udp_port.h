@@ -123,6 +123,8 @@ class UdpPort final : public Port {
   }
   PortMode mode() const override { return PortMode::kUdpSocket; }
   std::size_t max_frame_bytes() const override { return config_.max_frame_bytes; }
+  // The socket's receive buffer over what a datagram of that size is charged.
+  std::size_t receive_frames(std::size_t frame_bytes) const override;
 
  private:
   struct RxSlot;
@@ -159,8 +161,9 @@ class UdpPort final : public Port {
   std::size_t rx_taken_ = 0;       // of which all frames were taken
   std::vector<RxFrame> rx_ready_;  // frames read, handed out from rx_ready_at_ on
   std::size_t rx_ready_at_ = 0;
-  std::vector<std::uint8_t> rx_bounce_;  // a datagram whose segments are not where expected
-  bool gro_ = false;                     // UDP_GRO is on
+  std::size_t receive_buffer_bytes_ = 0;  // SO_RCVBUF as the kernel set it (receive_frames)
+  std::vector<std::uint8_t> rx_bounce_;   // a datagram whose segments are not where expected
+  bool gro_ = false;                      // UDP_GRO is on
   // What the next read expects of a datagram: slots and bytes per segment (read_datagrams).
   std::uint32_t rx_expect_slots_ = 1;
   std::size_t rx_expect_segment_ = 0;

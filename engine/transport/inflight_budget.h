@@ -61,26 +61,31 @@ class InflightBudget {
   InflightBudget(const InflightBudget&) = delete;
   InflightBudget& operator=(const InflightBudget&) = delete;
 
-  std::uint32_t limit_psns() const { return limit_psns_; }
+  std::uint32_t limit_psns() const { return limit_psns_.load(std::memory_order_relaxed); }
+  // Any thread: a new limit, taken by the next decisions (what QPs hold already stays theirs).
+  void set_limit_psns(std::uint32_t limit_psns) {
+    limit_psns_.store(std::max(1u, limit_psns), std::memory_order_relaxed);
+  }
   std::uint32_t in_flight_psns() const { return in_flight_psns_.load(std::memory_order_relaxed); }
   // QPs holding PSNs or waiting for the budget.
   std::uint32_t active_qps() const { return active_qps_.load(std::memory_order_relaxed); }
   std::uint32_t waiting_qps() const { return waiting_qps_.load(std::memory_order_relaxed); }
-  std::uint32_t grant_psns() const { return std::min(kGrantPsns, limit_psns_); }
+  std::uint32_t grant_psns() const { return std::min(kGrantPsns, limit_psns()); }
 
   // Whether a QP that holds `held_psns` unacknowledged PSNs may send one more new PSN, with
   // `unsynced_psns` more in flight than the device was told yet (a packet being built).
   bool may_take(std::uint32_t held_psns, std::uint32_t unsynced_psns = 0) const {
+    const std::uint32_t limit = limit_psns();
     const std::uint32_t in_flight = in_flight_psns() + unsynced_psns;
-    if (in_flight >= limit_psns_ || held_psns >= share_psns()) return false;
+    if (in_flight >= limit || held_psns >= share_psns()) return false;
     // Starting, or going on while others wait: only where a whole grant still fits, so that a
     // QP already sending does not keep the last free PSNs from the ones waiting to start.
-    if (held_psns == 0 || waiting_qps() > 0) return in_flight + grant_psns() <= limit_psns_;
+    if (held_psns == 0 || waiting_qps() > 0) return in_flight + grant_psns() <= limit;
     return true;
   }
   // The share of the limit each QP in demand may hold.
   std::uint32_t share_psns() const {
-    return std::max(grant_psns(), limit_psns_ / std::max(1u, active_qps()));
+    return std::max(grant_psns(), limit_psns() / std::max(1u, active_qps()));
   }
 
   // Called on the thread whose update() freed PSNs while QPs waited for the budget. Set before
@@ -106,7 +111,7 @@ class InflightBudget {
   }
 
  private:
-  const std::uint32_t limit_psns_;
+  std::atomic<std::uint32_t> limit_psns_;
   std::atomic<std::uint32_t> in_flight_psns_{0};
   std::atomic<std::uint32_t> active_qps_{0};
   std::atomic<std::uint32_t> waiting_qps_{0};

@@ -337,10 +337,20 @@ TEST_P(PerftestE2e, AStreamsDoorbellsAreModeratedAndAPingPongsAreNot) {
               static_cast<unsigned long long>(moderated() - after_stream));
 }
 
-// Many QPs at once: their windows together far exceed the frames the receiver's port ring holds
-// (2,048 on AF_XDP); the device's InflightBudget keeps what is in flight within it. Completion,
-// not speed: both sides exit 0 and no QP ran out of retries.
+// Many QPs at once: their windows together far exceed the frames the receiver's port holds
+// (1,024 full frames on AF_XDP); the device's InflightBudget keeps what is in flight within a
+// quarter of it, as `xroce stat` shows. Completion, not speed: both sides exit 0 and no QP ran
+// out of retries.
 TEST_P(PerftestE2e, SixtyFourAndAThousandQps) {
+  for (int i = 0; i < 2; ++i) {
+    const auto stat = nlohmann::json::parse(
+        pair_->exec(i, {xroce_bin(), "stat", pair_->dev(i), "--json"}).output, nullptr, false);
+    ASSERT_TRUE(stat.is_object() && stat.contains("port")) << "no port object in xroce stat";
+    const auto frames = stat["port"].value("receive_frames", std::uint64_t{0});
+    EXPECT_GE(frames, 1024u) << pair_->dev(i);
+    EXPECT_EQ(stat["port"].value("inflight_budget_psns", std::uint64_t{0}), frames / 4)
+        << pair_->dev(i);
+  }
   expect_bandwidth("ib_write_bw", {"-q", "64", "-n", "20"});
   expect_bandwidth("ib_write_bw", {"-q", "1000", "-n", "5"});
   for (int i = 0; i < 2; ++i)

@@ -6,7 +6,10 @@
 //   xroce_port_active{device,port,netdev}     1 when the port is ACTIVE
 //   xroce_port_<stat>_total{device,port}      the ports' statistics of `xroce stat` ("port":
 //                                             frames, drops, offloads), summed over queues;
-//                                             xroce_port_queues, xroce_port_tx_pending gauges
+//                                             xroce_port_queues, xroce_port_tx_pending,
+//                                             xroce_port_receive_frames,
+//                                             xroce_port_inflight_budget_psns and
+//                                             xroce_port_inflight_psns gauges
 //   xroce_qp_<counter>_total{device,qpn,type,peer}   payload bytes, packets, retransmissions,
 //                                                     timeouts, adaptive retransmissions,
 //                                                     NAKs, RNR NAKs, CNPs, CE marks
@@ -148,11 +151,13 @@ void expose_device(Exposition& e, const DeviceSnapshot& s) {
           "xroce stat counter (hw_counters name)", dev,
           std::to_string(it.value().get<std::uint64_t>()));
   }
-  // The ports' own statistics (`xroce stat`'s "port"): counters but for the sends in flight.
+  // The ports' own statistics (`xroce stat`'s "port"): counters but for the gauges (queues,
+  // sends in flight, the receive queue's frames and the in-flight budget).
   if (s.port.is_object()) {
     for (auto it = s.port.begin(); it != s.port.end(); ++it) {
       if (!it.value().is_number_unsigned()) continue;  // mode
-      if (it.key() == "queues" || it.key() == "tx_pending") {
+      if (it.key() == "queues" || it.key() == "tx_pending" || it.key() == "receive_frames" ||
+          it.key() == "inflight_budget_psns" || it.key() == "inflight_psns") {
         e.add(fmt::format("xroce_port_{}", it.key()), "gauge", "xroce stat port figure", dev,
               std::to_string(it.value().get<std::uint64_t>()));
       } else {

@@ -518,6 +518,54 @@ TEST(UdpReceiveOffload, SegmentsOfChangingLengthsArriveFrameByFrame) {
       << "of " << kMessages * 16 << " frames";
 }
 
+// A port holds, received and unread, as many frames as its receive_frames says: what a device
+// takes as the bound of its in-flight budget (Device::set_port_receive_frames, a quarter of it).
+// That many frames of a 4096-byte-MTU packet's size, sent to a port nobody reads meanwhile,
+// all wait and then arrive whole.
+class ReceiveCapacity : public ::testing::TestWithParam<PortKind> {};
+
+TEST_P(ReceiveCapacity, AsManyFramesAsThePortSaysItHoldsWaitUnreadAndArriveWhole) {
+  SKIP_UNLESS_ROOT();
+  VethPair net("hold");
+  NsPort a(net.a(), net.b(), GetParam());
+  NsPort b(net.b(), net.a(), GetParam());
+  if (GetParam() == PortKind::kAfXdp && (!a.ok() || !b.ok()))
+    GTEST_SKIP() << "AF_XDP unavailable: " << a.error() << b.error();
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error() << b.error();
+  constexpr std::size_t kFrameBytes = 4170;
+  const std::size_t holds = b.port().receive_frames(kFrameBytes);
+  // AF_XDP: the receive half of 4,096 UMEM chunks, two chunks a frame (multi-buffer). UDP: the
+  // 16 MiB socket buffer the daemon asks for, at two pages a frame.
+  EXPECT_EQ(holds, GetParam() == PortKind::kUdp ? 2048u : 1024u);
+  std::mt19937 rng(test_seed());
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < holds; ++i) {
+    frames.push_back(make_frame(net.a(), net.b(), false, kFrameBytes, 0xC000, 0x02, rng));
+  }
+  ASSERT_TRUE(a.run([&](net::Port& p) { return send_all(p, frames, kDeadline); }))
+      << "seed " << test_seed();
+  const auto got = b.run([&](net::Port& p) { return receive_n(p, frames.size(), kDeadline); });
+  ASSERT_EQ(got.size(), frames.size()) << "seed " << test_seed();
+  // Each in order with its payload. A UDP port sends equal frames in segmented sends, which
+  // number their IPv4 identifications and rewrite ICRC and checksums to match
+  // (UdpSegmentation): those bytes are the port's, the payload between is the sender's.
+  constexpr std::size_t kHeaderBytes =
+      wire::kEthHeaderBytes + wire::kIpv4HeaderBytes + wire::kUdpHeaderBytes;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    ASSERT_EQ(got[i].size(), frames[i].size()) << "frame " << i << ", seed " << test_seed();
+    const auto end = got[i].end() - wire::kIcrcBytes;
+    const auto diff =
+        std::mismatch(got[i].begin() + kHeaderBytes, end, frames[i].begin() + kHeaderBytes);
+    ASSERT_TRUE(diff.first == end) << "frame " << i << " differs at byte "
+                                   << (diff.first - got[i].begin()) << ", seed " << test_seed();
+  }
+  EXPECT_EQ(b.port().stats().rx_drops, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, ReceiveCapacity,
+                         ::testing::Values(PortKind::kAfXdp, PortKind::kUdp),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(
     AllKinds, PortPair,
     ::testing::Combine(::testing::Values(PortKind::kAfXdp, PortKind::kUdp, PortKind::kAfXdpSkb),

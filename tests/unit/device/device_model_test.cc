@@ -42,6 +42,20 @@ class DeviceModel : public ::testing::Test {
   Device dev_;
 };
 
+// The in-flight budget is a quarter of the frames the port holds received, never below a
+// grant; a port that cannot tell leaves the default.
+TEST_F(DeviceModel, TheInflightBudgetIsAQuarterOfWhatThePortHolds) {
+  EXPECT_EQ(dev_.inflight_budget().limit_psns(), Device::kInflightBudgetPsns);
+  dev_.set_port_receive_frames(2048);  // a UDP port's socket buffer
+  EXPECT_EQ(dev_.inflight_budget().limit_psns(), 512u);
+  dev_.set_port_receive_frames(1024);  // an AF_XDP port's ring at a 4096-byte MTU
+  EXPECT_EQ(dev_.inflight_budget().limit_psns(), 256u);
+  dev_.set_port_receive_frames(8);
+  EXPECT_EQ(dev_.inflight_budget().limit_psns(), transport::InflightBudget::kGrantPsns);
+  dev_.set_port_receive_frames(0);
+  EXPECT_EQ(dev_.inflight_budget().limit_psns(), Device::kInflightBudgetPsns);
+}
+
 TEST_F(DeviceModel, CqLimitsAndComputeVector) {
   EXPECT_EQ(dev_.create_cq(kAlice, CqRequest{0, 0, 0, 0}).error(), EINVAL);
   EXPECT_EQ(dev_.create_cq(kAlice, CqRequest{dev_.limits().max_cqe + 1, 0, 0, 0}).error(), EINVAL);

@@ -75,6 +75,21 @@ TEST(InflightBudget, AQpStartsOnlyWhereAWholeGrantFits) {
   EXPECT_FALSE(c.may_take(63, 1));
 }
 
+// A new limit takes effect at the next decision; what QPs hold stays theirs.
+TEST(InflightBudget, ANewLimitRulesTheNextDecisions) {
+  InflightBudget b(64);
+  b.update({}, holds(60));
+  EXPECT_FALSE(b.may_take(0));
+  b.set_limit_psns(512);
+  EXPECT_EQ(b.limit_psns(), 512u);
+  EXPECT_EQ(b.in_flight_psns(), 60u);
+  EXPECT_TRUE(b.may_take(0));
+  EXPECT_EQ(b.share_psns(), 512u);
+  b.set_limit_psns(0);  // at least one PSN
+  EXPECT_EQ(b.limit_psns(), 1u);
+  EXPECT_FALSE(b.may_take(60));
+}
+
 class BudgetedRequesterTest : public ProtocolTest {
  protected:
   void make(std::uint32_t limit_psns) {
