@@ -14,8 +14,9 @@
 # than at 120 while -q 1 moved the same (bench/README.md "Many QPs"). ITERS_<QPS> and DEPTH_<QPS>
 # (ITERS_64=...) override one; ROUNDS=N (default 1) runs the whole series N times, the QP counts
 # of a round right after its one-QP run, since this host's rate moves by half between minutes.
-# JSON_OUT=FILE also writes every row there (port, round, qps, iters, depth, mbps, ratio, and the
-# counters' growth by name; bench/goals.py reads it), with the commit and the host's load.
+# JSON_OUT=FILE also writes every row there (port, round, qps, iters, depth, mbps, ratio, the
+# sender's in-flight budget in PSNs, budget_psns, and the counters' growth by name;
+# bench/goals.py reads it), with the commit and the host's load.
 # Needs root. Not a test: it prints figures (bench/README.md "Many QPs"). Wire benchmarks run one
 # at a time on a shared host: flock /tmp/xroce-bench.lock bench/bench-qps.sh ...
 #   bench/bench-qps.sh [BUILD_DIR] [QPS...]   (default: build 64 1000; PORTS="afxdp udp")
@@ -78,6 +79,14 @@ while at < len(text):
 print(" ".join(str(total[n]) for n in names))' "${names[@]}"
 }
 
+# The sending device's in-flight budget in PSNs (`xroce stat`'s inflight_budget_psns: a quarter
+# of the frames its port holds received), for the record: it sets how many QPs send at once.
+budget() {
+  in_ns "$ns_b" "$xroce" stat xbq1 --json | /usr/bin/python3 -c '
+import json, sys
+print(json.load(sys.stdin).get("port", {}).get("inflight_budget_psns", "-"))'
+}
+
 # One ib_write_bw run, server in a, client in b; prints its average MB/s (or FAILED).
 bandwidth() {  # qps iterations depth
   local port=18516
@@ -123,6 +132,8 @@ echo
 for kind in "${ports[@]}"; do
   in_ns "$ns_a" "$xroce" link add xbq0 netdev "$if_a" port "$kind" queues 1 >/dev/null
   in_ns "$ns_b" "$xroce" link add xbq1 netdev "$if_b" port "$kind" queues 1 >/dev/null
+  budget_psns=$(budget)
+  echo "in-flight budget on $kind: $budget_psns PSNs" >&2
   for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
     one=
     for qps in 1 "${qp_counts[@]}"; do
@@ -145,7 +156,8 @@ for kind in "${ports[@]}"; do
       printf ' %s' "${grown[@]#*=}"
       echo
       json_row port="$kind" round="$round" qps="$qps" iters="$iters" depth="$tx_depth" \
-        mbps="$mbps" ratio="$ratio" load="$(load_average)" "${grown[@]}" >>"$rows"
+        mbps="$mbps" ratio="$ratio" budget_psns="$budget_psns" load="$(load_average)" \
+        "${grown[@]}" >>"$rows"
     done
   done
   del_devices
