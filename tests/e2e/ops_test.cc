@@ -478,16 +478,25 @@ TEST_F(OpsTest, ExporterServesEveryStatCounterWithMovingValues) {
   ASSERT_TRUE(port_stats.is_object()) << stat.dump();
   EXPECT_EQ(port_stats.value("mode", ""), "udp-socket");
   EXPECT_GE(port_stats.value("queues", 0), 1);
-  for (const char* name :
-       {"rx_packets", "rx_bytes", "rx_drops", "tx_packets", "tx_bytes", "tx_drops", "tx_rejected",
-        "tx_pending", "rx_joined_in_place", "rx_reassembled", "tx_gso_sends", "rx_gro_datagrams",
-        "rx_gro_copied", "tx_kicks", "rx_reads", "rx_empty_reads", "worker_sleeps"}) {
+  for (const char* name : {"rx_packets",           "rx_bytes",      "rx_drops",
+                           "tx_packets",           "tx_bytes",      "tx_drops",
+                           "tx_rejected",          "tx_pending",    "rx_joined_in_place",
+                           "rx_reassembled",       "tx_gso_sends",  "rx_gro_datagrams",
+                           "rx_gro_copied",        "tx_kicks",      "rx_reads",
+                           "rx_empty_reads",       "worker_sleeps", "receive_frames",
+                           "inflight_budget_psns", "inflight_psns"}) {
     ASSERT_TRUE(port_stats.contains(name)) << name << " missing from " << port_stats.dump();
-    const bool gauge = std::string_view(name) == "tx_pending";
-    const std::string key =
-        std::string("xroce_port_") + name + (gauge ? "" : "_total") + "{device=\"xpb\",port=\"1\"}";
-    EXPECT_EQ(m1.count(key), 1u) << key << " missing";
+    const std::string_view n(name);
+    const bool gauge = n == "tx_pending" || n == "receive_frames" || n == "inflight_budget_psns" ||
+                       n == "inflight_psns";
+    const std::string metric = std::string("xroce_port_") + name + (gauge ? "" : "_total");
+    EXPECT_EQ(m1.count(metric + "{device=\"xpb\",port=\"1\"}"), 1u) << metric << " missing";
+    EXPECT_NE(body1.find("# TYPE " + metric + (gauge ? " gauge" : " counter")), std::string::npos)
+        << metric;
   }
+  // The udp port's socket holds 2,048 full frames; the budget is a quarter of that.
+  EXPECT_EQ(port_stats.value("receive_frames", 0), 2048);
+  EXPECT_EQ(port_stats.value("inflight_budget_psns", 0), 512);
   const std::string qp_labels = "{device=\"xpb\",qpn=\"" + std::to_string(qpns[0]) +
                                 "\",type=\"RC\",peer=\"" + pair.ip(0) + "\"}";
   const std::string qp_bytes = "xroce_qp_payload_bytes_sent_total" + qp_labels;

@@ -27,11 +27,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,11 @@
 namespace xroce::cli {
 
 namespace {
+
+// The figures of `xroce stat`'s port line that are levels, not counts: its queues, the sends
+// in flight, how many frames a port holds received, and the device's in-flight budget and use.
+constexpr std::array<std::string_view, 5> kPortGauges = {"queues", "tx_pending", "receive_frames",
+                                                         "inflight_budget_psns", "inflight_psns"};
 
 constexpr int kReadTimeoutMs = 2000;
 constexpr std::size_t kMaxRequestBytes = 8192;
@@ -151,13 +159,11 @@ void expose_device(Exposition& e, const DeviceSnapshot& s) {
           "xroce stat counter (hw_counters name)", dev,
           std::to_string(it.value().get<std::uint64_t>()));
   }
-  // The ports' own statistics (`xroce stat`'s "port"): counters but for the gauges (queues,
-  // sends in flight, the receive queue's frames and the in-flight budget).
+  // The ports' own statistics (`xroce stat`'s "port"): counters but for kPortGauges.
   if (s.port.is_object()) {
     for (auto it = s.port.begin(); it != s.port.end(); ++it) {
       if (!it.value().is_number_unsigned()) continue;  // mode
-      if (it.key() == "queues" || it.key() == "tx_pending" || it.key() == "receive_frames" ||
-          it.key() == "inflight_budget_psns" || it.key() == "inflight_psns") {
+      if (std::find(kPortGauges.begin(), kPortGauges.end(), it.key()) != kPortGauges.end()) {
         e.add(fmt::format("xroce_port_{}", it.key()), "gauge", "xroce stat port figure", dev,
               std::to_string(it.value().get<std::uint64_t>()));
       } else {
